@@ -1,0 +1,10 @@
+"""`mqadmin` command line (not implemented yet)."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    print("mqadmin: not implemented yet", file=sys.stderr)
+    sys.exit(2)

@@ -1,0 +1,10 @@
+"""`mqnamesrv` command line (not implemented yet)."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    print("mqnamesrv: not implemented yet", file=sys.stderr)
+    sys.exit(2)
