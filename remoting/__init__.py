@@ -15,6 +15,7 @@ from remoting.codes import (
 from remoting.errors import (
     FrameError,
     FrameTooLargeError,
+    HeaderError,
     RemoteError,
     RemotingConnectError,
     RemotingConnectionLost,

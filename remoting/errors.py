@@ -49,3 +49,12 @@ class RemoteError(RemotingError):
         self.code = code
         self.remark = remark or ""
         super().__init__(f"CODE: {code} DESC: {self.remark}")
+
+
+class HeaderError(RemotingError):
+    """A typed header could not be built from extFields (missing or malformed field)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"header field {field!r}: {reason}")
