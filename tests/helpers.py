@@ -30,7 +30,11 @@ async def wait_until(
 
 
 def wait_until_sync(
-    predicate: Callable[[], bool], *, total: float = 10.0, interval: float = 0.02, what: str = "condition"
+    predicate: Callable[[], bool],
+    *,
+    total: float = 10.0,
+    interval: float = 0.02,
+    what: str = "condition",
 ) -> None:
     """Blocking variant of `wait_until` for code outside trio."""
     deadline = time.monotonic() + total
