@@ -1,0 +1,679 @@
+"""JSON bodies exchanged between clients and the broker (heartbeats, consumer lists, admin stats).
+
+Each class is named after RocketMQ's Java class and carries the snake_case form of its fields.
+`to_json()` writes what fastjson writes: compact JSON, keys in alphabetical order, null fields
+left out. `from_json()` is tolerant of what Java peers write: unquoted integer map keys
+(`{0:12}`) and `MessageQueue` map keys written as JSON objects
+(`{{"brokerName":"b","queueId":0,"topic":"T"}:5}`).
+
+Maps keyed by `MessageQueue` (TopicStatsTable, ConsumeStats, ResetOffsetBody) are written in
+fastjson's object-key form, because that is what Java admin tools parse; it is not standard
+JSON, so read them back with `from_json` (or `loads_tolerant`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+__all__ = [
+    "ConnectionInfo",
+    "ConsumeStats",
+    "ConsumerConnection",
+    "ConsumerData",
+    "ConsumerListBody",
+    "HeartbeatData",
+    "KVTable",
+    "LockBatchRequestBody",
+    "LockBatchResponseBody",
+    "MessageQueue",
+    "OffsetWrapper",
+    "ProducerData",
+    "ResetOffsetBody",
+    "SubscriptionData",
+    "SubscriptionGroupConfig",
+    "SubscriptionGroupWrapper",
+    "TopicOffset",
+    "TopicStatsTable",
+    "UnlockBatchRequestBody",
+    "dumps",
+    "loads_tolerant",
+]
+
+# -- JSON helpers -------------------------------------------------------------------------
+
+
+def _dump_key(key: object) -> str:
+    if isinstance(key, MessageQueue):
+        return key.to_json().decode()
+    if isinstance(key, str):
+        return json.dumps(key, ensure_ascii=False)
+    if isinstance(key, bool):
+        return json.dumps("true" if key else "false")
+    if isinstance(key, int):
+        return json.dumps(str(key))
+    raise TypeError(f"unsupported map key {key!r}")
+
+
+def _sort_key(key: object) -> tuple[int, str]:
+    if isinstance(key, MessageQueue):
+        return (0, f"{key.broker_name}\x00{key.queue_id:012d}\x00{key.topic}")
+    if isinstance(key, int) and not isinstance(key, bool):
+        return (0, f"{key:+021d}")
+    return (0, str(key))
+
+
+def _dump(value: object) -> str:
+    if isinstance(value, dict):
+        items = sorted(value.items(), key=lambda kv: _sort_key(kv[0]))
+        return "{" + ",".join(f"{_dump_key(k)}:{_dump(v)}" for k, v in items) + "}"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        seq = sorted(value) if isinstance(value, (set, frozenset)) else value
+        return "[" + ",".join(_dump(v) for v in seq) + "]"
+    if isinstance(value, _Body):
+        return _dump(value.to_dict())
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def dumps(value: object) -> bytes:
+    """Compact JSON with keys in alphabetical order, as fastjson writes it.
+
+    Dicts may have str, int (written quoted) or MessageQueue keys (written as objects).
+    """
+    return _dump(value).encode()
+
+
+_KEY_START = frozenset("{,")
+
+
+def _quote_keys(text: str) -> str:
+    """Rewrite non-standard map keys into JSON strings.
+
+    An unquoted number key (`{0:1}`) becomes `{"0":1}`; an object key
+    (`{{"a":1}:2}`) becomes the JSON string of its text. String values are copied verbatim.
+    """
+    out: list[str] = []
+    i, n = 0, len(text)
+    # Stack of containers: True = object. `expect_key` tells whether the next token in the
+    # innermost object is a key.
+    stack: list[bool] = []
+    expect_key = False
+    while i < n:
+        c = text[i]
+        if c == '"':
+            j = i + 1
+            while j < n:
+                if text[j] == "\\":
+                    j += 2
+                    continue
+                if text[j] == '"':
+                    break
+                j += 1
+            out.append(text[i : j + 1])
+            i = j + 1
+            expect_key = False
+            continue
+        if c in " \t\r\n":
+            out.append(c)
+            i += 1
+            continue
+        if expect_key and c == "{":
+            # An object used as a map key: copy its balanced text and quote it.
+            depth, j = 0, i
+            while j < n:
+                d = text[j]
+                if d == '"':
+                    j += 1
+                    while j < n and text[j] != '"':
+                        j += 2 if text[j] == "\\" else 1
+                elif d == "{":
+                    depth += 1
+                elif d == "}":
+                    depth -= 1
+                    if depth == 0:
+                        break
+                j += 1
+            out.append(json.dumps(text[i : j + 1]))
+            i = j + 1
+            expect_key = False
+            continue
+        if expect_key and (c == "-" or c.isdigit()):
+            j = i + 1
+            while j < n and (text[j].isdigit() or text[j] in "+-.eE"):
+                j += 1
+            out.append('"' + text[i:j] + '"')
+            i = j
+            expect_key = False
+            continue
+        if c == "{":
+            stack.append(True)
+            expect_key = True
+        elif c == "[":
+            stack.append(False)
+            expect_key = False
+        elif c in "}]":
+            if stack:
+                stack.pop()
+            expect_key = False
+        elif c == ",":
+            expect_key = bool(stack) and stack[-1]
+        else:
+            expect_key = False
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def loads_tolerant(data: bytes | bytearray | memoryview | str) -> Any:
+    """Parse JSON written by fastjson (unquoted integer keys, object keys allowed).
+
+    Raises:
+        ValueError: the text is not JSON even after quoting the keys.
+    """
+    text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+    try:
+        return json.loads(text)
+    except ValueError:
+        return json.loads(_quote_keys(text))
+
+
+def _int_map(raw: Mapping[str, Any] | None) -> dict[int, int]:
+    return {int(k): int(v) for k, v in (raw or {}).items()}
+
+
+def _mq_map(raw: Mapping[str, Any] | None, conv: Callable[[Any], Any]) -> dict[MessageQueue, Any]:
+    return {MessageQueue.from_key(k): conv(v) for k, v in (raw or {}).items()}
+
+
+class _Body:
+    """Shared JSON plumbing: subclasses define to_dict/from_dict."""
+
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        raise NotImplementedError
+
+    def to_json(self) -> bytes:
+        return dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, data: bytes | bytearray | memoryview | str) -> Self:
+        """Parse a body.
+
+        Raises:
+            ValueError: not JSON, or not an object of the expected shape.
+        """
+        raw = loads_tolerant(data)
+        if not isinstance(raw, dict):
+            raise ValueError(f"{cls.__name__}: expected a JSON object")  # noqa: TRY004
+        try:
+            return cls.from_dict(raw)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{cls.__name__}: bad field {exc}") from exc
+
+
+def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+# -- message queue ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MessageQueue(_Body):
+    """A queue: (topic, broker name, queue id). Hashable; used as a map key."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        return cls(str(raw["topic"]), str(raw["brokerName"]), int(raw["queueId"]))
+
+    @classmethod
+    def from_key(cls, key: str) -> MessageQueue:
+        """A MessageQueue from a map key (the JSON text of the object)."""
+        raw = json.loads(key)
+        if not isinstance(raw, dict):
+            raise ValueError(f"not a MessageQueue key: {key!r}")  # noqa: TRY004
+        return cls.from_dict(raw)
+
+
+# -- heartbeat ----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class SubscriptionData(_Body):
+    """One topic subscription of a consumer group (`subString` is `*` or `a || b`)."""
+
+    topic: str
+    sub_string: str = "*"
+    tags_set: list[str] = field(default_factory=list)
+    code_set: list[int] = field(default_factory=list)
+    sub_version: int = 0
+    expression_type: str = "TAG"
+    class_filter_mode: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "classFilterMode": self.class_filter_mode,
+            "codeSet": list(self.code_set),
+            "expressionType": self.expression_type,
+            "subString": self.sub_string,
+            "subVersion": self.sub_version,
+            "tagsSet": list(self.tags_set),
+            "topic": self.topic,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        return cls(
+            topic=str(raw["topic"]),
+            sub_string=str(raw.get("subString") or "*"),
+            tags_set=[str(t) for t in raw.get("tagsSet") or ()],
+            code_set=[int(c) for c in raw.get("codeSet") or ()],
+            sub_version=int(raw.get("subVersion") or 0),
+            expression_type=str(raw.get("expressionType") or "TAG"),
+            class_filter_mode=bool(raw.get("classFilterMode", False)),
+        )
+
+
+@dataclass(slots=True)
+class ConsumerData(_Body):
+    """A consumer group as reported in a heartbeat."""
+
+    group_name: str
+    consume_type: str = "CONSUME_PASSIVELY"
+    message_model: str = "CLUSTERING"
+    consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
+    subscription_data_set: list[SubscriptionData] = field(default_factory=list)
+    unit_mode: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "consumeFromWhere": self.consume_from_where,
+            "consumeType": self.consume_type,
+            "groupName": self.group_name,
+            "messageModel": self.message_model,
+            "subscriptionDataSet": [s.to_dict() for s in self.subscription_data_set],
+            "unitMode": self.unit_mode,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        return cls(
+            group_name=str(raw["groupName"]),
+            consume_type=str(raw.get("consumeType") or "CONSUME_PASSIVELY"),
+            message_model=str(raw.get("messageModel") or "CLUSTERING"),
+            consume_from_where=str(raw.get("consumeFromWhere") or "CONSUME_FROM_LAST_OFFSET"),
+            subscription_data_set=[
+                SubscriptionData.from_dict(s) for s in raw.get("subscriptionDataSet") or ()
+            ],
+            unit_mode=bool(raw.get("unitMode", False)),
+        )
+
+
+@dataclass(slots=True)
+class ProducerData(_Body):
+    """A producer group as reported in a heartbeat."""
+
+    group_name: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"groupName": self.group_name}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        return cls(str(raw["groupName"]))
+
+
+@dataclass(slots=True)
+class HeartbeatData(_Body):
+    """HEART_BEAT (34) body: one client instance's producer and consumer groups."""
+
+    client_id: str
+    producer_data_set: list[ProducerData] = field(default_factory=list)
+    consumer_data_set: list[ConsumerData] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "clientID": self.client_id,
+            "consumerDataSet": [c.to_dict() for c in self.consumer_data_set],
+            "producerDataSet": [p.to_dict() for p in self.producer_data_set],
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        return cls(
+            client_id=str(raw["clientID"]),
+            producer_data_set=[ProducerData.from_dict(p) for p in raw.get("producerDataSet") or ()],
+            consumer_data_set=[ConsumerData.from_dict(c) for c in raw.get("consumerDataSet") or ()],
+        )
+
+
+# -- consumer lists and connections -------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ConsumerListBody(_Body):
+    """GET_CONSUMER_LIST_BY_GROUP (38) response body."""
+
+    consumer_id_list: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"consumerIdList": list(self.consumer_id_list)}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        return cls([str(c) for c in raw.get("consumerIdList") or ()])
+
+
+@dataclass(slots=True)
+class ConnectionInfo(_Body):
+    """RocketMQ's `Connection` body element: one client connection of a group."""
+
+    client_id: str
+    client_addr: str
+    language: str = "JAVA"
+    version: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "clientAddr": self.client_addr,
+            "clientId": self.client_id,
+            "language": self.language,
+            "version": self.version,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        return cls(
+            client_id=str(raw.get("clientId", "")),
+            client_addr=str(raw.get("clientAddr", "")),
+            language=str(raw.get("language", "JAVA")),
+            version=int(raw.get("version") or 0),
+        )
+
+
+@dataclass(slots=True)
+class ConsumerConnection(_Body):
+    """GET_CONSUMER_CONNECTION_LIST (203) response body."""
+
+    connection_set: list[ConnectionInfo] = field(default_factory=list)
+    subscription_table: dict[str, SubscriptionData] = field(default_factory=dict)
+    consume_type: str | None = None
+    message_model: str | None = None
+    consume_from_where: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _drop_none(
+            {
+                "connectionSet": [c.to_dict() for c in self.connection_set],
+                "consumeFromWhere": self.consume_from_where,
+                "consumeType": self.consume_type,
+                "messageModel": self.message_model,
+                "subscriptionTable": {k: v.to_dict() for k, v in self.subscription_table.items()},
+            }
+        )
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        return cls(
+            connection_set=[ConnectionInfo.from_dict(c) for c in raw.get("connectionSet") or ()],
+            subscription_table={
+                str(k): SubscriptionData.from_dict(v)
+                for k, v in (raw.get("subscriptionTable") or {}).items()
+            },
+            consume_type=raw.get("consumeType"),
+            message_model=raw.get("messageModel"),
+            consume_from_where=raw.get("consumeFromWhere"),
+        )
+
+
+# -- queue locks --------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class LockBatchRequestBody(_Body):
+    """LOCK_BATCH_MQ (41) request body."""
+
+    consumer_group: str
+    client_id: str
+    mq_set: list[MessageQueue] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "clientId": self.client_id,
+            "consumerGroup": self.consumer_group,
+            "mqSet": [m.to_dict() for m in sorted(self.mq_set)],
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        return cls(
+            consumer_group=str(raw["consumerGroup"]),
+            client_id=str(raw["clientId"]),
+            mq_set=[MessageQueue.from_dict(m) for m in raw.get("mqSet") or ()],
+        )
+
+
+@dataclass(slots=True)
+class UnlockBatchRequestBody(LockBatchRequestBody):
+    """UNLOCK_BATCH_MQ (42) request body (same fields as the lock request)."""
+
+
+@dataclass(slots=True)
+class LockBatchResponseBody(_Body):
+    """LOCK_BATCH_MQ (41) response body: the queues now locked by the caller."""
+
+    lock_ok_mq_set: list[MessageQueue] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"lockOKMQSet": [m.to_dict() for m in sorted(self.lock_ok_mq_set)]}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        return cls([MessageQueue.from_dict(m) for m in raw.get("lockOKMQSet") or ()])
+
+
+# -- admin bodies -------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class KVTable(_Body):
+    """GET_BROKER_RUNTIME_INFO (28) body: `{"table": {k: v}}`."""
+
+    table: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"table": dict(self.table)}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        return cls({str(k): str(v) for k, v in (raw.get("table") or {}).items()})
+
+
+@dataclass(slots=True)
+class TopicOffset(_Body):
+    """One queue's min/max offsets in a TopicStatsTable."""
+
+    min_offset: int = 0
+    max_offset: int = 0
+    last_update_timestamp: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "lastUpdateTimestamp": self.last_update_timestamp,
+            "maxOffset": self.max_offset,
+            "minOffset": self.min_offset,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        return cls(
+            min_offset=int(raw.get("minOffset") or 0),
+            max_offset=int(raw.get("maxOffset") or 0),
+            last_update_timestamp=int(raw.get("lastUpdateTimestamp") or 0),
+        )
+
+
+@dataclass(slots=True)
+class TopicStatsTable(_Body):
+    """GET_TOPIC_STATS_INFO (202) body."""
+
+    offset_table: dict[MessageQueue, TopicOffset] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"offsetTable": {k: v.to_dict() for k, v in self.offset_table.items()}}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        return cls(_mq_map(raw.get("offsetTable"), TopicOffset.from_dict))
+
+
+@dataclass(slots=True)
+class OffsetWrapper(_Body):
+    """One queue's broker and consumer offsets in ConsumeStats."""
+
+    broker_offset: int = 0
+    consumer_offset: int = 0
+    last_timestamp: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "brokerOffset": self.broker_offset,
+            "consumerOffset": self.consumer_offset,
+            "lastTimestamp": self.last_timestamp,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        return cls(
+            broker_offset=int(raw.get("brokerOffset") or 0),
+            consumer_offset=int(raw.get("consumerOffset") or 0),
+            last_timestamp=int(raw.get("lastTimestamp") or 0),
+        )
+
+
+@dataclass(slots=True)
+class ConsumeStats(_Body):
+    """GET_CONSUME_STATS (208) body."""
+
+    offset_table: dict[MessageQueue, OffsetWrapper] = field(default_factory=dict)
+    consume_tps: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "consumeTps": self.consume_tps,
+            "offsetTable": {k: v.to_dict() for k, v in self.offset_table.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        return cls(
+            offset_table=_mq_map(raw.get("offsetTable"), OffsetWrapper.from_dict),
+            consume_tps=float(raw.get("consumeTps") or 0.0),
+        )
+
+
+@dataclass(slots=True)
+class ResetOffsetBody(_Body):
+    """RESET_CONSUMER_CLIENT_OFFSET (220) body: queue -> new offset."""
+
+    offset_table: dict[MessageQueue, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"offsetTable": dict(self.offset_table)}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        return cls(_mq_map(raw.get("offsetTable"), int))
+
+
+@dataclass(slots=True)
+class SubscriptionGroupConfig(_Body):
+    """A subscription (consumer) group's broker-side settings."""
+
+    group_name: str
+    consume_enable: bool = True
+    consume_from_min_enable: bool = True
+    consume_broadcast_enable: bool = True
+    retry_queue_nums: int = 1
+    retry_max_times: int = 16
+    broker_id: int = 0
+    which_broker_when_consume_slowly: int = 1
+    notify_consumer_ids_changed_enable: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "brokerId": self.broker_id,
+            "consumeBroadcastEnable": self.consume_broadcast_enable,
+            "consumeEnable": self.consume_enable,
+            "consumeFromMinEnable": self.consume_from_min_enable,
+            "groupName": self.group_name,
+            "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
+            "retryMaxTimes": self.retry_max_times,
+            "retryQueueNums": self.retry_queue_nums,
+            "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        return cls(
+            group_name=str(raw["groupName"]),
+            consume_enable=bool(raw.get("consumeEnable", True)),
+            consume_from_min_enable=bool(raw.get("consumeFromMinEnable", True)),
+            consume_broadcast_enable=bool(raw.get("consumeBroadcastEnable", True)),
+            retry_queue_nums=int(raw.get("retryQueueNums", 1)),
+            retry_max_times=int(raw.get("retryMaxTimes", 16)),
+            broker_id=int(raw.get("brokerId", 0)),
+            which_broker_when_consume_slowly=int(raw.get("whichBrokerWhenConsumeSlowly", 1)),
+            notify_consumer_ids_changed_enable=bool(
+                raw.get("notifyConsumerIdsChangedEnable", True)
+            ),
+        )
+
+
+@dataclass(slots=True)
+class SubscriptionGroupWrapper(_Body):
+    """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) body and `config/subscriptionGroup.json`."""
+
+    subscription_group_table: dict[str, SubscriptionGroupConfig] = field(default_factory=dict)
+    data_version: dict[str, int] = field(default_factory=lambda: {"counter": 0, "timestamp": 0})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dataVersion": dict(self.data_version),
+            "subscriptionGroupTable": {
+                k: v.to_dict() for k, v in self.subscription_group_table.items()
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        dv = raw.get("dataVersion") or {}
+        return cls(
+            subscription_group_table={
+                str(k): SubscriptionGroupConfig.from_dict(v)
+                for k, v in (raw.get("subscriptionGroupTable") or {}).items()
+            },
+            data_version={
+                "counter": int(dv.get("counter", 0)),
+                "timestamp": int(dv.get("timestamp", 0)),
+            },
+        )
+
+
+def int_map(raw: Mapping[str, Any] | None) -> dict[int, int]:
+    """`{"0": 5}` or `{0: 5}` (after `loads_tolerant`) -> `{0: 5}`."""
+    return _int_map(raw)
