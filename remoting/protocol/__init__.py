@@ -1,0 +1,1 @@
+"""Typed RocketMQ header and body schemas: data only, no I/O."""

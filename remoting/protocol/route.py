@@ -1,0 +1,677 @@
+"""Route bodies of the NameServer protocol (RocketMQ's `TopicRouteData` family) as JSON.
+
+Every class is a plain slotted dataclass; nothing here does I/O. `to_json()`
+writes *standard* JSON (quoted keys, compact separators) with fastjson's field
+names and fastjson's alphabetical key order, leaving out fields that are None.
+`from_json()` accepts what a Java peer writes, including fastjson's unquoted
+integer map keys (`{0:"1.2.3.4:10911"}`) and the pre-4.9 spelling
+`topicSynFlag` of `QueueData.topicSysFlag`.
+
+`RegisterBrokerBody` also has RocketMQ's compressed form (`compressed=true` on
+REGISTER_BROKER): a zlib stream of length-prefixed parts; see `encode_compressed`.
+
+The queue-list helpers at the end (`producer_queues`, `consumer_queues`) turn a
+route into the queues a producer may write and a consumer may read.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Self
+
+# PermName bits.
+PERM_PRIORITY = 0x8
+PERM_READ = 0x4
+PERM_WRITE = 0x2
+PERM_INHERIT = 0x1
+
+MASTER_ID = 0
+
+_SEPARATORS = (",", ":")
+
+
+class RouteDecodeError(ValueError):
+    """A route body is not valid JSON of the expected shape."""
+
+
+# -- JSON helpers -----------------------------------------------------------------
+
+
+def _dumps(obj: object) -> bytes:
+    return json.dumps(obj, separators=_SEPARATORS, ensure_ascii=False).encode("utf-8")
+
+
+def quote_numeric_keys(text: str) -> str:
+    """Quote fastjson's bare integer object keys (`{0:"a",-1:"b"}` -> `{"0":"a","-1":"b"}`).
+
+    Only tokens outside strings that directly follow `{` or `,` (whitespace
+    allowed) and are directly followed by `:` are quoted, so numbers inside
+    string values and numeric array items are left alone.
+    """
+    out: list[str] = []
+    i = 0
+    n = len(text)
+    in_string = False
+    expect_key = False  # just after '{' or ','
+    while i < n:
+        c = text[i]
+        if in_string:
+            out.append(c)
+            if c == "\\" and i + 1 < n:
+                out.append(text[i + 1])
+                i += 2
+                continue
+            if c == '"':
+                in_string = False
+            i += 1
+            continue
+        if c == '"':
+            in_string = True
+            expect_key = False
+            out.append(c)
+            i += 1
+            continue
+        if c in "{,":
+            expect_key = True
+            out.append(c)
+            i += 1
+            continue
+        if c in " \t\r\n":
+            out.append(c)
+            i += 1
+            continue
+        if expect_key and (c.isdigit() or c == "-"):
+            j = i + 1
+            while j < n and text[j].isdigit():
+                j += 1
+            k = j
+            while k < n and text[k] in " \t\r\n":
+                k += 1
+            if k < n and text[k] == ":" and (j > i + 1 or c != "-"):
+                out.append('"')
+                out.append(text[i:j])
+                out.append('"')
+                i = j
+                expect_key = False
+                continue
+        expect_key = False
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def loads_tolerant(data: bytes | bytearray | memoryview | str) -> Any:
+    """Parse JSON written by fastjson or by a standard encoder.
+
+    Raises:
+        RouteDecodeError: the text is not JSON even after quoting bare integer keys.
+    """
+    try:
+        text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RouteDecodeError(f"body is not UTF-8: {exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    try:
+        return json.loads(quote_numeric_keys(text))
+    except json.JSONDecodeError as exc:
+        raise RouteDecodeError(f"body is not JSON: {exc}") from None
+
+
+def _obj(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise RouteDecodeError(f"{what}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _int(d: Mapping[str, Any], key: str, default: int = 0) -> int:
+    v = d.get(key, default)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int | str):
+        raise RouteDecodeError(f"{key}: expected an integer, got {v!r}")
+    try:
+        return int(v)
+    except ValueError:
+        raise RouteDecodeError(f"{key}: expected an integer, got {v!r}") from None
+
+
+def _str(d: Mapping[str, Any], key: str, default: str = "") -> str:
+    v = d.get(key, default)
+    if v is None:
+        return default
+    if not isinstance(v, str):
+        raise RouteDecodeError(f"{key}: expected a string, got {v!r}")
+    return v
+
+
+def _bool(d: Mapping[str, Any], key: str, default: bool = False) -> bool:
+    v = d.get(key, default)
+    if v is None:
+        return default
+    if isinstance(v, str):
+        return v.lower() == "true"
+    return bool(v)
+
+
+# -- value classes ----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class DataVersion:
+    """A broker's topic-config version: changes whenever its topic table changes."""
+
+    timestamp: int = 0
+    counter: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"counter": self.counter, "timestamp": self.timestamp}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Self:
+        d = _obj(d, "DataVersion")
+        return cls(timestamp=_int(d, "timestamp"), counter=_int(d, "counter"))
+
+    def to_json(self) -> bytes:
+        return _dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, data: bytes | bytearray | memoryview | str) -> Self:
+        return cls.from_dict(loads_tolerant(data))
+
+
+@dataclass(slots=True)
+class QueueData:
+    """One broker's queues of one topic."""
+
+    broker_name: str
+    read_queue_nums: int = 0
+    write_queue_nums: int = 0
+    perm: int = PERM_READ | PERM_WRITE
+    topic_sys_flag: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "brokerName": self.broker_name,
+            "perm": self.perm,
+            "readQueueNums": self.read_queue_nums,
+            "topicSysFlag": self.topic_sys_flag,
+            "writeQueueNums": self.write_queue_nums,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Self:
+        d = _obj(d, "QueueData")
+        flag_key = "topicSysFlag" if "topicSysFlag" in d else "topicSynFlag"
+        return cls(
+            broker_name=_str(d, "brokerName"),
+            read_queue_nums=_int(d, "readQueueNums"),
+            write_queue_nums=_int(d, "writeQueueNums"),
+            perm=_int(d, "perm"),
+            topic_sys_flag=_int(d, flag_key),
+        )
+
+    def to_json(self) -> bytes:
+        return _dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, data: bytes | bytearray | memoryview | str) -> Self:
+        return cls.from_dict(loads_tolerant(data))
+
+
+@dataclass(slots=True)
+class BrokerData:
+    """A broker group: its cluster, its name and the address of each member (0 = master)."""
+
+    cluster: str
+    broker_name: str
+    broker_addrs: dict[int, str] = field(default_factory=dict)
+
+    def master_addr(self) -> str | None:
+        """The master's address, or None when the group has no live master."""
+        return self.broker_addrs.get(MASTER_ID)
+
+    def copy(self) -> BrokerData:
+        return BrokerData(self.cluster, self.broker_name, dict(self.broker_addrs))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "brokerAddrs": {str(k): v for k, v in sorted(self.broker_addrs.items())},
+            "brokerName": self.broker_name,
+            "cluster": self.cluster,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Self:
+        d = _obj(d, "BrokerData")
+        addrs_raw = _obj(d.get("brokerAddrs") or {}, "brokerAddrs")
+        try:
+            addrs = {int(k): str(v) for k, v in addrs_raw.items()}
+        except ValueError:
+            raise RouteDecodeError(f"brokerAddrs: non-integer broker id in {addrs_raw!r}") from None
+        return cls(
+            cluster=_str(d, "cluster"), broker_name=_str(d, "brokerName"), broker_addrs=addrs
+        )
+
+    def to_json(self) -> bytes:
+        return _dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, data: bytes | bytearray | memoryview | str) -> Self:
+        return cls.from_dict(loads_tolerant(data))
+
+
+@dataclass(slots=True)
+class TopicRouteData:
+    """The answer to GET_ROUTEINFO_BY_TOPIC."""
+
+    queue_datas: list[QueueData] = field(default_factory=list)
+    broker_datas: list[BrokerData] = field(default_factory=list)
+    filter_server_table: dict[str, list[str]] = field(default_factory=dict)
+    order_topic_conf: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "brokerDatas": [b.to_dict() for b in self.broker_datas],
+            "filterServerTable": {k: list(v) for k, v in self.filter_server_table.items()},
+        }
+        if self.order_topic_conf is not None:
+            d["orderTopicConf"] = self.order_topic_conf
+        d["queueDatas"] = [q.to_dict() for q in self.queue_datas]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Self:
+        d = _obj(d, "TopicRouteData")
+        fst = _obj(d.get("filterServerTable") or {}, "filterServerTable")
+        conf = d.get("orderTopicConf")
+        return cls(
+            queue_datas=[QueueData.from_dict(q) for q in d.get("queueDatas") or []],
+            broker_datas=[BrokerData.from_dict(b) for b in d.get("brokerDatas") or []],
+            filter_server_table={str(k): [str(x) for x in (v or [])] for k, v in fst.items()},
+            order_topic_conf=str(conf) if conf is not None else None,
+        )
+
+    def to_json(self) -> bytes:
+        return _dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, data: bytes | bytearray | memoryview | str) -> Self:
+        return cls.from_dict(loads_tolerant(data))
+
+
+@dataclass(slots=True)
+class ClusterInfo:
+    """The answer to GET_BROKER_CLUSTER_INFO."""
+
+    broker_addr_table: dict[str, BrokerData] = field(default_factory=dict)
+    cluster_addr_table: dict[str, list[str]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "brokerAddrTable": {k: v.to_dict() for k, v in self.broker_addr_table.items()},
+            "clusterAddrTable": {k: list(v) for k, v in self.cluster_addr_table.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Self:
+        d = _obj(d, "ClusterInfo")
+        bat = _obj(d.get("brokerAddrTable") or {}, "brokerAddrTable")
+        cat = _obj(d.get("clusterAddrTable") or {}, "clusterAddrTable")
+        return cls(
+            broker_addr_table={str(k): BrokerData.from_dict(v) for k, v in bat.items()},
+            cluster_addr_table={str(k): [str(x) for x in (v or [])] for k, v in cat.items()},
+        )
+
+    def to_json(self) -> bytes:
+        return _dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, data: bytes | bytearray | memoryview | str) -> Self:
+        return cls.from_dict(loads_tolerant(data))
+
+
+@dataclass(slots=True)
+class TopicConfig:
+    """A broker's configuration of one topic."""
+
+    topic_name: str
+    read_queue_nums: int = 16
+    write_queue_nums: int = 16
+    perm: int = PERM_READ | PERM_WRITE
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "order": self.order,
+            "perm": self.perm,
+            "readQueueNums": self.read_queue_nums,
+            "topicFilterType": self.topic_filter_type,
+            "topicName": self.topic_name,
+            "topicSysFlag": self.topic_sys_flag,
+            "writeQueueNums": self.write_queue_nums,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Self:
+        d = _obj(d, "TopicConfig")
+        flag_key = "topicSysFlag" if "topicSysFlag" in d else "topicSynFlag"
+        return cls(
+            topic_name=_str(d, "topicName"),
+            read_queue_nums=_int(d, "readQueueNums", 16),
+            write_queue_nums=_int(d, "writeQueueNums", 16),
+            perm=_int(d, "perm", PERM_READ | PERM_WRITE),
+            topic_filter_type=_str(d, "topicFilterType", "SINGLE_TAG"),
+            topic_sys_flag=_int(d, flag_key),
+            order=_bool(d, "order"),
+        )
+
+    def to_json(self) -> bytes:
+        return _dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, data: bytes | bytearray | memoryview | str) -> Self:
+        return cls.from_dict(loads_tolerant(data))
+
+    def encode_text(self) -> str:
+        """RocketMQ's space-separated form used in the compressed register body.
+
+        Only name, read/write queue numbers, perm and filter type travel;
+        `topic_sys_flag` and `order` are lost, as in RocketMQ.
+        """
+        return (
+            f"{self.topic_name} {self.read_queue_nums} {self.write_queue_nums}"
+            f" {self.perm} {self.topic_filter_type}"
+        )
+
+    @classmethod
+    def decode_text(cls, text: str) -> Self:
+        """Parse `encode_text`'s output.
+
+        Raises:
+            RouteDecodeError: not five space-separated fields.
+        """
+        parts = text.split(" ")
+        if len(parts) != 5:
+            raise RouteDecodeError(f"topic config text needs 5 fields, got {text!r}")
+        try:
+            return cls(
+                topic_name=parts[0],
+                read_queue_nums=int(parts[1]),
+                write_queue_nums=int(parts[2]),
+                perm=int(parts[3]),
+                topic_filter_type=parts[4],
+            )
+        except ValueError:
+            raise RouteDecodeError(f"bad number in topic config text {text!r}") from None
+
+
+@dataclass(slots=True)
+class TopicConfigSerializeWrapper:
+    """A broker's whole topic table with its data version."""
+
+    topic_config_table: dict[str, TopicConfig] = field(default_factory=dict)
+    data_version: DataVersion = field(default_factory=DataVersion)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dataVersion": self.data_version.to_dict(),
+            "topicConfigTable": {k: v.to_dict() for k, v in self.topic_config_table.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Self:
+        d = _obj(d, "TopicConfigSerializeWrapper")
+        table = _obj(d.get("topicConfigTable") or {}, "topicConfigTable")
+        dv = d.get("dataVersion")
+        return cls(
+            topic_config_table={str(k): TopicConfig.from_dict(v) for k, v in table.items()},
+            data_version=DataVersion.from_dict(dv) if dv is not None else DataVersion(),
+        )
+
+    def to_json(self) -> bytes:
+        return _dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, data: bytes | bytearray | memoryview | str) -> Self:
+        return cls.from_dict(loads_tolerant(data))
+
+
+_I32 = struct.Struct(">i")
+
+
+@dataclass(slots=True)
+class RegisterBrokerBody:
+    """The body of REGISTER_BROKER: the broker's topic table and filter servers."""
+
+    topic_config_serialize_wrapper: TopicConfigSerializeWrapper = field(
+        default_factory=TopicConfigSerializeWrapper
+    )
+    filter_server_list: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "filterServerList": list(self.filter_server_list),
+            "topicConfigSerializeWrapper": self.topic_config_serialize_wrapper.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Self:
+        d = _obj(d, "RegisterBrokerBody")
+        w = d.get("topicConfigSerializeWrapper")
+        return cls(
+            topic_config_serialize_wrapper=(
+                TopicConfigSerializeWrapper.from_dict(w)
+                if w is not None
+                else TopicConfigSerializeWrapper()
+            ),
+            filter_server_list=[str(x) for x in d.get("filterServerList") or []],
+        )
+
+    def to_json(self) -> bytes:
+        return _dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, data: bytes | bytearray | memoryview | str) -> Self:
+        return cls.from_dict(loads_tolerant(data))
+
+    def encode_compressed(self) -> bytes:
+        """The compressed form: zlib (best compression) over length-prefixed parts.
+
+        Layout before compression: int32 length + DataVersion JSON; int32 topic
+        count; per topic int32 length + `TopicConfig.encode_text()`; int32
+        length + filter server list JSON. Integers are big-endian.
+        """
+        parts: list[bytes] = []
+        dv = self.topic_config_serialize_wrapper.data_version.to_json()
+        parts += [_I32.pack(len(dv)), dv]
+        table = self.topic_config_serialize_wrapper.topic_config_table
+        parts.append(_I32.pack(len(table)))
+        for tc in table.values():
+            text = tc.encode_text().encode("utf-8")
+            parts += [_I32.pack(len(text)), text]
+        fsl = _dumps(list(self.filter_server_list))
+        parts += [_I32.pack(len(fsl)), fsl]
+        return zlib.compress(b"".join(parts), 9)
+
+    def encode(self, *, compressed: bool = False) -> bytes:
+        """JSON or compressed form, as the REGISTER_BROKER header's `compressed` says."""
+        return self.encode_compressed() if compressed else self.to_json()
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview, *, compressed: bool = False) -> Self:
+        """Parse either form.
+
+        Raises:
+            RouteDecodeError: malformed body.
+        """
+        if not compressed:
+            return cls.from_json(data)
+        try:
+            raw = zlib.decompress(bytes(data))
+        except zlib.error as exc:
+            raise RouteDecodeError(f"compressed register body: {exc}") from None
+        pos = 0
+
+        def take_int() -> int:
+            nonlocal pos
+            if pos + 4 > len(raw):
+                raise RouteDecodeError("compressed register body: truncated")
+            (v,) = _I32.unpack_from(raw, pos)
+            pos += 4
+            return int(v)
+
+        def take_bytes() -> bytes:
+            nonlocal pos
+            n = take_int()
+            if n < 0 or pos + n > len(raw):
+                raise RouteDecodeError("compressed register body: truncated")
+            b = raw[pos : pos + n]
+            pos += n
+            return b
+
+        dv = DataVersion.from_json(take_bytes())
+        count = take_int()
+        if count < 0:
+            raise RouteDecodeError("compressed register body: negative topic count")
+        table: dict[str, TopicConfig] = {}
+        for _ in range(count):
+            try:
+                text = take_bytes().decode("utf-8")
+            except UnicodeDecodeError:
+                raise RouteDecodeError("compressed register body: topic not UTF-8") from None
+            tc = TopicConfig.decode_text(text)
+            table[tc.topic_name] = tc
+        fsl = loads_tolerant(take_bytes())
+        if not isinstance(fsl, list):
+            raise RouteDecodeError("compressed register body: filter server list not a list")
+        return cls(
+            topic_config_serialize_wrapper=TopicConfigSerializeWrapper(table, dv),
+            filter_server_list=[str(x) for x in fsl],
+        )
+
+
+@dataclass(slots=True)
+class TopicList:
+    """The answer to GET_ALL_TOPIC_LIST_FROM_NAMESERVER and GET_TOPICS_BY_CLUSTER."""
+
+    topic_list: list[str] = field(default_factory=list)
+    broker_addr: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {}
+        if self.broker_addr is not None:
+            d["brokerAddr"] = self.broker_addr
+        d["topicList"] = list(self.topic_list)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Self:
+        d = _obj(d, "TopicList")
+        ba = d.get("brokerAddr")
+        return cls(
+            topic_list=[str(x) for x in d.get("topicList") or []],
+            broker_addr=str(ba) if ba is not None else None,
+        )
+
+    def to_json(self) -> bytes:
+        return _dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, data: bytes | bytearray | memoryview | str) -> Self:
+        return cls.from_dict(loads_tolerant(data))
+
+
+# -- queue lists ------------------------------------------------------------------
+
+
+class RouteQueue(NamedTuple):
+    """One message queue of a topic, as (topic, broker name, queue id)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+
+def parse_order_topic_conf(conf: str) -> list[tuple[str, int]]:
+    """`"brokerA:4;brokerB:4"` -> `[("brokerA", 4), ("brokerB", 4)]` (bad items skipped)."""
+    out: list[tuple[str, int]] = []
+    for item in conf.split(";"):
+        name, sep, num = item.partition(":")
+        if not sep or not name:
+            continue
+        try:
+            out.append((name, int(num)))
+        except ValueError:
+            continue
+    return out
+
+
+def producer_queues(topic: str, route: TopicRouteData) -> list[RouteQueue]:
+    """The queues a producer may send to, in RocketMQ's order.
+
+    With an `order_topic_conf`, its brokers and queue counts in order.
+    Otherwise queue datas sorted by broker name, keeping only writable ones
+    whose broker group has a master, each contributing `write_queue_nums` queues.
+    """
+    if route.order_topic_conf:
+        return [
+            RouteQueue(topic, name, i)
+            for name, n in parse_order_topic_conf(route.order_topic_conf)
+            for i in range(n)
+        ]
+    masters = {b.broker_name for b in route.broker_datas if MASTER_ID in b.broker_addrs}
+    out: list[RouteQueue] = []
+    for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
+        if not qd.perm & PERM_WRITE or qd.broker_name not in masters:
+            continue
+        out.extend(RouteQueue(topic, qd.broker_name, i) for i in range(qd.write_queue_nums))
+    return out
+
+
+def consumer_queues(topic: str, route: TopicRouteData) -> list[RouteQueue]:
+    """The queues a consumer may read: readable queue datas, ids 0..read_queue_nums-1."""
+    out: list[RouteQueue] = []
+    for qd in route.queue_datas:
+        if qd.perm & PERM_READ:
+            out.extend(RouteQueue(topic, qd.broker_name, i) for i in range(qd.read_queue_nums))
+    return out
+
+
+def broker_addr_table(route: TopicRouteData) -> dict[str, dict[int, str]]:
+    """Broker name -> {broker id -> address} from a route."""
+    return {b.broker_name: dict(b.broker_addrs) for b in route.broker_datas}
+
+
+__all__ = [
+    "MASTER_ID",
+    "PERM_INHERIT",
+    "PERM_PRIORITY",
+    "PERM_READ",
+    "PERM_WRITE",
+    "BrokerData",
+    "ClusterInfo",
+    "DataVersion",
+    "QueueData",
+    "RegisterBrokerBody",
+    "RouteDecodeError",
+    "RouteQueue",
+    "TopicConfig",
+    "TopicConfigSerializeWrapper",
+    "TopicList",
+    "TopicRouteData",
+    "broker_addr_table",
+    "consumer_queues",
+    "loads_tolerant",
+    "parse_order_topic_conf",
+    "producer_queues",
+    "quote_numeric_keys",
+]
