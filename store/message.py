@@ -1,0 +1,1188 @@
+"""RocketMQ 4.x message record codec (commitlog record = pull / view / query body).
+
+Pure and stdlib-only: the broker's store and the client library both import this module.
+
+Record layout (V1, big-endian; positions for IPv4 hosts)::
+
+    0  TOTALSIZE int32          48 BORNHOST 4+4 (16+4 if sys flag 0x10)
+    4  MAGICCODE int32          56 STORETIMESTAMP int64
+    8  BODYCRC int32            64 STOREHOST 4+4 (16+4 if sys flag 0x20)
+    12 QUEUEID int32            72 RECONSUMETIMES int32
+    16 FLAG int32               76 PREPAREDTRANSACTIONOFFSET int64
+    20 QUEUEOFFSET int64        84 BODY int32 length + bytes
+    28 PHYSICALOFFSET int64        TOPIC int8 length + bytes (<= 127)
+    36 SYSFLAG int32               PROPERTIES int16 length + UTF-8 (<= 32767)
+    40 BORNTIMESTAMP int64
+
+A record with two IPv4 hosts is ``91 + len(body) + len(topic) + len(properties)`` bytes. The end
+of a commitlog file is padded with a blank record ``[int32 remaining][int32 BLANK_MAGIC_CODE]``.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import os
+import random
+import socket
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
+from typing import NamedTuple
+
+__all__ = [
+    "BLANK_MAGIC_CODE",
+    "BORNHOST_V6_FLAG",
+    "BORN_HOST_POS",
+    "BORN_TIMESTAMP_POS",
+    "COMPRESSED_FLAG",
+    "COMPRESSION_LZ4",
+    "COMPRESSION_TYPE_MASK",
+    "COMPRESSION_ZLIB",
+    "COMPRESSION_ZSTD",
+    "DEFAULT_MAX_RECORD_SIZE",
+    "INNER_BATCH_FLAG",
+    "MAX_PROPERTIES_SIZE",
+    "MAX_TOPIC_SIZE",
+    "MESSAGE_MAGIC_CODE",
+    "MESSAGE_MAGIC_CODE_V2",
+    "MIN_RECORD_SIZE",
+    "MULTI_TAGS_FLAG",
+    "NAME_VALUE_SEPARATOR",
+    "NEED_UNWRAP_FLAG",
+    "PHYSICAL_OFFSET_POS",
+    "PROPERTY_SEPARATOR",
+    "QUEUE_OFFSET_POS",
+    "STOREHOSTADDRESS_V6_FLAG",
+    "STORE_TIMESTAMP_POS_V4",
+    "STORE_TIMESTAMP_POS_V6",
+    "SYSFLAG_POS",
+    "TRANSACTION_COMMIT_TYPE",
+    "TRANSACTION_NOT_TYPE",
+    "TRANSACTION_PREPARED_TYPE",
+    "TRANSACTION_ROLLBACK_TYPE",
+    "TRANSACTION_TYPE_MASK",
+    "BatchItem",
+    "DispatchRequest",
+    "DispatchStatus",
+    "MessageDecodeError",
+    "MessageEncodeError",
+    "MessageExt",
+    "MessageInner",
+    "PropertiesSizeExceededError",
+    "UniqKeyGenerator",
+    "body_crc",
+    "check_record",
+    "create_offset_msg_id",
+    "decode_batch_body",
+    "decode_offset_msg_id",
+    "decode_properties",
+    "decode_record",
+    "decode_records",
+    "decode_uniq_key",
+    "encode_batch_body",
+    "encode_blank",
+    "encode_properties",
+    "encode_record",
+    "encode_record_template",
+    "iter_records",
+    "java_string_hash",
+    "month_start_ms",
+    "patch_record",
+    "store_timestamp_pos",
+    "tags_code",
+]
+
+# --- magic codes --------------------------------------------------------------------------
+MESSAGE_MAGIC_CODE = 0xDAA320A7
+"""V1 record magic (Java int -626843481); the only one trimq writes."""
+MESSAGE_MAGIC_CODE_V2 = 0xDAA320AB
+"""5.x record magic (2-byte topic length); decoded by `decode_record`, never written."""
+BLANK_MAGIC_CODE = 0xCBD43194
+"""End-of-file padding record magic (Java int -875286124)."""
+
+# --- sys flags ----------------------------------------------------------------------------
+COMPRESSED_FLAG = 0x1
+MULTI_TAGS_FLAG = 0x2
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+TRANSACTION_TYPE_MASK = 0xC
+BORNHOST_V6_FLAG = 0x10
+STOREHOSTADDRESS_V6_FLAG = 0x20
+NEED_UNWRAP_FLAG = 0x40
+INNER_BATCH_FLAG = 0x80
+COMPRESSION_TYPE_MASK = 0x700
+COMPRESSION_LZ4 = 0x100
+COMPRESSION_ZSTD = 0x200
+COMPRESSION_ZLIB = 0x300
+
+# --- property names -----------------------------------------------------------------------
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_WAIT = PROPERTY_WAIT_STORE_MSG_OK
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_DELAY = PROPERTY_DELAY_TIME_LEVEL
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_REAL_QID = PROPERTY_REAL_QUEUE_ID
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+PROPERTY_MIN_OFFSET = "MIN_OFFSET"
+PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+PROPERTY_BUYER_ID = "BUYER_ID"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_TRANSFER_FLAG = "TRANSFER_FLAG"
+PROPERTY_CORRECTION_FLAG = "CORRECTION_FLAG"
+PROPERTY_MQ2_FLAG = "MQ2_FLAG"
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+PROPERTY_MSG_REGION = "MSG_REGION"
+PROPERTY_TRACE_SWITCH = "TRACE_ON"
+PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
+PROPERTY_UNIQ_KEY = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+PROPERTY_CONSUME_START_TIMESTAMP = "CONSUME_START_TIME"
+PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+PROPERTY_INSTANCE_ID = "INSTANCE_ID"
+PROPERTY_CORRELATION_ID = "CORRELATION_ID"
+PROPERTY_MESSAGE_REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
+PROPERTY_MESSAGE_TTL = "TTL"
+PROPERTY_REPLY_MESSAGE_ARRIVE_TIME = "ARRIVE_TIME"
+PROPERTY_PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
+PROPERTY_CLUSTER = "CLUSTER"
+PROPERTY_MESSAGE_TYPE = "MSG_TYPE"
+PROPERTY_INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
+PROPERTY_INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
+PROPERTY_START_DELIVER_TIME = "__STARTDELIVERTIME"
+
+KEY_SEPARATOR = " "
+
+# --- layout -------------------------------------------------------------------------------
+TOTAL_SIZE_POS = 0
+MAGIC_CODE_POS = 4
+BODY_CRC_POS = 8
+QUEUE_ID_POS = 12
+FLAG_POS = 16
+QUEUE_OFFSET_POS = 20
+PHYSICAL_OFFSET_POS = 28
+SYSFLAG_POS = 36
+BORN_TIMESTAMP_POS = 40
+BORN_HOST_POS = 48
+STORE_TIMESTAMP_POS_V4 = 56
+"""Store timestamp position when the born host is IPv4."""
+STORE_TIMESTAMP_POS_V6 = 68
+"""Store timestamp position when the born host is IPv6 (sys flag 0x10)."""
+
+MIN_RECORD_SIZE = 91
+"""Size of a record with IPv4 hosts and empty body, topic and properties."""
+MAX_TOPIC_SIZE = 127
+MAX_PROPERTIES_SIZE = 32767
+DEFAULT_MAX_RECORD_SIZE = 64 * 1024 * 1024
+"""Default sanity bound for `check_record` (the store passes its own limit)."""
+BLANK_RECORD_SIZE = 8
+
+# Fixed part up to and including the body length, one Struct per host width combination.
+# Fields: total, magic, crc, queue_id, flag, queue_offset, phy_offset, sys_flag, born_ts,
+# born_ip, born_port, store_ts, store_ip, store_port, reconsume, prepared_offset, body_len.
+_FIXED: dict[int, struct.Struct] = {
+    0: struct.Struct(">iIiiiqqiq4siq4siiqi"),
+    BORNHOST_V6_FLAG: struct.Struct(">iIiiiqqiq16siq4siiqi"),
+    STOREHOSTADDRESS_V6_FLAG: struct.Struct(">iIiiiqqiq4siq16siiqi"),
+    BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG: struct.Struct(">iIiiiqqiq16siq16siiqi"),
+}
+_FIXED_V4 = _FIXED[0]
+_HOST_MASK = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
+_HEAD8 = struct.Struct(">iI")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_I16 = struct.Struct(">h")
+_U16 = struct.Struct(">H")
+_I64 = struct.Struct(">q")
+_U8 = struct.Struct(">B")
+_PATCH_V4 = struct.Struct(">qq")  # queue offset, physical offset (contiguous at 20)
+
+
+class MessageDecodeError(ValueError):
+    """Bytes that are not a valid record / batch body / message id."""
+
+
+class MessageEncodeError(ValueError):
+    """A message that cannot be laid out as a V1 record (topic or properties too long...)."""
+
+
+class PropertiesSizeExceededError(MessageEncodeError):
+    """The encoded properties are longer than 32767 bytes (PROPERTIES_SIZE_EXCEEDED)."""
+
+
+# --- properties -----------------------------------------------------------------------------
+def encode_properties(properties: Mapping[str, str]) -> str:
+    """Encode properties as RocketMQ's ``name\\x01value`` entries joined by ``\\x02``.
+
+    Args:
+        properties: property names to values; ``None`` values are skipped as Java does.
+
+    Returns:
+        The properties string (no trailing separator).
+    """
+    return PROPERTY_SEPARATOR.join(
+        [f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in properties.items() if v is not None]
+    )
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    """Parse a properties string with RocketMQ's rules.
+
+    A ``\\x02``-separated segment is kept only if it has at least 3 characters and its first
+    ``\\x01`` is neither its first nor its last character; that ``\\x01`` splits name and value.
+
+    Args:
+        text: the properties string.
+
+    Returns:
+        The properties as a dict (a later duplicate name wins).
+    """
+    result: dict[str, str] = {}
+    if not text:
+        return result
+    for seg in text.split(PROPERTY_SEPARATOR):
+        if len(seg) >= 3:
+            i = seg.find(NAME_VALUE_SEPARATOR)
+            if 0 < i < len(seg) - 1:
+                result[seg[:i]] = seg[i + 1 :]
+    return result
+
+
+def _decode_properties_bytes(raw: bytes) -> dict[str, str]:
+    try:
+        return decode_properties(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise MessageDecodeError(f"properties are not UTF-8: {exc}") from None
+
+
+# --- hashes -------------------------------------------------------------------------------
+def java_string_hash(s: str) -> int:
+    """Java's ``String.hashCode()``: ``h = 31*h + c`` over UTF-16 code units, as an int32.
+
+    Characters outside the BMP count as two code units (a surrogate pair), as in Java.
+
+    Args:
+        s: the string.
+
+    Returns:
+        The signed 32-bit hash.
+    """
+    h = 0
+    if s.isascii():
+        for c in s.encode("ascii"):
+            h = (31 * h + c) & 0xFFFFFFFF
+    else:
+        data = s.encode("utf-16-be", "surrogatepass")
+        for (c,) in _U16.iter_unpack(data):
+            h = (31 * h + c) & 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+@functools.lru_cache(maxsize=4096)
+def _tags_code_cached(tags: str) -> int:
+    return java_string_hash(tags)
+
+
+def tags_code(tags: str | None) -> int:
+    """The consume-queue tags code of a TAGS value: its Java hash, or 0 without tags."""
+    if not tags:
+        return 0
+    return _tags_code_cached(tags)
+
+
+def body_crc(body: bytes | bytearray | memoryview) -> int:
+    """RocketMQ's body CRC: ``crc32(body) & 0x7FFFFFFF``."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+# --- hosts --------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=1024)
+def _pack_ip(ip: str) -> bytes:
+    try:
+        if ":" in ip:
+            return socket.inet_pton(socket.AF_INET6, ip)
+        return socket.inet_pton(socket.AF_INET, ip)
+    except OSError:
+        raise MessageEncodeError(f"not an IP address: {ip!r}") from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _unpack_ip(raw: bytes) -> str:
+    if len(raw) == 4:
+        return socket.inet_ntop(socket.AF_INET, raw)
+    return socket.inet_ntop(socket.AF_INET6, raw)
+
+
+# --- MessageInner / encode -------------------------------------------------------------------
+class MessageInner:
+    """A message the broker asks the store to append.
+
+    ``properties_string`` caches the encoded properties; set it to ``None`` after changing
+    ``properties`` (or set it directly, e.g. to the string the producer sent). ``tags_code``
+    is what the consume queue stores; it defaults to the Java hash of the TAGS property (the
+    broker sets the delivery time instead for SCHEDULE_TOPIC_XXXX). Host IPv6-ness is taken
+    from the addresses: `encode_record` sets or clears sys flags 0x10/0x20 accordingly.
+    """
+
+    __slots__ = (
+        "body",
+        "born_host",
+        "born_timestamp",
+        "flag",
+        "prepared_transaction_offset",
+        "properties",
+        "properties_string",
+        "queue_id",
+        "reconsume_times",
+        "store_host",
+        "sys_flag",
+        "tags_code",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        queue_id: int = 0,
+        flag: int = 0,
+        properties: dict[str, str] | None = None,
+        properties_string: str | None = None,
+        sys_flag: int = 0,
+        born_timestamp: int = 0,
+        born_host: tuple[str, int] = ("127.0.0.1", 0),
+        store_host: tuple[str, int] = ("127.0.0.1", 0),
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+        tags_code: int | None = None,
+    ) -> None:
+        if properties is None:
+            properties = decode_properties(properties_string) if properties_string else {}
+        self.topic = topic
+        self.body = body
+        self.queue_id = queue_id
+        self.flag = flag
+        self.properties = properties
+        self.properties_string = properties_string
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.store_host = store_host
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.tags_code = (
+            tags_code if tags_code is not None else _tags_of(properties.get(PROPERTY_TAGS))
+        )
+
+    @property
+    def tags(self) -> str | None:
+        """The TAGS property."""
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        """The KEYS property (space separated)."""
+        return self.properties.get(PROPERTY_KEYS)
+
+    @property
+    def uniq_key(self) -> str | None:
+        """The UNIQ_KEY property (the client-side message id)."""
+        return self.properties.get(PROPERTY_UNIQ_KEY)
+
+    def encoded_properties(self) -> str:
+        """The properties string, computed once and cached in ``properties_string``."""
+        s = self.properties_string
+        if s is None:
+            s = self.properties_string = encode_properties(self.properties)
+        return s
+
+    def __repr__(self) -> str:
+        return (
+            f"MessageInner(topic={self.topic!r}, queue_id={self.queue_id}, "
+            f"body_len={len(self.body)}, properties={self.properties!r})"
+        )
+
+
+def _tags_of(tags: str | None) -> int:
+    return tags_code(tags)
+
+
+def store_timestamp_pos(sys_flag: int) -> int:
+    """Position of STORETIMESTAMP in a record with this sys flag (56, or 68 for a v6 born host)."""
+    return STORE_TIMESTAMP_POS_V6 if sys_flag & BORNHOST_V6_FLAG else STORE_TIMESTAMP_POS_V4
+
+
+def encode_record_template(msg: MessageInner) -> bytearray:
+    """Encode `msg` with queue offset, physical offset and store timestamp left at 0.
+
+    Fill them in with `patch_record` (which is all `encode_record` adds); this lets the store
+    do the expensive part (CRC, properties, copying) before taking its append position.
+
+    Raises:
+        MessageEncodeError: topic longer than 127 bytes or a bad host address.
+        PropertiesSizeExceededError: properties longer than 32767 bytes.
+    """
+    topic_b = msg.topic.encode("utf-8")
+    if len(topic_b) > MAX_TOPIC_SIZE:
+        raise MessageEncodeError(f"topic is {len(topic_b)} bytes, V1 records allow 127")
+    props_b = msg.encoded_properties().encode("utf-8")
+    if len(props_b) > MAX_PROPERTIES_SIZE:
+        raise PropertiesSizeExceededError(
+            f"properties are {len(props_b)} bytes, the limit is {MAX_PROPERTIES_SIZE}"
+        )
+    body = msg.body
+    born_ip, born_port = msg.born_host
+    store_ip, store_port = msg.store_host
+    born_raw = _pack_ip(born_ip)
+    store_raw = _pack_ip(store_ip)
+    sys_flag = msg.sys_flag & ~_HOST_MASK
+    if len(born_raw) == 16:
+        sys_flag |= BORNHOST_V6_FLAG
+    if len(store_raw) == 16:
+        sys_flag |= STOREHOSTADDRESS_V6_FLAG
+    fixed = _FIXED[sys_flag & _HOST_MASK]
+    body_len = len(body)
+    pos = fixed.size
+    total = pos + body_len + 1 + len(topic_b) + 2 + len(props_b)
+    buf = bytearray(total)
+    try:
+        fixed.pack_into(
+            buf,
+            0,
+            total,
+            MESSAGE_MAGIC_CODE,
+            zlib.crc32(body) & 0x7FFFFFFF,
+            msg.queue_id,
+            msg.flag,
+            0,
+            0,
+            sys_flag,
+            msg.born_timestamp,
+            born_raw,
+            born_port,
+            0,
+            store_raw,
+            store_port,
+            msg.reconsume_times,
+            msg.prepared_transaction_offset,
+            body_len,
+        )
+    except struct.error as exc:
+        raise MessageEncodeError(f"field out of range: {exc}") from None
+    end = pos + body_len
+    buf[pos:end] = body
+    buf[end] = len(topic_b)
+    end += 1
+    buf[end : end + len(topic_b)] = topic_b
+    end += len(topic_b)
+    _I16.pack_into(buf, end, len(props_b))
+    buf[end + 2 :] = props_b
+    return buf
+
+
+def patch_record(
+    buf: bytearray | memoryview,
+    pos: int,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp: int,
+) -> None:
+    """Write queue offset, physical offset and store timestamp into an encoded record.
+
+    Args:
+        buf: a writable buffer holding the record at `pos` (a template, or the mapped file).
+        pos: where the record starts in `buf`.
+        queue_offset: the consume-queue index.
+        physical_offset: the commitlog byte offset of the record.
+        store_timestamp: ms.
+    """
+    _PATCH_V4.pack_into(buf, pos + QUEUE_OFFSET_POS, queue_offset, physical_offset)
+    (sys_flag,) = _I32.unpack_from(buf, pos + SYSFLAG_POS)
+    _I64.pack_into(buf, pos + store_timestamp_pos(sys_flag), store_timestamp)
+
+
+def encode_record(
+    msg: MessageInner, queue_offset: int, physical_offset: int, store_timestamp: int
+) -> bytearray:
+    """Encode `msg` as a V1 commitlog record.
+
+    Args:
+        msg: the message.
+        queue_offset: its consume-queue index.
+        physical_offset: its commitlog byte offset.
+        store_timestamp: ms.
+
+    Returns:
+        The record bytes (TOTALSIZE = ``len(result)``).
+
+    Raises:
+        MessageEncodeError: topic longer than 127 bytes or a bad host address.
+        PropertiesSizeExceededError: properties longer than 32767 bytes.
+    """
+    buf = encode_record_template(msg)
+    patch_record(buf, 0, queue_offset, physical_offset, store_timestamp)
+    return buf
+
+
+def encode_blank(remaining: int) -> bytes:
+    """The end-of-file blank record: ``[int32 remaining][BLANK_MAGIC_CODE]`` (8 bytes)."""
+    return _HEAD8.pack(remaining, BLANK_MAGIC_CODE)
+
+
+# --- message ids --------------------------------------------------------------------------
+@functools.lru_cache(maxsize=256)
+def _host_hex(ip: str, port: int) -> str:
+    return (_pack_ip(ip) + _U32.pack(port & 0xFFFFFFFF)).hex().upper()
+
+
+def create_offset_msg_id(store_host: tuple[str, int], phy_offset: int) -> str:
+    """The offset message id: store IP + port int32 + commitlog offset int64, uppercase hex.
+
+    Returns:
+        32 hex characters for an IPv4 host, 56 for IPv6.
+    """
+    return f"{_host_hex(store_host[0], store_host[1])}{phy_offset & 0xFFFFFFFFFFFFFFFF:016X}"
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:
+    """Split an offset message id into ``((ip, port), commitlog offset)``.
+
+    Raises:
+        MessageDecodeError: not 32 or 56 hex characters.
+    """
+    if len(msg_id) not in (32, 56):
+        raise MessageDecodeError(f"offset message id must be 32 or 56 hex chars: {msg_id!r}")
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raise MessageDecodeError(f"offset message id is not hex: {msg_id!r}") from None
+    ip_len = len(raw) - 12
+    ip = _unpack_ip(raw[:ip_len])
+    (port,) = _I32.unpack_from(raw, ip_len)
+    (offset,) = _I64.unpack_from(raw, ip_len + 4)
+    return (ip, port), offset
+
+
+# --- MessageExt / decode ---------------------------------------------------------------------
+class MessageExt:
+    """A decoded record. Properties, hosts and the message id are decoded on first access.
+
+    ``body`` is the stored body (still compressed when sys flag 0x1 is set: see
+    `decompressed_body`), or ``None`` when decoded with ``read_body=False``.
+    """
+
+    __slots__ = (
+        "_born_ip",
+        "_msg_id",
+        "_properties",
+        "_properties_raw",
+        "_store_ip",
+        "body",
+        "body_crc",
+        "born_port",
+        "born_timestamp",
+        "commit_log_offset",
+        "flag",
+        "prepared_transaction_offset",
+        "queue_id",
+        "queue_offset",
+        "reconsume_times",
+        "store_port",
+        "store_size",
+        "store_timestamp",
+        "sys_flag",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        store_size: int,
+        body_crc: int,
+        queue_id: int,
+        flag: int,
+        queue_offset: int,
+        commit_log_offset: int,
+        sys_flag: int,
+        born_timestamp: int,
+        born_ip: bytes,
+        born_port: int,
+        store_timestamp: int,
+        store_ip: bytes,
+        store_port: int,
+        reconsume_times: int,
+        prepared_transaction_offset: int,
+        body: bytes | None,
+        topic: str,
+        properties_raw: bytes,
+    ) -> None:
+        self.store_size = store_size
+        self.body_crc = body_crc
+        self.queue_id = queue_id
+        self.flag = flag
+        self.queue_offset = queue_offset
+        self.commit_log_offset = commit_log_offset
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self._born_ip = born_ip
+        self.born_port = born_port
+        self.store_timestamp = store_timestamp
+        self._store_ip = store_ip
+        self.store_port = store_port
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.body = body
+        self.topic = topic
+        self._properties_raw = properties_raw
+        self._properties: dict[str, str] | None = None
+        self._msg_id: str | None = None
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """The properties dict (parsed once; changes to it are kept on this object).
+
+        Raises:
+            MessageDecodeError: the stored properties are not UTF-8.
+        """
+        p = self._properties
+        if p is None:
+            p = self._properties = _decode_properties_bytes(self._properties_raw)
+        return p
+
+    @property
+    def properties_string(self) -> str:
+        """The properties as encoded (re-encoded if `properties` was changed)."""
+        if self._properties is not None:
+            return encode_properties(self._properties)
+        return self._properties_raw.decode("utf-8", "replace")
+
+    @property
+    def born_host(self) -> tuple[str, int]:
+        """``(ip, port)`` of the producer."""
+        return _unpack_ip(self._born_ip), self.born_port
+
+    @property
+    def store_host(self) -> tuple[str, int]:
+        """``(ip, port)`` of the broker that stored the record."""
+        return _unpack_ip(self._store_ip), self.store_port
+
+    @property
+    def msg_id(self) -> str:
+        """The offset message id (store host + commitlog offset)."""
+        m = self._msg_id
+        if m is None:
+            m = self._msg_id = (
+                self._store_ip + _U32.pack(self.store_port & 0xFFFFFFFF)
+            ).hex().upper() + f"{self.commit_log_offset & 0xFFFFFFFFFFFFFFFF:016X}"
+        return m
+
+    @property
+    def tags(self) -> str | None:
+        """The TAGS property."""
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        """The KEYS property (space separated)."""
+        return self.properties.get(PROPERTY_KEYS)
+
+    @property
+    def uniq_key(self) -> str | None:
+        """The UNIQ_KEY property (client-side message id), if present."""
+        return self.properties.get(PROPERTY_UNIQ_KEY)
+
+    def decompressed_body(self, max_size: int = DEFAULT_MAX_RECORD_SIZE) -> bytes | None:
+        """The body, inflated when sys flag 0x1 (COMPRESSED) is set.
+
+        Compression type bits 0x700: 0 (4.9.0-4.9.3 clients) or 0x300 mean zlib.
+
+        Args:
+            max_size: refuse to inflate beyond this many bytes.
+
+        Raises:
+            MessageDecodeError: LZ4/ZSTD bodies (not supported), corrupt data or too large.
+        """
+        body = self.body
+        if body is None or not self.sys_flag & COMPRESSED_FLAG:
+            return body
+        ctype = self.sys_flag & COMPRESSION_TYPE_MASK
+        if ctype not in (0, COMPRESSION_ZLIB):
+            name = {COMPRESSION_LZ4: "LZ4", COMPRESSION_ZSTD: "ZSTD"}.get(ctype, hex(ctype))
+            raise MessageDecodeError(f"{name} compressed bodies are not supported (zlib only)")
+        d = zlib.decompressobj()
+        try:
+            out = d.decompress(body, max_size)
+        except zlib.error as exc:
+            raise MessageDecodeError(f"corrupt zlib body: {exc}") from None
+        if d.unconsumed_tail:
+            raise MessageDecodeError(f"decompressed body exceeds {max_size} bytes")
+        return out
+
+    def to_inner(self) -> MessageInner:
+        """A `MessageInner` with this record's fields (for re-storing, e.g. retries)."""
+        return MessageInner(
+            self.topic,
+            self.body if self.body is not None else b"",
+            queue_id=self.queue_id,
+            flag=self.flag,
+            properties=dict(self.properties),
+            sys_flag=self.sys_flag,
+            born_timestamp=self.born_timestamp,
+            born_host=self.born_host,
+            store_host=self.store_host,
+            reconsume_times=self.reconsume_times,
+            prepared_transaction_offset=self.prepared_transaction_offset,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, "
+            f"queue_offset={self.queue_offset}, commit_log_offset={self.commit_log_offset}, "
+            f"store_size={self.store_size}, properties={self.properties!r})"
+        )
+
+
+Buffer = bytes | bytearray | memoryview
+
+
+def _decode_one(
+    buf: Buffer, offset: int, end: int, read_body: bool, check_crc: bool
+) -> tuple[MessageExt, int]:
+    """Decode the record at `offset` of `buf[:end]`; returns it and the next offset."""
+    if offset < 0 or end - offset < MIN_RECORD_SIZE:
+        raise MessageDecodeError(f"truncated record at {offset}: {max(end - offset, 0)} bytes")
+    fields = _FIXED_V4.unpack_from(buf, offset)
+    sys_flag = fields[7]
+    if sys_flag & _HOST_MASK:
+        fixed = _FIXED[sys_flag & _HOST_MASK]
+        if end - offset < fixed.size + 3:
+            raise MessageDecodeError(f"truncated record at {offset}")
+        fields = fixed.unpack_from(buf, offset)
+        pos = offset + fixed.size
+    else:
+        pos = offset + 88
+    (
+        total,
+        magic,
+        crc,
+        queue_id,
+        flag,
+        queue_offset,
+        phy_offset,
+        _,
+        born_ts,
+        born_ip,
+        born_port,
+        store_ts,
+        store_ip,
+        store_port,
+        reconsume,
+        prepared,
+        body_len,
+    ) = fields
+    rec_end = offset + total
+    if total < MIN_RECORD_SIZE or rec_end > end:
+        raise MessageDecodeError(f"record at {offset}: bad total size {total}")
+    if body_len < 0 or pos + body_len + 3 > rec_end:
+        raise MessageDecodeError(f"record at {offset}: bad body length {body_len}")
+    body_end = pos + body_len
+    if check_crc and zlib.crc32(buf[pos:body_end]) & 0x7FFFFFFF != crc:
+        raise MessageDecodeError(f"record at {offset}: body CRC mismatch")
+    body = bytes(buf[pos:body_end]) if read_body else None
+    pos = body_end
+    if magic == MESSAGE_MAGIC_CODE:
+        topic_len = buf[pos]
+        pos += 1
+    elif magic == MESSAGE_MAGIC_CODE_V2:
+        (topic_len,) = _U16.unpack_from(buf, pos)
+        pos += 2
+    else:
+        raise MessageDecodeError(f"record at {offset}: bad magic code {magic:#010x}")
+    topic_end = pos + topic_len
+    if topic_end + 2 > rec_end:
+        raise MessageDecodeError(f"record at {offset}: bad topic length {topic_len}")
+    try:
+        topic = str(buf[pos:topic_end], "utf-8")
+    except UnicodeDecodeError:
+        raise MessageDecodeError(f"record at {offset}: topic is not UTF-8") from None
+    (props_len,) = _I16.unpack_from(buf, topic_end)
+    pos = topic_end + 2
+    if props_len < 0 or pos + props_len != rec_end:
+        raise MessageDecodeError(
+            f"record at {offset}: properties length {props_len} does not match total {total}"
+        )
+    msg = MessageExt(
+        total,
+        crc,
+        queue_id,
+        flag,
+        queue_offset,
+        phy_offset,
+        sys_flag,
+        born_ts,
+        born_ip,
+        born_port,
+        store_ts,
+        store_ip,
+        store_port,
+        reconsume,
+        prepared,
+        body,
+        topic,
+        bytes(buf[pos:rec_end]),
+    )
+    return msg, rec_end
+
+
+def decode_record(
+    buf: Buffer, offset: int = 0, *, read_body: bool = True, check_crc: bool = False
+) -> MessageExt:
+    """Decode one record (V1, or 5.x V2) starting at `offset`.
+
+    Args:
+        buf: bytes, bytearray or memoryview (e.g. of a mapped file).
+        offset: where the record starts.
+        read_body: copy the body (else ``MessageExt.body`` is ``None``).
+        check_crc: verify the body CRC.
+
+    Raises:
+        MessageDecodeError: truncated or malformed bytes, a blank record or a CRC mismatch.
+    """
+    try:
+        return _decode_one(buf, offset, len(buf), read_body, check_crc)[0]
+    except (struct.error, IndexError, TypeError) as exc:
+        raise MessageDecodeError(f"malformed record at {offset}: {exc}") from None
+
+
+def iter_records(
+    buf: Buffer, *, read_body: bool = True, check_crc: bool = False
+) -> Iterator[MessageExt]:
+    """Yield the records of a buffer of consecutive records (a pull / query body).
+
+    Raises:
+        MessageDecodeError: when the bytes stop being a valid record (after yielding the
+            good ones before it).
+    """
+    if isinstance(buf, memoryview) and not buf.c_contiguous:
+        buf = buf.tobytes()
+    end = len(buf)
+    offset = 0
+    try:
+        while offset < end:
+            msg, offset = _decode_one(buf, offset, end, read_body, check_crc)
+            yield msg
+    except (struct.error, IndexError, TypeError) as exc:
+        raise MessageDecodeError(f"malformed record at {offset}: {exc}") from None
+
+
+def decode_records(
+    buf: Buffer, *, read_body: bool = True, check_crc: bool = False
+) -> list[MessageExt]:
+    """Decode all records of a pull body.
+
+    Raises:
+        MessageDecodeError: truncated or malformed bytes anywhere in `buf`.
+    """
+    return list(iter_records(buf, read_body=read_body, check_crc=check_crc))
+
+
+# --- check_record (recovery / dispatch) --------------------------------------------------------
+class DispatchStatus(enum.IntEnum):
+    """Result of `check_record`."""
+
+    OK = 0
+    """A valid message record; `DispatchRequest.size` is its length."""
+    BLANK = 1
+    """The end-of-file padding record; `size` is the padding length: go to the next file."""
+    END = 2
+    """No record here: end of the buffer or a zeroed header."""
+    INVALID = 3
+    """Garbage or a torn write: recovery stops here."""
+
+
+class DispatchRequest(NamedTuple):
+    """What recovery and the dispatcher need to know about one record."""
+
+    status: DispatchStatus
+    size: int = 0
+    topic: str = ""
+    queue_id: int = 0
+    queue_offset: int = 0
+    commit_log_offset: int = 0
+    tags_code: int = 0
+    store_timestamp: int = 0
+    sys_flag: int = 0
+    keys: str = ""
+    uniq_key: str | None = None
+    prepared_transaction_offset: int = 0
+    properties: dict[str, str] | None = None
+    born_timestamp: int = 0
+    body_crc: int = 0
+
+
+_END = DispatchRequest(DispatchStatus.END)
+_INVALID = DispatchRequest(DispatchStatus.INVALID)
+
+
+def check_record(
+    buf: Buffer,
+    offset: int = 0,
+    *,
+    check_crc: bool = True,
+    max_size: int = DEFAULT_MAX_RECORD_SIZE,
+) -> DispatchRequest:
+    """Validate the record at `offset` and extract what the consume queue and index need.
+
+    Never raises. It checks the magic code, that TOTALSIZE is within ``[91, max_size]`` and
+    within `buf`, that the body / topic / properties lengths add up exactly to TOTALSIZE,
+    that topic and properties are UTF-8 and, with `check_crc`, the body CRC.
+
+    ``tags_code`` is the Java hash of TAGS (0 without); for SCHEDULE_TOPIC_XXXX the broker's
+    delivery time must be computed by the caller from ``properties`` and ``store_timestamp``.
+
+    Args:
+        buf: the file contents (bytes / bytearray / memoryview of a mapped file).
+        offset: where to look.
+        check_crc: verify the body CRC (recovery does; the dispatcher of fresh appends needn't).
+        max_size: the largest acceptable record.
+
+    Returns:
+        A `DispatchRequest` whose status is OK, BLANK (padding of ``size`` bytes), END (no
+        bytes left, or a zeroed header) or INVALID.
+    """
+    try:
+        return _check(buf, offset, check_crc, max_size)
+    except Exception:  # never raise: any surprise means the bytes are not a record
+        return _INVALID
+
+
+def _check(buf: Buffer, offset: int, check_crc: bool, max_size: int) -> DispatchRequest:
+    end = len(buf)
+    avail = end - offset
+    if offset < 0:
+        return _INVALID
+    if avail <= 0:
+        return _END
+    if avail < 8:
+        return _END if not any(buf[offset:end]) else _INVALID
+    total, magic = _HEAD8.unpack_from(buf, offset)
+    if magic == BLANK_MAGIC_CODE:
+        if total < BLANK_RECORD_SIZE or total > avail:
+            return _INVALID
+        return DispatchRequest(DispatchStatus.BLANK, total)
+    if magic != MESSAGE_MAGIC_CODE:
+        if total == 0 and magic == 0:
+            return _END
+        return _INVALID
+    if total < MIN_RECORD_SIZE or total > max_size or total > avail:
+        return _INVALID
+    try:
+        msg, _ = _decode_one(buf, offset, offset + total, False, check_crc)
+        props = msg.properties
+    except MessageDecodeError:
+        return _INVALID
+    return DispatchRequest(
+        DispatchStatus.OK,
+        total,
+        msg.topic,
+        msg.queue_id,
+        msg.queue_offset,
+        msg.commit_log_offset,
+        tags_code(props.get(PROPERTY_TAGS)),
+        msg.store_timestamp,
+        msg.sys_flag,
+        props.get(PROPERTY_KEYS, ""),
+        props.get(PROPERTY_UNIQ_KEY),
+        msg.prepared_transaction_offset,
+        props,
+        msg.born_timestamp,
+        msg.body_crc,
+    )
+
+
+# --- SEND_BATCH_MESSAGE body ---------------------------------------------------------------------
+class BatchItem(NamedTuple):
+    """One message of a SEND_BATCH_MESSAGE body."""
+
+    flag: int
+    body: bytes
+    properties: str
+
+
+_BATCH_HEAD = struct.Struct(">iiiii")  # total, magic (0), body crc (0), flag, body length
+
+
+def encode_batch_body(items: Iterable[BatchItem]) -> bytes:
+    """Encode messages as a SEND_BATCH_MESSAGE body (what a producer sends).
+
+    Each item is ``[int32 total][int32 0][int32 0][int32 flag][int32 bodyLen][body]
+    [int16 propsLen][props]``.
+
+    Raises:
+        PropertiesSizeExceededError: an item's properties exceed 32767 bytes.
+    """
+    parts: list[bytes] = []
+    for item in items:
+        props = item.properties.encode("utf-8")
+        if len(props) > MAX_PROPERTIES_SIZE:
+            raise PropertiesSizeExceededError(
+                f"properties are {len(props)} bytes, the limit is {MAX_PROPERTIES_SIZE}"
+            )
+        total = 22 + len(item.body) + len(props)
+        parts.append(_BATCH_HEAD.pack(total, 0, 0, item.flag, len(item.body)))
+        parts.append(item.body)
+        parts.append(_I16.pack(len(props)))
+        parts.append(props)
+    return b"".join(parts)
+
+
+def decode_batch_body(body: Buffer) -> list[BatchItem]:
+    """Split a SEND_BATCH_MESSAGE body into its messages.
+
+    Raises:
+        MessageDecodeError: truncated input, lengths that do not add up, or non-UTF-8
+            properties.
+    """
+    items: list[BatchItem] = []
+    end = len(body)
+    pos = 0
+    while pos < end:
+        if end - pos < 22:
+            raise MessageDecodeError(f"truncated batch item at {pos}")
+        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(body, pos)
+        if body_len < 0 or total != 22 + body_len + _props_len_at(body, pos, body_len, end):
+            raise MessageDecodeError(f"batch item at {pos}: lengths do not add up")
+        if pos + total > end:
+            raise MessageDecodeError(f"truncated batch item at {pos}")
+        b_start = pos + 20
+        b_end = b_start + body_len
+        p_start = b_end + 2
+        try:
+            props = str(body[p_start : pos + total], "utf-8")
+        except UnicodeDecodeError:
+            raise MessageDecodeError(f"batch item at {pos}: properties are not UTF-8") from None
+        items.append(BatchItem(flag, bytes(body[b_start:b_end]), props))
+        pos += total
+    return items
+
+
+def _props_len_at(body: Buffer, pos: int, body_len: int, end: int) -> int:
+    at = pos + 20 + body_len
+    if at + 2 > end:
+        raise MessageDecodeError(f"truncated batch item at {pos}")
+    (n,) = _I16.unpack_from(body, at)
+    if n < 0:
+        raise MessageDecodeError(f"batch item at {pos}: negative properties length")
+    return int(n)
+
+
+# --- UNIQ_KEY ---------------------------------------------------------------------------------
+def month_start_ms(now_ms: int) -> tuple[int, int]:
+    """(start of the current local month, start of the next one), in epoch ms."""
+    t = time.localtime(now_ms / 1000)
+    start = time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1))
+    year, month = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
+    nxt = time.mktime((year, month, 1, 0, 0, 0, 0, 0, -1))
+    return int(start * 1000), int(nxt * 1000)
+
+
+def _default_ip() -> bytes:
+    try:
+        return socket.inet_pton(socket.AF_INET, socket.gethostbyname(socket.gethostname()))
+    except OSError:
+        return b"\x7f\x00\x00\x01"
+
+
+class UniqKeyGenerator:
+    """Generates RocketMQ UNIQ_KEY message ids.
+
+    Layout: client IP (4 bytes, or 16 for IPv6) + pid int16 + random int32 (Java uses the
+    class loader's hash) + ms since the start of the current local month (low 32 bits) +
+    counter int16, as uppercase hex (32 or 56 chars). The fixed prefix is computed once.
+    Uniqueness: a (time, counter) pair is never reused by one generator; when the 65536
+    counter values of one millisecond are used up, the time field moves one ms ahead.
+    Thread safe.
+    """
+
+    __slots__ = (
+        "_count_in_t",
+        "_counter",
+        "_last_t",
+        "_lock",
+        "_month_end",
+        "_month_start",
+        "_prefix",
+    )
+
+    def __init__(self, ip: str | None = None, *, pid: int | None = None, seed: int | None = None):
+        """Args:
+        ip: the client's IP (default: the host name's address, else 127.0.0.1).
+        pid: process id (default ``os.getpid()``).
+        seed: the random int32 (default: random).
+        """
+        raw_ip = _pack_ip(ip) if ip is not None else _default_ip()
+        pid = os.getpid() if pid is None else pid
+        rnd = random.getrandbits(32) if seed is None else seed & 0xFFFFFFFF
+        self._prefix = (raw_ip + struct.pack(">HI", pid & 0xFFFF, rnd)).hex().upper()
+        self._lock = threading.Lock()
+        self._month_start, self._month_end = month_start_ms(int(time.time() * 1000))
+        self._last_t = -1
+        self._count_in_t = 0
+        self._counter = random.getrandbits(16)
+
+    @property
+    def prefix(self) -> str:
+        """The fixed hex prefix (IP, pid, random)."""
+        return self._prefix
+
+    def next(self) -> str:
+        """A new UNIQ_KEY."""
+        now = int(time.time() * 1000)
+        with self._lock:
+            if now >= self._month_end or now < self._month_start:
+                self._month_start, self._month_end = month_start_ms(now)
+                self._last_t = -1
+            t = now - self._month_start
+            if t > self._last_t:
+                self._last_t = t
+                self._count_in_t = 0
+            else:
+                t = self._last_t
+                if self._count_in_t >= 0x10000:
+                    t = self._last_t = t + 1
+                    self._count_in_t = 0
+            self._count_in_t += 1
+            c = self._counter
+            self._counter = (c + 1) & 0xFFFF
+        return f"{self._prefix}{t & 0xFFFFFFFF:08X}{c:04X}"
+
+
+def decode_uniq_key(key: str) -> tuple[str, int, int, int]:
+    """Split a UNIQ_KEY into ``(ip, pid, ms since month start, counter)``.
+
+    Raises:
+        MessageDecodeError: not 32 or 56 hex characters.
+    """
+    if len(key) not in (32, 56):
+        raise MessageDecodeError(f"UNIQ_KEY must be 32 or 56 hex chars: {key!r}")
+    try:
+        raw = bytes.fromhex(key)
+    except ValueError:
+        raise MessageDecodeError(f"UNIQ_KEY is not hex: {key!r}") from None
+    ip_len = len(raw) - 12
+    pid, _rnd, t, counter = struct.unpack_from(">HIIH", raw, ip_len)
+    return _unpack_ip(raw[:ip_len]), pid, t, counter
