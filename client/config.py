@@ -1,0 +1,90 @@
+"""Client options (one pydantic model, validated once when a client starts)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+def _default_client_ip() -> str:
+    """The address other hosts most likely reach us on (no packet is sent)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))
+            return str(s.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+
+
+class ClientConfig(BaseModel):
+    """Options shared by producers, consumers and the admin client.
+
+    Defaults are RocketMQ 4.x's (`ClientConfig`, `DefaultMQProducer`,
+    `DefaultMQPushConsumer`). Intervals are in milliseconds.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    namesrv_addr: str = Field(
+        default_factory=lambda: os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876"),
+        description="NameServer addresses separated by ';'",
+    )
+    instance_name: str = Field(default_factory=lambda: str(os.getpid()))
+    client_ip: str = Field(default_factory=_default_client_ip)
+    unit_name: str | None = None
+    serialize_type: Literal["msgpack", "json"] = "msgpack"
+    mq_client_api_timeout_ms: int = Field(default=3000, gt=0)
+
+    # producer
+    send_timeout_ms: int = Field(default=3000, gt=0)
+    retry_times_when_send_failed: int = Field(default=2, ge=0)
+    retry_times_when_send_async_failed: int = Field(default=2, ge=0)
+    compress_over: int = Field(default=4096, ge=0)
+    compress_level: int = Field(default=5, ge=0, le=9)
+    max_message_size: int = Field(default=4 * 1024 * 1024, gt=0)
+    default_topic_queue_nums: int = Field(default=4, gt=0)
+    create_topic_key: str = "TBW102"
+    auto_create_topic: bool = True
+    send_latency_fault_enable: bool = True
+
+    # timers
+    poll_name_server_interval_ms: int = Field(default=30_000, gt=0)
+    heartbeat_broker_interval_ms: int = Field(default=30_000, gt=0)
+    persist_consumer_offset_interval_ms: int = Field(default=5_000, gt=0)
+    rebalance_interval_ms: int = Field(default=20_000, gt=0)
+
+    # consumer
+    pull_batch_size: int = Field(default=32, gt=0, le=1024)
+    consume_message_batch_max_size: int = Field(default=1, gt=0, le=1024)
+    consume_concurrency: int = Field(default=20, gt=0)
+    pull_threshold_for_queue: int = Field(default=1000, gt=0)
+    pull_threshold_size_for_queue_mib: int = Field(default=100, gt=0)
+    consume_concurrently_max_span: int = Field(default=2000, gt=0)
+    broker_suspend_max_time_ms: int = Field(default=15_000, gt=0)
+    consumer_timeout_when_suspend_ms: int = Field(default=30_000, gt=0)
+    pull_time_delay_when_exception_ms: int = Field(default=3_000, ge=0)
+    pull_time_delay_when_flow_control_ms: int = Field(default=50, ge=0)
+    consume_timestamp: str | None = Field(
+        default=None, description="yyyyMMddHHmmss; default now - 30 min"
+    )
+    offset_store_dir: str = Field(
+        default_factory=lambda: os.path.join(os.path.expanduser("~"), ".trimq_offsets")
+    )
+
+    # lite pull consumer
+    lite_pull_batch_size: int = Field(default=10, gt=0)
+    lite_pull_poll_timeout_ms: int = Field(default=5_000, gt=0)
+
+    def namesrv_list(self) -> list[str]:
+        """The NameServer addresses, in order."""
+        return [a.strip() for a in self.namesrv_addr.replace(",", ";").split(";") if a.strip()]
+
+    def client_id(self) -> str:
+        """RocketMQ's client id: ip@instance[@unit]."""
+        cid = f"{self.client_ip}@{self.instance_name}"
+        if self.unit_name:
+            cid += f"@{self.unit_name}"
+        return cid

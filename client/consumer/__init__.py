@@ -1,0 +1,1 @@
+"""Consumers: push and lite pull, with their rebalance, process queues and offset stores."""

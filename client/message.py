@@ -1,0 +1,415 @@
+"""Messages as users build them, and as consumers receive them.
+
+Plain slotted classes: these are created once per message on the hot path, so
+no pydantic here. Property names and validation rules are RocketMQ 4.x's.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import NamedTuple
+
+from client.errors import MessageValidationError
+
+# Property names (RocketMQ MessageConst).
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
+PROPERTY_MIN_OFFSET = "MIN_OFFSET"
+PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+PROPERTY_CONSUME_START_TIMESTAMP = "CONSUME_START_TIME"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
+KEY_SEPARATOR = " "
+
+# Properties the system sets; user properties may not use these names.
+SYSTEM_PROPERTIES = frozenset(
+    {
+        PROPERTY_KEYS,
+        PROPERTY_TAGS,
+        PROPERTY_WAIT_STORE_MSG_OK,
+        PROPERTY_DELAY_TIME_LEVEL,
+        PROPERTY_RETRY_TOPIC,
+        PROPERTY_REAL_TOPIC,
+        PROPERTY_REAL_QUEUE_ID,
+        PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+        PROPERTY_MIN_OFFSET,
+        PROPERTY_MAX_OFFSET,
+        PROPERTY_RECONSUME_TIME,
+        PROPERTY_MAX_RECONSUME_TIMES,
+        PROPERTY_CONSUME_START_TIMESTAMP,
+        PROPERTY_TRANSACTION_PREPARED,
+        PROPERTY_PRODUCER_GROUP,
+        "ORIGIN_MESSAGE_ID",
+        "TRANSFER_FLAG",
+        "CORRECTION_FLAG",
+        "MQ2_FLAG",
+        "MSG_REGION",
+        "TRACE_ON",
+        "CLUSTER",
+        "BUYER_ID",
+        "TRAN_PREPARED_QUEUE_OFFSET",
+        "TRANSACTION_CHECK_TIMES",
+        "CHECK_IMMUNITY_TIME_IN_SECONDS",
+        "INSTANCE_ID",
+        "CORRELATION_ID",
+        "REPLY_TO_CLIENT",
+        "TTL",
+        "ARRIVE_TIME",
+        "PUSH_REPLY_TIME",
+        "MSG_TYPE",
+    }
+)
+
+# Sys flag bits (MessageSysFlag).
+COMPRESSED_FLAG = 0x1
+MULTI_TAGS_FLAG = 0x2
+COMPRESSION_TYPE_MASK = 0x700
+COMPRESSION_ZLIB = 0x300
+TRANSACTION_PREPARED_TYPE = 0x4
+
+DEFAULT_TOPIC = "TBW102"
+TOPIC_MAX_LENGTH = 127
+MAX_DELAY_LEVEL = 18
+_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+# Topics producers may not send to (the broker answers NO_PERMISSION).
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    {
+        "SCHEDULE_TOPIC_XXXX",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+    }
+)
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+
+
+class MessageQueue(NamedTuple):
+    """One queue of a topic on one broker; sorts by (topic, broker, queue id)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}@{self.broker_name}:{self.queue_id}"
+
+
+def check_topic(topic: str) -> None:
+    """Validate a topic name as RocketMQ's `Validators.checkTopic` does.
+
+    Raises:
+        MessageValidationError: the name is empty, too long, has characters
+            outside `[%|a-zA-Z0-9_-]`, or is the auto-create template.
+    """
+    if not topic or not topic.strip():
+        raise MessageValidationError("The specified topic is blank")
+    if len(topic) > TOPIC_MAX_LENGTH:
+        raise MessageValidationError(
+            f"The specified topic is longer than topic max length {TOPIC_MAX_LENGTH}"
+        )
+    if not _TOPIC_RE.match(topic):
+        raise MessageValidationError(
+            f"The specified topic[{topic}] contains illegal characters, "
+            "allowing only ^[%|a-zA-Z0-9_-]+$"
+        )
+    if topic == DEFAULT_TOPIC:
+        raise MessageValidationError(
+            f"The topic[{topic}] is conflict with AUTO_CREATE_TOPIC_KEY_TOPIC"
+        )
+
+
+def check_group(group: str) -> None:
+    """Validate a producer or consumer group name (same character rules as topics)."""
+    if not group or not group.strip():
+        raise MessageValidationError("The specified group is blank")
+    if len(group) > 255:
+        raise MessageValidationError("The specified group is longer than group max length 255")
+    if not _TOPIC_RE.match(group):
+        raise MessageValidationError(
+            f"The specified group[{group}] contains illegal characters, "
+            "allowing only ^[%|a-zA-Z0-9_-]+$"
+        )
+
+
+class Message:
+    """A message to send.
+
+    Args:
+        topic: the topic.
+        body: the payload (bytes; a str is encoded as UTF-8).
+        tags: one tag used for broker-side filtering.
+        keys: one key or several (space-separated on the wire), indexed by the broker.
+        flag: an application integer stored with the message.
+        delay_time_level: 1..18 for RocketMQ's delay levels (0 = none).
+        properties: user properties (names may not be system properties).
+        wait_store_msg_ok: ask the broker to answer only once stored (WAIT).
+    """
+
+    __slots__ = ("body", "flag", "properties", "topic")
+
+    def __init__(
+        self,
+        topic: str,
+        body: bytes | bytearray | memoryview | str = b"",
+        *,
+        tags: str | None = None,
+        keys: str | Iterable[str] | None = None,
+        flag: int = 0,
+        delay_time_level: int = 0,
+        properties: Mapping[str, str] | None = None,
+        wait_store_msg_ok: bool = True,
+    ) -> None:
+        self.topic = topic
+        self.body = body.encode() if isinstance(body, str) else bytes(body)
+        self.flag = flag
+        self.properties: dict[str, str] = {}
+        if properties:
+            for k, v in properties.items():
+                self.put_user_property(k, v)
+        if tags:
+            self.properties[PROPERTY_TAGS] = tags
+        if keys:
+            self.keys = keys if isinstance(keys, str) else KEY_SEPARATOR.join(keys)
+        if delay_time_level:
+            self.delay_time_level = delay_time_level
+        if not wait_store_msg_ok:
+            self.properties[PROPERTY_WAIT_STORE_MSG_OK] = "false"
+
+    # -- properties -----------------------------------------------------
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @tags.setter
+    def tags(self, value: str | None) -> None:
+        if value:
+            self.properties[PROPERTY_TAGS] = value
+        else:
+            self.properties.pop(PROPERTY_TAGS, None)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(PROPERTY_KEYS)
+
+    @keys.setter
+    def keys(self, value: str | Iterable[str] | None) -> None:
+        if value is None:
+            self.properties.pop(PROPERTY_KEYS, None)
+            return
+        joined = value if isinstance(value, str) else KEY_SEPARATOR.join(value)
+        if joined:
+            self.properties[PROPERTY_KEYS] = joined
+        else:
+            self.properties.pop(PROPERTY_KEYS, None)
+
+    @property
+    def key_list(self) -> list[str]:
+        keys = self.keys
+        return [k for k in keys.split(KEY_SEPARATOR) if k] if keys else []
+
+    @property
+    def delay_time_level(self) -> int:
+        v = self.properties.get(PROPERTY_DELAY_TIME_LEVEL)
+        return int(v) if v else 0
+
+    @delay_time_level.setter
+    def delay_time_level(self, level: int) -> None:
+        if level:
+            self.properties[PROPERTY_DELAY_TIME_LEVEL] = str(level)
+        else:
+            self.properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+
+    @property
+    def wait_store_msg_ok(self) -> bool:
+        return self.properties.get(PROPERTY_WAIT_STORE_MSG_OK, "true") != "false"
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+
+    def put_user_property(self, name: str, value: str) -> None:
+        """Set a user property.
+
+        Raises:
+            MessageValidationError: the name is empty or reserved by the system.
+        """
+        if not name or value is None:
+            raise MessageValidationError("The name or value of property can not be null or blank")
+        if name in SYSTEM_PROPERTIES:
+            raise MessageValidationError(
+                f"The Property<{name}> is used by system, input another please"
+            )
+        self.properties[name] = str(value)
+
+    def get_property(self, name: str) -> str | None:
+        return self.properties.get(name)
+
+    def user_properties(self) -> dict[str, str]:
+        return {k: v for k, v in self.properties.items() if k not in SYSTEM_PROPERTIES}
+
+    def __repr__(self) -> str:
+        return (
+            f"Message(topic={self.topic!r}, tags={self.tags!r}, keys={self.keys!r}, "
+            f"flag={self.flag}, body={len(self.body)}B)"
+        )
+
+
+def validate_message(msg: Message, max_message_size: int) -> None:
+    """Check a message before any network call (RocketMQ's `Validators.checkMessage`).
+
+    Raises:
+        MessageValidationError: bad topic, empty body, body over the limit,
+            system topic, or delay level out of range.
+    """
+    check_topic(msg.topic)
+    if msg.topic in NOT_ALLOWED_SEND_TOPICS:
+        raise MessageValidationError(f"Sending message to topic[{msg.topic}] is forbidden.")
+    if not msg.body:
+        raise MessageValidationError("the message body length is zero")
+    if len(msg.body) > max_message_size:
+        raise MessageValidationError(
+            f"the message body size over max value, MAX: {max_message_size}"
+        )
+    level = msg.properties.get(PROPERTY_DELAY_TIME_LEVEL)
+    if level is not None:
+        try:
+            lv = int(level)
+        except ValueError:
+            raise MessageValidationError(f"bad delay level {level!r}") from None
+        if lv < 0 or lv > MAX_DELAY_LEVEL:
+            raise MessageValidationError(f"delay level {lv} out of range 0..{MAX_DELAY_LEVEL}")
+
+
+def decompress_body(body: bytes, sys_flag: int) -> bytes:
+    """The body as the producer gave it (zlib when the COMPRESSED bit is set)."""
+    if not sys_flag & COMPRESSED_FLAG:
+        return body
+    ctype = sys_flag & COMPRESSION_TYPE_MASK
+    if ctype not in (0, COMPRESSION_ZLIB):
+        raise MessageValidationError(f"unsupported compression type 0x{ctype:x}")
+    return zlib.decompress(body)
+
+
+class MessageExt(Message):
+    """A message as a consumer receives it (RocketMQ's `MessageExt`).
+
+    `msg_id` is the producer's unique id (UNIQ_KEY) when present, else the
+    offset id; `offset_msg_id` is the broker's store-address-plus-offset id.
+    The body is already decompressed.
+    """
+
+    __slots__ = (
+        "born_host",
+        "born_timestamp",
+        "broker_name",
+        "commit_log_offset",
+        "offset_msg_id",
+        "prepared_transaction_offset",
+        "queue_id",
+        "queue_offset",
+        "reconsume_times",
+        "store_host",
+        "store_size",
+        "store_timestamp",
+        "sys_flag",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        properties: dict[str, str],
+        flag: int = 0,
+        queue_id: int = 0,
+        queue_offset: int = 0,
+        commit_log_offset: int = 0,
+        sys_flag: int = 0,
+        born_timestamp: int = 0,
+        born_host: str = "",
+        store_timestamp: int = 0,
+        store_host: str = "",
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+        store_size: int = 0,
+        offset_msg_id: str = "",
+        broker_name: str = "",
+    ) -> None:
+        # Built from decoded records: skip Message.__init__'s validation work.
+        self.topic = topic
+        self.body = body
+        self.flag = flag
+        self.properties = properties
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.commit_log_offset = commit_log_offset
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.store_timestamp = store_timestamp
+        self.store_host = store_host
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.store_size = store_size
+        self.offset_msg_id = offset_msg_id
+        self.broker_name = broker_name
+
+    @property
+    def msg_id(self) -> str:
+        return self.uniq_key or self.offset_msg_id
+
+    @property
+    def message_queue(self) -> MessageQueue:
+        return MessageQueue(self.topic, self.broker_name, self.queue_id)
+
+    def __repr__(self) -> str:
+        return (
+            f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, "
+            f"queue_offset={self.queue_offset}, msg_id={self.msg_id!r}, tags={self.tags!r}, "
+            f"body={len(self.body)}B)"
+        )
+
+
+class SendStatus(Enum):
+    """How the broker stored a sent message."""
+
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+@dataclass(slots=True, frozen=True)
+class SendResult:
+    """The outcome of a send.
+
+    Attributes:
+        status: the store status.
+        msg_id: the client's unique id (UNIQ_KEY; comma-joined for a batch).
+        offset_msg_id: the broker's offset id(s).
+        message_queue: the queue the message went to.
+        queue_offset: the message's (the batch's first) offset in the queue.
+    """
+
+    status: SendStatus
+    msg_id: str
+    offset_msg_id: str
+    message_queue: MessageQueue
+    queue_offset: int
+    transaction_id: str | None = None
