@@ -4,6 +4,8 @@ This package knows nothing of topics or storage.
 """
 
 from remoting._command import DEFAULT_VERSION, RemotingCommand
+from remoting._frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame
+from remoting._header_codec import decode_header, encode_header
 from remoting.codes import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,

@@ -1,0 +1,341 @@
+"""RemotingCommand header codecs: JSON (type 0), ROCKETMQ binary (type 1), msgpack (type 0x6D).
+
+Sans-IO and stateless. `encode_header(cmd)` writes the header in `cmd.serialize_type`;
+`decode_header(serialize_type, data)` reads one back into a RemotingCommand without a body.
+Every decode failure raises `FrameError`; an encode of values a codec cannot carry (for
+example a code outside int16 in the binary header) raises `ValueError`.
+
+The layouts are described in docs/protocol.md.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import msgpack  # type: ignore[import-untyped]
+
+from remoting._command import RemotingCommand
+from remoting.codes import LanguageCode, SerializeType
+from remoting.errors import FrameError
+
+__all__ = ["decode_header", "encode_header"]
+
+_JSON = int(SerializeType.JSON)
+_ROCKETMQ = int(SerializeType.ROCKETMQ)
+_MSGPACK = int(SerializeType.MSGPACK)
+
+# Language name <-> number. Unknown numbers and names become OTHER.
+_LANG_NAME: dict[int, str] = {int(m): m.name for m in LanguageCode}
+_LANG_BY_NAME: dict[str, int] = {m.name: int(m) for m in LanguageCode}
+_LANG_OTHER = int(LanguageCode.OTHER)
+_LANG_VALID = frozenset(_LANG_NAME)
+
+# What Java assumes when a JSON header leaves a field out.
+_DEFAULT_LANGUAGE = int(LanguageCode.JAVA)
+_DEFAULT_VERSION = 0
+
+# ---------------------------------------------------------------------------
+# JSON (type 0)
+# ---------------------------------------------------------------------------
+# fastjson writes RemotingCommand's bean properties alphabetically, leaving out
+# nulls. The fixed fields are formatted directly; only remark and extFields go
+# through the json encoder (C-accelerated, compact separators). Non-ASCII text is
+# written as \uXXXX escapes: valid JSON that fastjson reads, and faster to produce.
+_json_dumps: Callable[[Any], str] = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=True, check_circular=False
+).encode
+_json_loads = json.loads
+
+
+def _encode_json(cmd: RemotingCommand) -> bytes:
+    lang = _LANG_NAME.get(cmd.language, "OTHER")
+    parts = ['{"code":', str(int(cmd.code))]
+    ext = cmd.ext_fields
+    if ext is not None:
+        parts.append(',"extFields":')
+        parts.append(_json_dumps(ext))
+    parts.append(f',"flag":{int(cmd.flag)},"language":"{lang}","opaque":{int(cmd.opaque)}')
+    if cmd.remark is not None:
+        parts.append(',"remark":')
+        parts.append(_json_dumps(cmd.remark))
+    parts.append(f',"serializeTypeCurrentRPC":"JSON","version":{int(cmd.version)}}}')
+    return "".join(parts).encode("ascii")
+
+
+def _json_int(obj: dict[str, Any], key: str, default: int) -> int:
+    value = obj.get(key)
+    if value is None:
+        return default
+    if type(value) is not int:
+        raise FrameError(f"JSON header field {key!r} is not an integer: {value!r:.40}")
+    return value
+
+
+def _json_language(value: object) -> int:
+    if value is None:
+        return _DEFAULT_LANGUAGE
+    if type(value) is str:
+        return _LANG_BY_NAME.get(value, _LANG_OTHER)
+    if type(value) is int:
+        return value if value in _LANG_VALID else _LANG_OTHER
+    raise FrameError(f"JSON header field 'language' is neither a name nor a number: {value!r:.40}")
+
+
+def _check_ext_fields(ext: object, codec: str) -> dict[str, str] | None:
+    if ext is None:
+        return None
+    if type(ext) is not dict:
+        raise FrameError(f"{codec} header extFields is not a map")
+    for key, value in ext.items():
+        if type(value) is not str or type(key) is not str:
+            raise FrameError(f"{codec} header extFields entry {key!r:.40} is not string to string")
+    return ext
+
+
+def _decode_json(data: bytes) -> RemotingCommand:
+    try:
+        obj = _json_loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise FrameError(f"JSON header is not valid JSON: {exc}") from None
+    if type(obj) is not dict:
+        raise FrameError("JSON header is not an object")
+    remark = obj.get("remark")
+    if remark is not None and type(remark) is not str:
+        raise FrameError("JSON header field 'remark' is not a string")
+    return RemotingCommand(
+        _json_int(obj, "code", 0),
+        opaque=_json_int(obj, "opaque", 0),
+        flag=_json_int(obj, "flag", 0),
+        remark=remark,
+        ext_fields=_check_ext_fields(obj.get("extFields"), "JSON"),
+        language=_json_language(obj.get("language")),
+        version=_json_int(obj, "version", _DEFAULT_VERSION),
+        serialize_type=_JSON,
+    )
+
+
+# ---------------------------------------------------------------------------
+# ROCKETMQ binary (type 1)
+# ---------------------------------------------------------------------------
+# code int16, language byte, version int16, opaque int32, flag int32
+_FIXED = struct.Struct(">hBhii")
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_FIXED_SIZE = _FIXED.size  # 13
+_EMPTY_TAIL = b"\x00\x00\x00\x00\x00\x00\x00\x00"  # remark len 0, extFields len 0
+
+
+def _encode_rocketmq(cmd: RemotingCommand) -> bytes:
+    try:
+        fixed = _FIXED.pack(
+            cmd.code,
+            cmd.language if 0 <= cmd.language <= 255 else _LANG_OTHER,
+            cmd.version,
+            cmd.opaque,
+            cmd.flag,
+        )
+    except struct.error as exc:
+        raise ValueError(f"command does not fit the ROCKETMQ binary header: {exc}") from None
+    remark = cmd.remark
+    ext = cmd.ext_fields
+    if not remark and not ext:
+        return fixed + _EMPTY_TAIL
+    out = bytearray(fixed)
+    if remark:
+        rb = remark.encode("utf-8")
+        out += _I32.pack(len(rb))
+        out += rb
+    else:
+        out += b"\x00\x00\x00\x00"
+    if ext:
+        block = bytearray()
+        for key, value in ext.items():
+            kb = key.encode("utf-8")
+            vb = value.encode("utf-8")
+            if len(kb) > 0x7FFF:
+                raise ValueError(f"extFields key longer than 32767 bytes: {key[:40]!r}")
+            block += _I16.pack(len(kb))
+            block += kb
+            block += _I32.pack(len(vb))
+            block += vb
+        out += _I32.pack(len(block))
+        out += block
+    else:
+        out += b"\x00\x00\x00\x00"
+    return bytes(out)
+
+
+def _decode_rocketmq(data: bytes) -> RemotingCommand:
+    size = len(data)
+    if size < _FIXED_SIZE + 8:
+        raise FrameError(f"ROCKETMQ header too short: {size} bytes")
+    code, language, version, opaque, flag = _FIXED.unpack_from(data, 0)
+    pos = _FIXED_SIZE
+    (remark_len,) = _I32.unpack_from(data, pos)
+    pos += 4
+    remark: str | None = None
+    if remark_len:
+        if remark_len < 0 or pos + remark_len + 4 > size:
+            raise FrameError(f"ROCKETMQ header remark length {remark_len} out of bounds")
+        try:
+            remark = data[pos : pos + remark_len].decode("utf-8")
+        except UnicodeDecodeError:
+            raise FrameError("ROCKETMQ header remark is not UTF-8") from None
+        pos += remark_len
+    (ext_len,) = _I32.unpack_from(data, pos)
+    pos += 4
+    ext: dict[str, str] | None = None
+    if ext_len:
+        end = pos + ext_len
+        if ext_len < 0 or end > size:
+            raise FrameError(f"ROCKETMQ header extFields length {ext_len} out of bounds")
+        ext = {}
+        try:
+            while pos < end:
+                if pos + 2 > end:
+                    raise FrameError("ROCKETMQ header extFields entry truncated")
+                (klen,) = _I16.unpack_from(data, pos)
+                pos += 2
+                if klen < 0 or pos + klen + 4 > end:
+                    raise FrameError(f"ROCKETMQ header extFields key length {klen} out of bounds")
+                key = data[pos : pos + klen].decode("utf-8")
+                pos += klen
+                (vlen,) = _I32.unpack_from(data, pos)
+                pos += 4
+                if vlen < 0 or pos + vlen > end:
+                    raise FrameError(f"ROCKETMQ header extFields value length {vlen} out of bounds")
+                ext[key] = data[pos : pos + vlen].decode("utf-8")
+                pos += vlen
+        except UnicodeDecodeError:
+            raise FrameError("ROCKETMQ header extFields entry is not UTF-8") from None
+    if pos != size:
+        raise FrameError(f"ROCKETMQ header has {size - pos} trailing bytes")
+    return RemotingCommand(
+        code,
+        opaque=opaque,
+        flag=flag,
+        remark=remark,
+        ext_fields=ext,
+        language=language if language in _LANG_VALID else _LANG_OTHER,
+        version=version,
+        serialize_type=_ROCKETMQ,
+    )
+
+
+# ---------------------------------------------------------------------------
+# msgpack (type 0x6D, trimq's own)
+# ---------------------------------------------------------------------------
+# One msgpack array: [code, language, version, opaque, flag, remark|nil, extFields|nil].
+# Decoders ignore extra trailing elements, so later versions may append fields.
+_MSGPACK_FIELDS = 7
+_packb: Callable[[Any], bytes] = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+_unpackb = msgpack.unpackb
+
+
+def _encode_msgpack(cmd: RemotingCommand) -> bytes:
+    try:
+        return _packb(
+            (
+                cmd.code,
+                cmd.language,
+                cmd.version,
+                cmd.opaque,
+                cmd.flag,
+                cmd.remark,
+                cmd.ext_fields,
+            )
+        )
+    except (OverflowError, TypeError) as exc:
+        raise ValueError(f"command does not fit the msgpack header: {exc}") from None
+
+
+def _decode_msgpack(data: bytes) -> RemotingCommand:
+    try:
+        obj = _unpackb(
+            data,
+            raw=False,
+            use_list=False,
+            strict_map_key=True,
+        )  # unpackb bounds every str/array/map length by len(data)
+    except Exception as exc:  # msgpack raises many types (ExtraData, FormatError, ValueError...)
+        raise FrameError(f"msgpack header is not valid msgpack: {type(exc).__name__}") from None
+    if type(obj) is not tuple or len(obj) < _MSGPACK_FIELDS:
+        raise FrameError("msgpack header is not an array of at least 7 elements")
+    code, language, version, opaque, flag, remark, ext = obj[:_MSGPACK_FIELDS]
+    if (
+        type(code) is not int
+        or type(language) is not int
+        or type(version) is not int
+        or type(opaque) is not int
+        or type(flag) is not int
+    ):
+        raise FrameError(
+            "msgpack header: code, language, version, opaque and flag must be integers"
+        )
+    if remark is not None and type(remark) is not str:
+        raise FrameError("msgpack header remark is not a string")
+    return RemotingCommand(
+        code,
+        opaque=opaque,
+        flag=flag,
+        remark=remark,
+        ext_fields=_check_ext_fields(ext, "msgpack"),
+        language=language if language in _LANG_VALID else _LANG_OTHER,
+        version=version,
+        serialize_type=_MSGPACK,
+    )
+
+
+# ---------------------------------------------------------------------------
+# dispatch
+# ---------------------------------------------------------------------------
+_ENCODERS: dict[int, Callable[[RemotingCommand], bytes]] = {
+    _JSON: _encode_json,
+    _ROCKETMQ: _encode_rocketmq,
+    _MSGPACK: _encode_msgpack,
+}
+_DECODERS: dict[int, Callable[[bytes], RemotingCommand]] = {
+    _JSON: _decode_json,
+    _ROCKETMQ: _decode_rocketmq,
+    _MSGPACK: _decode_msgpack,
+}
+
+
+def encode_header(cmd: RemotingCommand) -> bytes:
+    """Encode the header of `cmd` in `cmd.serialize_type`.
+
+    Args:
+        cmd: the command; its body is not part of the header.
+
+    Returns:
+        The header bytes (without the frame's length and header words).
+
+    Raises:
+        ValueError: unknown serialize type, or a value the codec cannot carry.
+    """
+    encoder = _ENCODERS.get(cmd.serialize_type)
+    if encoder is None:
+        raise ValueError(f"unknown serialize type {cmd.serialize_type}")
+    return encoder(cmd)
+
+
+def decode_header(serialize_type: int, data: bytes) -> RemotingCommand:
+    """Decode a header into a RemotingCommand (no body) whose serialize type is `serialize_type`.
+
+    Args:
+        serialize_type: the top byte of the frame's header word.
+        data: the header bytes.
+
+    Returns:
+        The command, `body` None.
+
+    Raises:
+        FrameError: unknown serialize type or undecodable header.
+    """
+    decoder = _DECODERS.get(serialize_type)
+    if decoder is None:
+        raise FrameError(f"unknown serialize type {serialize_type}")
+    return decoder(data)
