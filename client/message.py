@@ -14,25 +14,30 @@ from enum import Enum
 from typing import NamedTuple
 
 from client.errors import MessageValidationError
+from store.message import (
+    COMPRESSED_FLAG,
+    COMPRESSION_TYPE_MASK,
+    COMPRESSION_ZLIB,
+    KEY_SEPARATOR,
+    PROPERTY_CONSUME_START_TIMESTAMP,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
+    PROPERTY_MAX_OFFSET,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_MIN_OFFSET,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_RECONSUME_TIME,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_TAGS,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    PROPERTY_WAIT_STORE_MSG_OK,
+)
+from store.message import MessageExt as StoreMessageExt
 
-# Property names (RocketMQ MessageConst).
-PROPERTY_KEYS = "KEYS"
-PROPERTY_TAGS = "TAGS"
-PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
-PROPERTY_DELAY_TIME_LEVEL = "DELAY"
-PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
-PROPERTY_REAL_TOPIC = "REAL_TOPIC"
-PROPERTY_REAL_QUEUE_ID = "REAL_QID"
-PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
-PROPERTY_MIN_OFFSET = "MIN_OFFSET"
-PROPERTY_MAX_OFFSET = "MAX_OFFSET"
-PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
-PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
-PROPERTY_CONSUME_START_TIMESTAMP = "CONSUME_START_TIME"
-PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
-PROPERTY_PRODUCER_GROUP = "PGROUP"
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
-KEY_SEPARATOR = " "
 
 # Properties the system sets; user properties may not use these names.
 SYSTEM_PROPERTIES = frozenset(
@@ -72,13 +77,6 @@ SYSTEM_PROPERTIES = frozenset(
         "MSG_TYPE",
     }
 )
-
-# Sys flag bits (MessageSysFlag).
-COMPRESSED_FLAG = 0x1
-MULTI_TAGS_FLAG = 0x2
-COMPRESSION_TYPE_MASK = 0x700
-COMPRESSION_ZLIB = 0x300
-TRANSACTION_PREPARED_TYPE = 0x4
 
 DEFAULT_TOPIC = "TBW102"
 TOPIC_MAX_LENGTH = 127
@@ -369,6 +367,35 @@ class MessageExt(Message):
         self.store_size = store_size
         self.offset_msg_id = offset_msg_id
         self.broker_name = broker_name
+
+    @classmethod
+    def from_store(cls, ext: StoreMessageExt, broker_name: str = "") -> MessageExt:
+        """The consumer view of a decoded record (body inflated if compressed).
+
+        Raises:
+            store.message.MessageDecodeError: corrupt or unsupported compressed body.
+        """
+        born_ip, born_port = ext.born_host
+        store_ip, store_port = ext.store_host
+        return cls(
+            ext.topic,
+            ext.decompressed_body() or b"",
+            properties=ext.properties,
+            flag=ext.flag,
+            queue_id=ext.queue_id,
+            queue_offset=ext.queue_offset,
+            commit_log_offset=ext.commit_log_offset,
+            sys_flag=ext.sys_flag,
+            born_timestamp=ext.born_timestamp,
+            born_host=f"{born_ip}:{born_port}",
+            store_timestamp=ext.store_timestamp,
+            store_host=f"{store_ip}:{store_port}",
+            reconsume_times=ext.reconsume_times,
+            prepared_transaction_offset=ext.prepared_transaction_offset,
+            store_size=ext.store_size,
+            offset_msg_id=ext.msg_id,
+            broker_name=broker_name,
+        )
 
     @property
     def msg_id(self) -> str:

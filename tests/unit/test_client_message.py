@@ -110,3 +110,30 @@ def test_parse_subscription() -> None:
     assert parse_subscription("T", None).matches_all
     with pytest.raises(ValueError, match="no tag"):
         parse_subscription("T", "||")
+
+
+def test_message_ext_from_store_record() -> None:
+    from store.message import MessageInner, decode_records, encode_record
+
+    raw = b"payload " * 1000
+    inner = MessageInner(
+        "T",
+        zlib.compress(raw),
+        queue_id=1,
+        properties={"TAGS": "TagA", "UNIQ_KEY": "CD" * 16, "KEYS": "k1 k2"},
+        sys_flag=0x1 | 0x300,
+        born_host=("10.0.0.7", 5000),
+        store_host=("127.0.0.1", 10911),
+    )
+    rec = encode_record(inner, queue_offset=7, physical_offset=1234, store_timestamp=99)
+    (ext,) = decode_records(bytes(rec))
+    m = MessageExt.from_store(ext, "broker-a")
+    assert m.body == raw
+    assert m.tags == "TagA"
+    assert m.key_list == ["k1", "k2"]
+    assert m.msg_id == "CD" * 16
+    assert m.offset_msg_id == "7F00000100002A9F00000000000004D2"
+    assert m.queue_offset == 7
+    assert m.commit_log_offset == 1234
+    assert m.born_host == "10.0.0.7:5000"
+    assert m.message_queue == MessageQueue("T", "broker-a", 1)
