@@ -1,0 +1,64 @@
+"""Crash-safe JSON config files (`config/topics.json`, `consumerOffset.json`, ...).
+
+A write goes to `<name>.tmp`, is fsynced, the current file is copied to `<name>.bak`, the temp
+file is renamed over the name, and the directory is fsynced. A reader takes the file, or the
+`.bak` when the file is missing or unreadable (a crash between the steps never loses both).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import structlog
+import trio
+
+from remoting.protocol.bodies import loads_tolerant
+
+log = structlog.get_logger()
+
+CONFIG_DIR = "config"
+TOPICS_FILE = "topics.json"
+CONSUMER_OFFSET_FILE = "consumerOffset.json"
+SUBSCRIPTION_GROUP_FILE = "subscriptionGroup.json"
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` durably (blocking: call from a worker thread in async code)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    if path.exists():
+        shutil.copyfile(path, path.with_name(path.name + ".bak"))
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+async def write_atomically_async(path: Path, data: bytes) -> None:
+    """`write_atomically` in a worker thread (fsync blocks)."""
+    await trio.to_thread.run_sync(write_atomically, path, data)
+
+
+def read_json_file(path: Path) -> Any | None:
+    """The parsed file (fastjson quirks allowed), its `.bak` if the file is bad, or None."""
+    for candidate in (path, path.with_name(path.name + ".bak")):
+        try:
+            data = candidate.read_bytes()
+        except FileNotFoundError:
+            continue
+        if not data.strip():
+            continue
+        try:
+            return loads_tolerant(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            log.warning("config_file_unreadable", path=str(candidate), error=str(exc))
+    return None

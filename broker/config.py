@@ -1,0 +1,297 @@
+"""`BrokerConfig`: every setting of `mqbroker` (TOML, `TRIMQ_*` environment, flags).
+
+Precedence (lowest to highest): field defaults, the TOML file given with `--config`, environment
+variables named `TRIMQ_<FIELD NAME IN UPPER CASE>` (e.g. `TRIMQ_BROKER_NAME=broker-b`,
+`TRIMQ_NAMESRV_ADDR="10.0.0.1:9876;10.0.0.2:9876"`), command-line flags.
+
+The store settings (`mapped_file_size_commitlog`, `flush_disk_type`, ...) are fields of
+`BrokerConfig` too; `store_config()` passes those the `StoreConfig` knows on to it, with
+`store_path_root_dir = store_dir`. Tests shrink `mapped_file_size_commitlog` and
+`mapped_file_size_consume_queue` to keep files small.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+if TYPE_CHECKING:
+    from store.config import StoreConfig
+
+ENV_PREFIX = "TRIMQ_"
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; the message says which setting and why."""
+
+
+def parse_host_port(addr: str, *, what: str = "address") -> tuple[str, int]:
+    """Split `host:port`.
+
+    Raises:
+        ValueError: not of that form, or the port is outside 0-65535.
+    """
+    host, sep, port_text = addr.strip().rpartition(":")
+    if not sep or not host or not port_text.isdigit():
+        raise ValueError(f"{what} {addr!r} is not HOST:PORT")
+    port = int(port_text)
+    if port > 65535:
+        raise ValueError(f"{what} {addr!r}: port out of range")
+    return host, port
+
+
+def primary_local_ip() -> str:
+    """The local IP of the default route (no packet is sent), or 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.254.254.254", 1))
+            return str(s.getsockname()[0])
+        except OSError:
+            return "127.0.0.1"
+
+
+class BrokerConfig(BaseModel):
+    """All broker settings. Field names are the TOML keys (`TRIMQ_` + upper case for env vars)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # -- identity and network ------------------------------------------------------------
+    broker_name: str = "broker-a"
+    broker_cluster_name: str = "DefaultCluster"
+    broker_id: int = 0
+    namesrv_addr: str = ""
+    """NameServer addresses, `;`-separated (`-n`)."""
+    listen: str = "0.0.0.0:10911"
+    advertise: str | None = None
+    """Address published to NameServers and in message ids. Default: the listen address, with
+    0.0.0.0 replaced by the primary local IP (the source address of the default route)."""
+    region_id: str = "DefaultRegion"
+    trace_on: bool = True
+
+    # -- storage -------------------------------------------------------------------------
+    store_dir: str = "~/store"
+    flush_disk_type: Literal["ASYNC_FLUSH", "SYNC_FLUSH"] = "ASYNC_FLUSH"
+    mapped_file_size_commitlog: int = 1024 * 1024 * 1024
+    mapped_file_size_consume_queue: int = 300_000 * 20
+    flush_interval_commitlog_ms: int = 500
+    flush_commitlog_least_pages: int = 4
+    sync_flush_timeout_ms: int = 5000
+    file_reserved_hours: int = 72
+    delete_when: str = "04"
+    disk_max_used_ratio: float = 0.75
+    clean_resource_interval_ms: int = 10_000
+    max_hash_slot_num: int = 5_000_000
+    max_index_num: int = 20_000_000
+    message_index_enable: bool = True
+
+    # -- topics and groups ---------------------------------------------------------------
+    auto_create_topic_enable: bool = True
+    auto_create_subscription_group: bool = True
+    default_topic_queue_nums: int = 8
+    """Queues of the TBW102 template topic (and the cap for auto-created topics)."""
+    cluster_topic_enable: bool = True
+    broker_topic_enable: bool = True
+    broker_permission: int = 6
+
+    # -- messages ------------------------------------------------------------------------
+    max_message_size: int = 4 * 1024 * 1024
+    max_properties_size: int = 32767
+
+    # -- pull ------------------------------------------------------------------------------
+    long_polling_enable: bool = True
+    short_polling_time_ms: int = 1000
+    max_pull_msgs: int = 1024
+    """Cap on messages per pull (a pull asks for maxMsgNums; it gets min(asked, this))."""
+    max_pull_bytes: int = 4 * 1024 * 1024
+    """Cap on record bytes per pull."""
+    max_suspend_ms: int = 60_000
+    """Longest a pull may be parked, whatever suspendTimeoutMillis asks."""
+    max_parked_pulls: int = 100_000
+    """Beyond this, a pull that finds nothing is answered PULL_NOT_FOUND at once."""
+
+    # -- timers ----------------------------------------------------------------------------
+    register_name_server_period_ms: int = 30_000
+    register_timeout_ms: int = 6000
+    consumer_offset_persist_interval_ms: int = 5000
+    channel_idle_timeout_ms: int = 120_000
+    client_scan_interval_ms: int = 10_000
+
+    # -- logging ---------------------------------------------------------------------------
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_json: bool = False
+
+    @field_validator("flush_disk_type", mode="before")
+    @classmethod
+    def _flush_alias(cls, v: object) -> object:
+        if isinstance(v, str):
+            low = v.strip().lower()
+            if low in ("sync", "sync_flush"):
+                return "SYNC_FLUSH"
+            if low in ("async", "async_flush"):
+                return "ASYNC_FLUSH"
+        return v
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_level(cls, v: object) -> object:
+        return v.lower() if isinstance(v, str) else v
+
+    @field_validator("listen")
+    @classmethod
+    def _check_listen(cls, v: str) -> str:
+        parse_host_port(v, what="listen")
+        return v
+
+    @field_validator("advertise")
+    @classmethod
+    def _check_advertise(cls, v: str | None) -> str | None:
+        if v:
+            host, _ = parse_host_port(v, what="advertise")
+            if host in ("0.0.0.0", "::"):
+                raise ValueError("advertise must be an address clients can reach, not 0.0.0.0")
+        return v or None
+
+    @field_validator("namesrv_addr")
+    @classmethod
+    def _check_namesrv(cls, v: str) -> str:
+        for addr in v.split(";"):
+            if addr.strip():
+                parse_host_port(addr, what="namesrv address")
+        return v
+
+    @field_validator("broker_name", "broker_cluster_name")
+    @classmethod
+    def _check_name(cls, v: str) -> str:
+        if not v or len(v) > 127 or any(c.isspace() for c in v):
+            raise ValueError("must be 1-127 characters without spaces")
+        return v
+
+    @field_validator(
+        "broker_id",
+        "default_topic_queue_nums",
+        "max_message_size",
+        "max_pull_msgs",
+        "max_pull_bytes",
+        "max_parked_pulls",
+        "short_polling_time_ms",
+        "register_name_server_period_ms",
+        "consumer_offset_persist_interval_ms",
+        "channel_idle_timeout_ms",
+        "client_scan_interval_ms",
+        "mapped_file_size_commitlog",
+        "mapped_file_size_consume_queue",
+    )
+    @classmethod
+    def _non_negative(cls, v: int) -> int:
+        if v < 0:
+            raise ValueError("must not be negative")
+        return v
+
+    # -- derived -----------------------------------------------------------------------------
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        """The NameServer addresses as a list (empty entries dropped)."""
+        return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
+
+    @property
+    def listen_host_port(self) -> tuple[str, int]:
+        return parse_host_port(self.listen)
+
+    def advertise_addr(self, bound_port: int | None = None) -> str:
+        """`host:port` published to NameServers.
+
+        Args:
+            bound_port: the port actually bound (when `listen` asked for port 0).
+        """
+        if self.advertise:
+            return self.advertise
+        host, port = self.listen_host_port
+        if host in ("0.0.0.0", "", "::"):
+            host = primary_local_ip()
+        if port == 0 and bound_port is not None:
+            port = bound_port
+        return f"{host}:{port}"
+
+    @property
+    def store_path(self) -> Path:
+        return Path(os.path.expanduser(self.store_dir))
+
+    def store_config(self) -> StoreConfig:
+        """The `StoreConfig` for this broker: the store fields it knows, taken from here."""
+        from store.config import StoreConfig
+
+        values: dict[str, Any] = {"store_path_root_dir": str(self.store_path)}
+        mine = type(self).model_fields
+        for name in StoreConfig.model_fields:
+            if name in mine and name != "store_path_root_dir":
+                values[name] = getattr(self, name)
+        return StoreConfig(**values)
+
+
+def _format_validation_error(exc: ValidationError, source: str) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown setting"
+        parts.append(f"{loc}: {msg}")
+    return f"invalid broker configuration ({source}): " + "; ".join(parts)
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
+    """Settings from `TRIMQ_*` variables that name a BrokerConfig field (others are ignored:
+    the NameServer and clients share the prefix)."""
+    fields = BrokerConfig.model_fields
+    out: dict[str, str] = {}
+    for key, value in environ.items():
+        if key.startswith(ENV_PREFIX):
+            name = key[len(ENV_PREFIX) :].lower()
+            if name in fields:
+                out[name] = value
+    return out
+
+
+def load_config(
+    config_file: str | Path | None = None,
+    *,
+    flags: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> BrokerConfig:
+    """Build the configuration: defaults < TOML file < environment < flags.
+
+    Args:
+        config_file: a TOML file of `field = value` lines (a `[broker]` table also works).
+        flags: command-line values; None entries are ignored.
+        environ: the environment (default `os.environ`).
+
+    Raises:
+        ConfigError: unreadable file, bad TOML, unknown setting, or invalid value.
+    """
+    values: dict[str, Any] = {}
+    source = "defaults"
+    if config_file is not None:
+        path = Path(config_file)
+        try:
+            with path.open("rb") as fh:
+                data = tomllib.load(fh)
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+        if isinstance(data.get("broker"), dict):
+            data = {**{k: v for k, v in data.items() if k != "broker"}, **data["broker"]}
+        values.update(data)
+        source = str(path)
+    values.update(env_overrides(os.environ if environ is None else environ))
+    values.update({k: v for k, v in (flags or {}).items() if v is not None})
+    try:
+        return BrokerConfig(**values)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(exc, source)) from None

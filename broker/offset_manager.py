@@ -1,0 +1,95 @@
+"""Consumer offsets: `topic@group` -> {queue id: next offset to consume}.
+
+Kept in memory; `config/consumerOffset.json` is rewritten (atomically) by the controller every
+`consumer_offset_persist_interval_ms` and at shutdown when something changed. Files written by
+Apache RocketMQ (unquoted integer keys) load too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import structlog
+
+from broker._persist import CONFIG_DIR, CONSUMER_OFFSET_FILE, read_json_file, write_atomically
+from remoting.protocol.bodies import dumps
+
+log = structlog.get_logger()
+
+TOPIC_GROUP_SEPARATOR = "@"
+
+
+class OffsetManager:
+    """In-memory offset table with crash-safe persistence."""
+
+    def __init__(self, store_dir: Path) -> None:
+        self.path = store_dir / CONFIG_DIR / CONSUMER_OFFSET_FILE
+        self._table: dict[str, dict[int, int]] = {}
+        self.dirty = False
+
+    @staticmethod
+    def key(topic: str, group: str) -> str:
+        return f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
+
+    # -- persistence ------------------------------------------------------------------------
+    def load(self) -> None:
+        raw = read_json_file(self.path)
+        if not isinstance(raw, dict):
+            return
+        for key, queues in (raw.get("offsetTable") or {}).items():
+            try:
+                self._table[str(key)] = {int(q): int(o) for q, o in queues.items()}
+            except (AttributeError, TypeError, ValueError) as exc:
+                log.warning("consumer_offset_skipped", key=key, error=str(exc))
+
+    def encode(self) -> bytes:
+        return dumps({"offsetTable": self._table})
+
+    def persist(self) -> None:
+        """Write the table (blocking; run it in a worker thread from async code)."""
+        self.dirty = False
+        write_atomically(self.path, self.encode())
+
+    # -- operations -------------------------------------------------------------------------
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        queues = self._table.setdefault(self.key(topic, group), {})
+        if queues.get(queue_id) != offset:
+            queues[queue_id] = offset
+            self.dirty = True
+
+    def query(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset, or -1 when there is none."""
+        queues = self._table.get(self.key(topic, group))
+        if queues is None:
+            return -1
+        return queues.get(queue_id, -1)
+
+    def query_table(self, group: str, topic: str) -> dict[int, int]:
+        return dict(self._table.get(self.key(topic, group), {}))
+
+    def topics_of_group(self, group: str) -> set[str]:
+        out = set()
+        for key in self._table:
+            topic, _, g = key.rpartition(TOPIC_GROUP_SEPARATOR)
+            if g == group:
+                out.add(topic)
+        return out
+
+    def groups_of_topic(self, topic: str) -> set[str]:
+        out = set()
+        for key in self._table:
+            t, _, g = key.rpartition(TOPIC_GROUP_SEPARATOR)
+            if t == topic:
+                out.add(g)
+        return out
+
+    def remove_topics(self, topics: Iterable[str]) -> None:
+        doomed = set(topics)
+        for key in list(self._table):
+            if key.rpartition(TOPIC_GROUP_SEPARATOR)[0] in doomed:
+                del self._table[key]
+                self.dirty = True
+
+    def keys(self) -> list[str]:
+        return list(self._table)

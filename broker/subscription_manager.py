@@ -1,0 +1,89 @@
+"""Subscription (consumer) group configs, persisted in `config/subscriptionGroup.json`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import structlog
+
+from broker._persist import CONFIG_DIR, SUBSCRIPTION_GROUP_FILE, read_json_file, write_atomically
+from broker.topic_manager import DataVersion, now_ms
+from remoting.protocol.bodies import SubscriptionGroupConfig, SubscriptionGroupWrapper
+
+log = structlog.get_logger()
+
+# Groups RocketMQ brokers create at start.
+SYSTEM_GROUPS = (
+    "TOOLS_CONSUMER",
+    "FILTERSRV_CONSUMER",
+    "SELF_TEST_C_GROUP",
+    "CID_ONSAPI_PULL",
+    "CID_ONSAPI_PERMISSION",
+    "CID_ONSAPI_OWNER",
+    "CID_SYS_RMQ_TRANS",
+)
+
+
+class SubscriptionManager:
+    """Group name -> SubscriptionGroupConfig."""
+
+    def __init__(self, store_dir: Path, *, auto_create: bool = True) -> None:
+        self.path = store_dir / CONFIG_DIR / SUBSCRIPTION_GROUP_FILE
+        self.auto_create = auto_create
+        self.data_version = DataVersion(0, now_ms())
+        self._table: dict[str, SubscriptionGroupConfig] = {
+            g: SubscriptionGroupConfig(g) for g in SYSTEM_GROUPS
+        }
+        self.dirty = False
+
+    def load(self) -> None:
+        raw = read_json_file(self.path)
+        if not isinstance(raw, dict):
+            return
+        try:
+            wrapper = SubscriptionGroupWrapper.from_dict(raw)
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("subscription_groups_unreadable", error=str(exc))
+            return
+        self._table.update(wrapper.subscription_group_table)
+        self.data_version = DataVersion(
+            wrapper.data_version.get("counter", 0), wrapper.data_version.get("timestamp", 0)
+        )
+
+    def wrapper(self) -> SubscriptionGroupWrapper:
+        return SubscriptionGroupWrapper(dict(self._table), self.data_version.to_dict())
+
+    def encode(self) -> bytes:
+        return self.wrapper().to_json()
+
+    def persist(self) -> None:
+        """Write the table (blocking; run it in a worker thread from async code)."""
+        self.dirty = False
+        write_atomically(self.path, self.encode())
+
+    def get(self, group: str) -> SubscriptionGroupConfig | None:
+        return self._table.get(group)
+
+    def find_or_create(self, group: str) -> SubscriptionGroupConfig | None:
+        """The group's config, created with defaults when auto-create is on."""
+        cfg = self._table.get(group)
+        if cfg is None and self.auto_create:
+            cfg = SubscriptionGroupConfig(group)
+            self.update(cfg)
+            log.info("subscription_group_created", group=group)
+        return cfg
+
+    def update(self, cfg: SubscriptionGroupConfig) -> None:
+        self._table[cfg.group_name] = cfg
+        self.data_version.next()
+        self.dirty = True
+
+    def delete(self, group: str) -> bool:
+        if self._table.pop(group, None) is None:
+            return False
+        self.data_version.next()
+        self.dirty = True
+        return True
+
+    def groups(self) -> list[str]:
+        return list(self._table)

@@ -1,0 +1,299 @@
+"""Topic configurations of one broker: system topics, create/update/delete, auto-create on send.
+
+Persisted in `config/topics.json` in RocketMQ's shape:
+`{"dataVersion":{"counter":N,"timestamp":ms},"topicConfigTable":{name: TopicConfig}}`.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from broker._persist import CONFIG_DIR, TOPICS_FILE, read_json_file, write_atomically
+from remoting.protocol.bodies import dumps
+
+log = structlog.get_logger()
+
+# PermName bits.
+PERM_PRIORITY = 0x8
+PERM_READ = 0x4
+PERM_WRITE = 0x2
+PERM_INHERIT = 0x1
+
+AUTO_CREATE_TOPIC_KEY = "TBW102"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+
+# Topics a producer may not send to (NO_PERMISSION).
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    {
+        SCHEDULE_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+        TRANS_CHECK_MAX_TIME_TOPIC,
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+    }
+)
+
+TOPIC_MAX_LENGTH = 127
+_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+
+def validate_topic(topic: str | None) -> str | None:
+    """None when `topic` is a valid name, else the reason."""
+    if not topic:
+        return "the topic name is empty"
+    if len(topic) > TOPIC_MAX_LENGTH:
+        return f"the topic name is longer than {TOPIC_MAX_LENGTH} characters"
+    if not _TOPIC_RE.match(topic):
+        return f"the topic name {topic!r} contains characters outside [%|a-zA-Z0-9_-]"
+    return None
+
+
+def is_readable(perm: int) -> bool:
+    return bool(perm & PERM_READ)
+
+
+def is_writeable(perm: int) -> bool:
+    return bool(perm & PERM_WRITE)
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(slots=True, frozen=True)
+class TopicConfig:
+    """One topic's queues and permissions (RocketMQ's TopicConfig)."""
+
+    topic_name: str
+    read_queue_nums: int = 16
+    write_queue_nums: int = 16
+    perm: int = PERM_READ | PERM_WRITE
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "order": self.order,
+            "perm": self.perm,
+            "readQueueNums": self.read_queue_nums,
+            "topicFilterType": self.topic_filter_type,
+            "topicName": self.topic_name,
+            "topicSysFlag": self.topic_sys_flag,
+            "writeQueueNums": self.write_queue_nums,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> TopicConfig:
+        return cls(
+            topic_name=str(raw["topicName"]),
+            read_queue_nums=int(raw.get("readQueueNums", 16)),
+            write_queue_nums=int(raw.get("writeQueueNums", 16)),
+            perm=int(raw.get("perm", PERM_READ | PERM_WRITE)),
+            topic_filter_type=str(raw.get("topicFilterType") or "SINGLE_TAG"),
+            topic_sys_flag=int(raw.get("topicSysFlag", raw.get("topicSynFlag", 0)) or 0),
+            order=bool(raw.get("order", False)),
+        )
+
+    @property
+    def max_queue_nums(self) -> int:
+        return max(self.read_queue_nums, self.write_queue_nums)
+
+
+@dataclass(slots=True)
+class DataVersion:
+    """Counter + timestamp; bumped on every topic change (NameServers compare it)."""
+
+    counter: int = 0
+    timestamp: int = 0
+
+    def next(self) -> None:
+        self.counter += 1
+        self.timestamp = now_ms()
+
+    def to_dict(self) -> dict[str, int]:
+        return {"counter": self.counter, "timestamp": self.timestamp}
+
+
+class TopicManager:
+    """The broker's topic table.
+
+    Mutating methods return True (or the new config) when something changed; the caller then
+    persists (`persist`) and re-registers with the NameServers. `changed` counts changes since
+    the last persist.
+    """
+
+    def __init__(
+        self,
+        store_dir: Path,
+        *,
+        cluster_name: str = "DefaultCluster",
+        broker_name: str = "broker-a",
+        auto_create_topic_enable: bool = True,
+        default_topic_queue_nums: int = 8,
+        cluster_topic_enable: bool = True,
+        broker_topic_enable: bool = True,
+    ) -> None:
+        self.path = store_dir / CONFIG_DIR / TOPICS_FILE
+        self.auto_create_topic_enable = auto_create_topic_enable
+        self.data_version = DataVersion(0, now_ms())
+        self._table: dict[str, TopicConfig] = {}
+        self._system: set[str] = set()
+        self.dirty = False
+        self._add_system(TopicConfig(SELF_TEST_TOPIC, 1, 1))
+        if auto_create_topic_enable:
+            self._add_system(
+                TopicConfig(
+                    AUTO_CREATE_TOPIC_KEY,
+                    default_topic_queue_nums,
+                    default_topic_queue_nums,
+                    PERM_INHERIT | PERM_READ | PERM_WRITE,
+                )
+            )
+        cluster_perm = PERM_INHERIT | (PERM_READ | PERM_WRITE if cluster_topic_enable else 0)
+        self._add_system(TopicConfig(cluster_name, 16, 16, cluster_perm))
+        broker_perm = PERM_INHERIT | (PERM_READ | PERM_WRITE if broker_topic_enable else 0)
+        self._add_system(TopicConfig(broker_name, 1, 1, broker_perm))
+        self._add_system(TopicConfig(OFFSET_MOVED_EVENT, 1, 1))
+        self._add_system(TopicConfig(SCHEDULE_TOPIC, 18, 18))
+
+    def _add_system(self, cfg: TopicConfig) -> None:
+        self._table[cfg.topic_name] = cfg
+        self._system.add(cfg.topic_name)
+
+    # -- persistence ------------------------------------------------------------------------
+    def load(self) -> None:
+        """Read `config/topics.json` (or its .bak); system topics keep their built-in settings
+        except where the file has them too (as RocketMQ does)."""
+        raw = read_json_file(self.path)
+        if not isinstance(raw, dict):
+            return
+        for name, cfg in (raw.get("topicConfigTable") or {}).items():
+            try:
+                self._table[str(name)] = TopicConfig.from_dict(cfg)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("topic_config_skipped", topic=name, error=str(exc))
+        if not self.auto_create_topic_enable and AUTO_CREATE_TOPIC_KEY in self._table:
+            # A TBW102 left from a run with auto-create on must not enable it now.
+            self._table[AUTO_CREATE_TOPIC_KEY] = replace(
+                self._table[AUTO_CREATE_TOPIC_KEY], perm=PERM_READ | PERM_WRITE
+            )
+        dv = raw.get("dataVersion") or {}
+        self.data_version = DataVersion(int(dv.get("counter", 0)), int(dv.get("timestamp", 0)))
+
+    def encode(self) -> bytes:
+        return dumps(
+            {
+                "dataVersion": self.data_version.to_dict(),
+                "topicConfigTable": {k: v.to_dict() for k, v in self._table.items()},
+            }
+        )
+
+    def persist(self) -> None:
+        """Write the table (blocking; run it in a worker thread from async code)."""
+        write_atomically(self.path, self.encode())
+        self.dirty = False
+
+    # -- queries ----------------------------------------------------------------------------
+    def get(self, topic: str) -> TopicConfig | None:
+        return self._table.get(topic)
+
+    def __contains__(self, topic: object) -> bool:
+        return topic in self._table
+
+    def __iter__(self) -> Iterator[TopicConfig]:
+        return iter(list(self._table.values()))
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def is_system_topic(self, topic: str) -> bool:
+        return topic in self._system or topic.startswith(SYSTEM_TOPIC_PREFIX)
+
+    def table(self) -> dict[str, TopicConfig]:
+        return dict(self._table)
+
+    # -- changes ----------------------------------------------------------------------------
+    def _changed(self) -> None:
+        self.data_version.next()
+        self.dirty = True
+
+    def update(self, cfg: TopicConfig) -> bool:
+        """Create or replace a topic. Returns True when it changed."""
+        if self._table.get(cfg.topic_name) == cfg:
+            return False
+        old = self._table.get(cfg.topic_name)
+        self._table[cfg.topic_name] = cfg
+        self._changed()
+        log.info(
+            "topic_updated" if old else "topic_created",
+            topic=cfg.topic_name,
+            read_queues=cfg.read_queue_nums,
+            write_queues=cfg.write_queue_nums,
+            perm=cfg.perm,
+        )
+        return True
+
+    def delete(self, topic: str) -> bool:
+        if self._table.pop(topic, None) is None:
+            return False
+        self._changed()
+        log.info("topic_deleted", topic=topic)
+        return True
+
+    def create_in_send(
+        self, topic: str, default_topic: str | None, client_queue_nums: int, topic_sys_flag: int = 0
+    ) -> TopicConfig | None:
+        """The topic's config, auto-creating it from the template topic when allowed.
+
+        The new topic gets perm = template perm without INHERIT and
+        min(client_queue_nums, template write queues) queues. None when the template is missing
+        or not inheritable (auto-create off).
+        """
+        existing = self._table.get(topic)
+        if existing is not None:
+            return existing
+        template = self._table.get(default_topic or AUTO_CREATE_TOPIC_KEY)
+        if template is None:
+            return None
+        perm = template.perm
+        if template.topic_name == AUTO_CREATE_TOPIC_KEY and not self.auto_create_topic_enable:
+            perm = PERM_READ | PERM_WRITE
+        if not perm & PERM_INHERIT:
+            return None
+        nums = max(0, min(client_queue_nums, template.write_queue_nums))
+        cfg = TopicConfig(topic, nums, nums, perm & ~PERM_INHERIT, topic_sys_flag=topic_sys_flag)
+        self.update(cfg)
+        log.info("topic_auto_created", topic=topic, template=template.topic_name, queues=nums)
+        return cfg
+
+    def create_in_send_back(
+        self, topic: str, queue_nums: int, perm: int = PERM_READ | PERM_WRITE, sys_flag: int = 0
+    ) -> TopicConfig:
+        """The config of a retry/DLQ topic, creating it with `queue_nums` queues if missing."""
+        existing = self._table.get(topic)
+        if existing is not None:
+            return existing
+        cfg = TopicConfig(topic, queue_nums, queue_nums, perm, topic_sys_flag=sys_flag)
+        self.update(cfg)
+        return cfg
