@@ -5,17 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from remoting.protocol.bodies import SubscriptionData
+from store.message import java_string_hash
+
+__all__ = [
+    "SUB_ALL",
+    "SubscriptionParseError",
+    "build_subscription",
+    "java_string_hash",
+    "tag_filter",
+    "to_int32",
+]
 
 SUB_ALL = "*"
-
-
-def java_string_hash(s: str) -> int:
-    """Java's `String.hashCode()` (over UTF-16 code units, int32 overflow)."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - 0x100000000 if h & 0x80000000 else h
 
 
 def to_int32(v: int) -> int:

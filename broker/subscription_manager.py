@@ -7,8 +7,9 @@ from pathlib import Path
 import structlog
 
 from broker._persist import CONFIG_DIR, SUBSCRIPTION_GROUP_FILE, read_json_file, write_atomically
-from broker.topic_manager import DataVersion, now_ms
+from broker.topic_manager import bump, now_ms
 from remoting.protocol.bodies import SubscriptionGroupConfig, SubscriptionGroupWrapper
+from remoting.protocol.route import DataVersion
 
 log = structlog.get_logger()
 
@@ -30,7 +31,7 @@ class SubscriptionManager:
     def __init__(self, store_dir: Path, *, auto_create: bool = True) -> None:
         self.path = store_dir / CONFIG_DIR / SUBSCRIPTION_GROUP_FILE
         self.auto_create = auto_create
-        self.data_version = DataVersion(0, now_ms())
+        self.data_version = DataVersion(timestamp=now_ms(), counter=0)
         self._table: dict[str, SubscriptionGroupConfig] = {
             g: SubscriptionGroupConfig(g) for g in SYSTEM_GROUPS
         }
@@ -47,7 +48,8 @@ class SubscriptionManager:
             return
         self._table.update(wrapper.subscription_group_table)
         self.data_version = DataVersion(
-            wrapper.data_version.get("counter", 0), wrapper.data_version.get("timestamp", 0)
+            timestamp=wrapper.data_version.get("timestamp", 0),
+            counter=wrapper.data_version.get("counter", 0),
         )
 
     def wrapper(self) -> SubscriptionGroupWrapper:
@@ -75,13 +77,13 @@ class SubscriptionManager:
 
     def update(self, cfg: SubscriptionGroupConfig) -> None:
         self._table[cfg.group_name] = cfg
-        self.data_version.next()
+        bump(self.data_version)
         self.dirty = True
 
     def delete(self, group: str) -> bool:
         if self._table.pop(group, None) is None:
             return False
-        self.data_version.next()
+        bump(self.data_version)
         self.dirty = True
         return True
 

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import structlog
 
 from broker._persist import CONFIG_DIR, TOPICS_FILE, read_json_file, write_atomically
 from remoting.protocol.bodies import dumps
+from remoting.protocol.route import DataVersion, TopicConfig
 
 log = structlog.get_logger()
 
@@ -80,59 +80,14 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(slots=True, frozen=True)
-class TopicConfig:
-    """One topic's queues and permissions (RocketMQ's TopicConfig)."""
-
-    topic_name: str
-    read_queue_nums: int = 16
-    write_queue_nums: int = 16
-    perm: int = PERM_READ | PERM_WRITE
-    topic_filter_type: str = "SINGLE_TAG"
-    topic_sys_flag: int = 0
-    order: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "order": self.order,
-            "perm": self.perm,
-            "readQueueNums": self.read_queue_nums,
-            "topicFilterType": self.topic_filter_type,
-            "topicName": self.topic_name,
-            "topicSysFlag": self.topic_sys_flag,
-            "writeQueueNums": self.write_queue_nums,
-        }
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> TopicConfig:
-        return cls(
-            topic_name=str(raw["topicName"]),
-            read_queue_nums=int(raw.get("readQueueNums", 16)),
-            write_queue_nums=int(raw.get("writeQueueNums", 16)),
-            perm=int(raw.get("perm", PERM_READ | PERM_WRITE)),
-            topic_filter_type=str(raw.get("topicFilterType") or "SINGLE_TAG"),
-            topic_sys_flag=int(raw.get("topicSysFlag", raw.get("topicSynFlag", 0)) or 0),
-            order=bool(raw.get("order", False)),
-        )
-
-    @property
-    def max_queue_nums(self) -> int:
-        return max(self.read_queue_nums, self.write_queue_nums)
+def bump(dv: DataVersion) -> None:
+    """Next data version: counter + 1, timestamp = now (NameServers compare it)."""
+    dv.counter += 1
+    dv.timestamp = now_ms()
 
 
-@dataclass(slots=True)
-class DataVersion:
-    """Counter + timestamp; bumped on every topic change (NameServers compare it)."""
-
-    counter: int = 0
-    timestamp: int = 0
-
-    def next(self) -> None:
-        self.counter += 1
-        self.timestamp = now_ms()
-
-    def to_dict(self) -> dict[str, int]:
-        return {"counter": self.counter, "timestamp": self.timestamp}
+def max_queue_nums(cfg: TopicConfig) -> int:
+    return max(cfg.read_queue_nums, cfg.write_queue_nums)
 
 
 class TopicManager:
@@ -156,7 +111,7 @@ class TopicManager:
     ) -> None:
         self.path = store_dir / CONFIG_DIR / TOPICS_FILE
         self.auto_create_topic_enable = auto_create_topic_enable
-        self.data_version = DataVersion(0, now_ms())
+        self.data_version = DataVersion(timestamp=now_ms(), counter=0)
         self._table: dict[str, TopicConfig] = {}
         self._system: set[str] = set()
         self.dirty = False
@@ -199,7 +154,9 @@ class TopicManager:
                 self._table[AUTO_CREATE_TOPIC_KEY], perm=PERM_READ | PERM_WRITE
             )
         dv = raw.get("dataVersion") or {}
-        self.data_version = DataVersion(int(dv.get("counter", 0)), int(dv.get("timestamp", 0)))
+        self.data_version = DataVersion(
+            timestamp=int(dv.get("timestamp", 0)), counter=int(dv.get("counter", 0))
+        )
 
     def encode(self) -> bytes:
         return dumps(
@@ -216,6 +173,7 @@ class TopicManager:
 
     # -- queries ----------------------------------------------------------------------------
     def get(self, topic: str) -> TopicConfig | None:
+        """The topic's config (treat it as read-only; change topics through `update`)."""
         return self._table.get(topic)
 
     def __contains__(self, topic: object) -> bool:
@@ -235,15 +193,15 @@ class TopicManager:
 
     # -- changes ----------------------------------------------------------------------------
     def _changed(self) -> None:
-        self.data_version.next()
+        bump(self.data_version)
         self.dirty = True
 
     def update(self, cfg: TopicConfig) -> bool:
         """Create or replace a topic. Returns True when it changed."""
-        if self._table.get(cfg.topic_name) == cfg:
-            return False
         old = self._table.get(cfg.topic_name)
-        self._table[cfg.topic_name] = cfg
+        if old == cfg:
+            return False
+        self._table[cfg.topic_name] = replace(cfg)
         self._changed()
         log.info(
             "topic_updated" if old else "topic_created",

@@ -14,11 +14,11 @@ from broker.topic_manager import (
     PERM_INHERIT,
     PERM_READ,
     PERM_WRITE,
-    TopicConfig,
     TopicManager,
     validate_topic,
 )
 from remoting.protocol.bodies import SubscriptionData
+from remoting.protocol.route import TopicConfig
 
 
 @dataclass(eq=False)
