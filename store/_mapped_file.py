@@ -1,0 +1,171 @@
+"""One fixed-size file mapped in memory, named by the offset of its first byte.
+
+Writes go through a shared mmap (MAP_SHARED), so they are in the page cache at once and survive
+the death of the process; `fsync` (``os.fdatasync`` on the descriptor, which on Linux writes the
+mmap-dirtied pages of a MAP_SHARED mapping too) makes them survive the machine. Reads return
+`bytes` copies: no memoryview over the map ever leaves this module, so a file can always be
+unmapped (no BufferError).
+
+Thread rules: `fsync`, `close` and `destroy` block and are called from worker threads by the
+owners (flush and cleanup services); everything else is quick and runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from pathlib import Path
+
+import structlog
+
+from store.paths import file_name_to_offset
+
+__all__ = ["MappedFile"]
+
+log = structlog.get_logger()
+
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+
+class MappedFile:
+    """A mapped file of `file_size` bytes holding the offsets [file_from_offset, +file_size).
+
+    Attributes:
+        path: The file.
+        file_size: Mapped size in bytes.
+        file_from_offset: Global offset of byte 0 (parsed from the 20-digit file name).
+        wrote_position: Bytes written so far (relative to the file start).
+        flushed_position: Bytes known durable (relative to the file start).
+    """
+
+    __slots__ = (
+        "_fd",
+        "_mm",
+        "file_from_offset",
+        "file_size",
+        "flushed_position",
+        "path",
+        "wrote_position",
+    )
+
+    def __init__(self, path: Path, file_size: int) -> None:
+        """Open (creating it sparse if missing, or extending it if short) and map `path`.
+
+        Raises:
+            ValueError: The name is not a 20-digit offset.
+            OSError: The file cannot be opened or mapped.
+        """
+        start = file_name_to_offset(path.name)
+        if start is None:
+            raise ValueError(f"not a mapped file name: {path.name!r}")
+        self.path = path
+        self.file_size = file_size
+        self.file_from_offset = start
+        self.wrote_position = 0
+        self.flushed_position = 0
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size < file_size:
+                if size:
+                    log.warning("mapped_file_short_extended", path=str(path), size=size)
+                # Sparse: no blocks are allocated, so creating even 1 GiB costs nothing.
+                os.ftruncate(fd, file_size)
+            self._mm = mmap.mmap(fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def __repr__(self) -> str:
+        return f"MappedFile({self.path.name}, wrote={self.wrote_position})"
+
+    @property
+    def closed(self) -> bool:
+        """True once `close` ran."""
+        return self._mm.closed
+
+    @property
+    def remaining(self) -> int:
+        """Bytes still free for appends."""
+        return self.file_size - self.wrote_position
+
+    @property
+    def is_full(self) -> bool:
+        """No byte left for appends."""
+        return self.wrote_position >= self.file_size
+
+    @property
+    def end_offset(self) -> int:
+        """Global offset one past the last written byte."""
+        return self.file_from_offset + self.wrote_position
+
+    def append(self, data: bytes | bytearray) -> int:
+        """Write `data` at the write position and advance it; returns the relative position.
+
+        The caller checks that it fits (`remaining`).
+        """
+        pos = self.wrote_position
+        end = pos + len(data)
+        self._mm[pos:end] = data
+        self.wrote_position = end
+        return pos
+
+    def write_at(self, pos: int, data: bytes | bytearray) -> None:
+        """Overwrite bytes at relative `pos` (does not move the write position)."""
+        self._mm[pos : pos + len(data)] = data
+
+    def read(self, pos: int, size: int) -> bytes:
+        """A copy of `size` bytes at relative `pos` (clipped to the file)."""
+        return self._mm[pos : pos + size]
+
+    def read_int32(self, pos: int) -> int:
+        """Big-endian int32 at relative `pos`."""
+        return int(_I32.unpack_from(self._mm, pos)[0])
+
+    def read_int64(self, pos: int) -> int:
+        """Big-endian int64 at relative `pos`."""
+        return int(_I64.unpack_from(self._mm, pos)[0])
+
+    def unpack_from(self, fmt: struct.Struct, pos: int) -> tuple[int, ...]:
+        """`fmt.unpack_from` over the map at relative `pos` (no buffer escapes)."""
+        return fmt.unpack_from(self._mm, pos)
+
+    def zero_from(self, pos: int) -> None:
+        """Make every byte from relative `pos` to the end zero and move both positions there.
+
+        Shrinking the file then growing it back punches the tail out (sparse again) instead of
+        dirtying every page with zeros.
+        """
+        os.ftruncate(self._fd, pos)
+        os.ftruncate(self._fd, self.file_size)
+        self.wrote_position = pos
+        self.flushed_position = min(self.flushed_position, pos)
+
+    def fsync(self) -> None:
+        """Make everything written so far durable. Blocks: call from a worker thread."""
+        os.fdatasync(self._fd)
+
+    def mtime(self) -> float:
+        """Last modification time of the file (seconds since the epoch)."""
+        return os.fstat(self._fd).st_mtime
+
+    def touch(self) -> None:
+        """Set the file's modification time to now (appends through mmap may not)."""
+        os.utime(self._fd)
+
+    def close(self) -> None:
+        """Unmap and close. Blocks (munmap of a big map): call from a worker thread when hot."""
+        if not self._mm.closed:
+            self._mm.close()
+            os.close(self._fd)
+
+    def destroy(self) -> None:
+        """Close and delete the file. Blocks: call from a worker thread when hot."""
+        self.close()
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass

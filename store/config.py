@@ -1,0 +1,63 @@
+"""`StoreConfig`: every knob of the message store, one pydantic model.
+
+Defaults follow RocketMQ 4.9.8's `MessageStoreConfig`. Tests shrink the mapped file sizes so files
+roll after a few records.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["StoreConfig"]
+
+
+class StoreConfig(BaseModel):
+    """Configuration of one `MessageStore`.
+
+    Attributes:
+        store_path_root_dir: Root directory; commitlog, consumequeue, index, checkpoint, abort
+            and lock live under it (see `store.paths`).
+        mapped_file_size_commitlog: Bytes per commitlog file (1 GiB).
+        mapped_file_size_consume_queue: Bytes per consume-queue file (300000 units of 20 bytes).
+        max_message_size: Largest body accepted (MESSAGE_ILLEGAL above it).
+        flush_disk_type: "ASYNC_FLUSH" (ack after append) or "SYNC_FLUSH" (ack once durable).
+        flush_interval_commitlog_ms: Async commitlog flush period.
+        flush_commitlog_least_pages: Dirty 4 KiB pages needed before an async flush.
+        flush_commitlog_thorough_interval_ms: Flush whatever is dirty at least this often.
+        flush_interval_consume_queue_ms: Consume-queue (and checkpoint) flush period.
+        sync_flush_timeout_ms: How long a SYNC_FLUSH put waits before FLUSH_DISK_TIMEOUT.
+        file_reserved_hours: Age after which commitlog files may be deleted.
+        delete_when: Local hour(s) ("04", or "03;04") at which expired files are deleted.
+        disk_max_used_ratio: Above this disk usage, files are deleted at once, oldest first.
+        disk_hard_ratio: Above this disk usage, puts are refused with SERVICE_NOT_AVAILABLE.
+        clean_resource_interval_ms: Period of the cleanup service.
+        max_hash_slot_num: Index hash slots per index file.
+        max_index_num: Index entries per index file.
+        message_index_enable: Build the key index at all.
+        check_crc_on_recover: Verify body CRCs while recovering.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    store_path_root_dir: Path = Field(default_factory=lambda: Path.home() / "store")
+    mapped_file_size_commitlog: int = Field(default=1024 * 1024 * 1024, ge=4096)
+    mapped_file_size_consume_queue: int = Field(default=300_000 * 20, ge=20)
+    max_message_size: int = Field(default=4 * 1024 * 1024, ge=1)
+    flush_disk_type: Literal["ASYNC_FLUSH", "SYNC_FLUSH"] = "ASYNC_FLUSH"
+    flush_interval_commitlog_ms: int = Field(default=500, ge=1)
+    flush_commitlog_least_pages: int = Field(default=4, ge=0)
+    flush_commitlog_thorough_interval_ms: int = Field(default=10_000, ge=1)
+    flush_interval_consume_queue_ms: int = Field(default=1000, ge=1)
+    sync_flush_timeout_ms: int = Field(default=5000, ge=1)
+    file_reserved_hours: float = Field(default=72, ge=0)
+    delete_when: str = "04"
+    disk_max_used_ratio: float = Field(default=0.75, gt=0, le=1)
+    disk_hard_ratio: float = Field(default=0.90, gt=0, le=1)
+    clean_resource_interval_ms: int = Field(default=10_000, ge=1)
+    max_hash_slot_num: int = Field(default=5_000_000, ge=1)
+    max_index_num: int = Field(default=20_000_000, ge=1)
+    message_index_enable: bool = True
+    check_crc_on_recover: bool = True
