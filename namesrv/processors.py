@@ -1,0 +1,307 @@
+"""NameServer request processors: one handler per request code, over a RouteTable and a KVConfig.
+
+Handlers are `async def (conn, cmd) -> RemotingCommand` as `RemotingServer`
+expects, but never wait: the work is plain dictionary updates. A malformed
+header or body is answered with SYSTEM_ERROR and a remark naming the problem;
+the connection stays open. Every body written is standard JSON, whatever the
+request's serialize type (the response header follows the request's type).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+import structlog
+import trio
+
+from namesrv.kv_config import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfig
+from namesrv.route_table import RouteTable
+from remoting import RemotingCommand
+from remoting.codes import RequestCode, ResponseCode
+from remoting.errors import HeaderError
+from remoting.protocol.route import (
+    DataVersion,
+    RegisterBrokerBody,
+    RouteDecodeError,
+    TopicConfigSerializeWrapper,
+    TopicList,
+)
+
+log = structlog.get_logger()
+
+# Connection attribute holding the broker addresses registered over a connection.
+ATTR_BROKER_ADDRS = "namesrv.broker_addrs"
+
+
+class ConnectionLike(Protocol):
+    """What the processors use of a `remoting.Connection`."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def attributes(self) -> dict[str, object]: ...
+
+
+Handler = Callable[[Any, RemotingCommand], Awaitable[RemotingCommand | None]]
+
+
+def monotonic_ms() -> int:
+    """The clock the NameServer keeps broker liveness on (trio's, in ms)."""
+    return int(trio.current_time() * 1000)
+
+
+# -- header helpers -----------------------------------------------------------------
+
+
+def _fields(cmd: RemotingCommand) -> Mapping[str, str]:
+    return cmd.ext_fields or {}
+
+
+def _req_str(f: Mapping[str, str], name: str) -> str:
+    v = f.get(name)
+    if v is None:
+        raise HeaderError(name, "missing")
+    return v
+
+
+def _opt_str(f: Mapping[str, str], name: str) -> str | None:
+    return f.get(name)
+
+
+def _int_field(f: Mapping[str, str], name: str, default: int | None = None) -> int:
+    v = f.get(name)
+    if v is None or v == "":
+        if default is None:
+            raise HeaderError(name, "missing")
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        raise HeaderError(name, f"not an integer: {v!r}") from None
+
+
+def _bool_field(f: Mapping[str, str], name: str) -> bool:
+    v = f.get(name)
+    return v is not None and v.strip().lower() == "true"
+
+
+def body_crc32(body: bytes) -> int:
+    """RocketMQ's body checksum: CRC32 masked to a non-negative int32."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+class NamesrvProcessors:
+    """The NameServer's handlers, bound to its state.
+
+    Args:
+        route_table: the routing state.
+        kv: the KV configuration table.
+        order_message_enable: add `orderTopicConf` to routes from the KV table.
+        now_ms: the clock (ms) used for broker liveness.
+        on_register: called with (connection, broker addr) after each registration,
+            so the server can map connections to brokers.
+    """
+
+    def __init__(
+        self,
+        route_table: RouteTable,
+        kv: KVConfig,
+        *,
+        order_message_enable: bool = False,
+        now_ms: Callable[[], int] = monotonic_ms,
+    ) -> None:
+        self.route_table = route_table
+        self.kv = kv
+        self.order_message_enable = order_message_enable
+        self._now_ms = now_ms
+
+    def handlers(self) -> dict[int, Handler]:
+        """Request code -> handler, all registrations in one place."""
+        table: dict[int, Callable[[Any, RemotingCommand], RemotingCommand]] = {
+            RequestCode.PUT_KV_CONFIG: self.put_kv_config,
+            RequestCode.GET_KV_CONFIG: self.get_kv_config,
+            RequestCode.DELETE_KV_CONFIG: self.delete_kv_config,
+            RequestCode.GET_KVLIST_BY_NAMESPACE: self.get_kvlist_by_namespace,
+            RequestCode.REGISTER_BROKER: self.register_broker,
+            RequestCode.UNREGISTER_BROKER: self.unregister_broker,
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_routeinfo_by_topic,
+            RequestCode.GET_BROKER_CLUSTER_INFO: self.get_broker_cluster_info,
+            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_all_topic_list,
+            RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic_in_namesrv,
+            RequestCode.QUERY_DATA_VERSION: self.query_data_version,
+            RequestCode.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
+        }
+        return {code: self._wrap(fn) for code, fn in table.items()}
+
+    @staticmethod
+    def _wrap(fn: Callable[[Any, RemotingCommand], RemotingCommand]) -> Handler:
+        async def handler(conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
+            try:
+                return fn(conn, cmd)
+            except HeaderError as exc:
+                log.warning("namesrv_bad_header", code=cmd.code, field=exc.field, reason=exc.reason)
+                return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"bad request header: {exc}")
+            except RouteDecodeError as exc:
+                log.warning("namesrv_bad_body", code=cmd.code, error=str(exc))
+                return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"bad request body: {exc}")
+
+        handler.__name__ = getattr(fn, "__name__", "handler")
+        return handler
+
+    # -- KV config --------------------------------------------------------------------
+    def put_kv_config(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        f = _fields(cmd)
+        ns, key, value = _req_str(f, "namespace"), _req_str(f, "key"), _req_str(f, "value")
+        self.kv.put(ns, key, value)
+        log.info("namesrv_kv_put", namespace=ns, key=key)
+        return cmd.make_response()
+
+    def get_kv_config(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        f = _fields(cmd)
+        ns, key = _req_str(f, "namespace"), _req_str(f, "key")
+        value = self.kv.get(ns, key)
+        if value is None:
+            return cmd.make_response(
+                ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {ns} Key: {key}"
+            )
+        return cmd.make_response(ext_fields={"value": value})
+
+    def delete_kv_config(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        f = _fields(cmd)
+        ns, key = _req_str(f, "namespace"), _req_str(f, "key")
+        if self.kv.delete(ns, key):
+            log.info("namesrv_kv_delete", namespace=ns, key=key)
+        return cmd.make_response()
+
+    def get_kvlist_by_namespace(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        ns = _req_str(_fields(cmd), "namespace")
+        body = self.kv.kv_table_json(ns)
+        if body is None:
+            return cmd.make_response(
+                ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {ns}"
+            )
+        return cmd.make_response(body=body)
+
+    # -- brokers ----------------------------------------------------------------------
+    def register_broker(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        f = _fields(cmd)
+        broker_name = _req_str(f, "brokerName")
+        broker_addr = _req_str(f, "brokerAddr")
+        cluster = _req_str(f, "clusterName")
+        ha_addr = _opt_str(f, "haServerAddr") or ""
+        broker_id = _int_field(f, "brokerId")
+        compressed = _bool_field(f, "compressed")
+        crc = _int_field(f, "bodyCrc32", 0)
+        body = cmd.body_bytes()
+        if crc != 0 and body_crc32(body) != crc:
+            log.warning("namesrv_register_crc_mismatch", broker_addr=broker_addr, expected=crc)
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
+        if body:
+            reg = RegisterBrokerBody.decode(body, compressed=compressed)
+        else:
+            reg = RegisterBrokerBody(TopicConfigSerializeWrapper({}, DataVersion(0, 0)), [])
+        wrapper = reg.topic_config_serialize_wrapper
+        result = self.route_table.register_broker(
+            cluster=cluster,
+            broker_addr=broker_addr,
+            broker_name=broker_name,
+            broker_id=broker_id,
+            ha_server_addr=ha_addr,
+            data_version=wrapper.data_version,
+            topic_configs=wrapper.topic_config_table.values(),
+            filter_server_list=reg.filter_server_list,
+            channel_id=getattr(conn, "id", None),
+            now_ms=self._now_ms(),
+        )
+        attrs = getattr(conn, "attributes", None)
+        if isinstance(attrs, dict):
+            addrs = attrs.setdefault(ATTR_BROKER_ADDRS, set())
+            if isinstance(addrs, set):
+                addrs.add(broker_addr)
+        if result.first_time or result.topics_changed:
+            log.info(
+                "namesrv_broker_registered",
+                cluster=cluster,
+                broker_name=broker_name,
+                broker_id=broker_id,
+                broker_addr=broker_addr,
+                first_time=result.first_time,
+                topics=len(wrapper.topic_config_table) if result.topics_changed else None,
+                data_version=wrapper.data_version.counter,
+            )
+        else:
+            log.debug("namesrv_broker_heartbeat", broker_addr=broker_addr)
+        ext: dict[str, str] = {}
+        if result.ha_server_addr is not None:
+            ext["haServerAddr"] = result.ha_server_addr
+        if result.master_addr is not None:
+            ext["masterAddr"] = result.master_addr
+        return cmd.make_response(
+            ext_fields=ext or None,
+            body=self.kv.kv_table_json(NAMESPACE_ORDER_TOPIC_CONFIG),
+        )
+
+    def unregister_broker(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        f = _fields(cmd)
+        broker_name = _req_str(f, "brokerName")
+        broker_addr = _req_str(f, "brokerAddr")
+        cluster = _req_str(f, "clusterName")
+        broker_id = _int_field(f, "brokerId")
+        removed = self.route_table.unregister_broker(
+            cluster=cluster, broker_addr=broker_addr, broker_name=broker_name, broker_id=broker_id
+        )
+        log.info(
+            "namesrv_broker_unregistered",
+            cluster=cluster,
+            broker_name=broker_name,
+            broker_id=broker_id,
+            broker_addr=broker_addr,
+            known=removed is not None,
+            broker_gone=removed.broker_gone if removed is not None else False,
+        )
+        return cmd.make_response()
+
+    def query_data_version(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        f = _fields(cmd)
+        broker_addr = _req_str(f, "brokerAddr")
+        dv = DataVersion.from_json(cmd.body_bytes()) if cmd.body else DataVersion()
+        changed, held = self.route_table.query_data_version(broker_addr, dv, self._now_ms())
+        return cmd.make_response(
+            ext_fields={"changed": "true" if changed else "false"},
+            body=held.to_json() if held is not None else None,
+        )
+
+    # -- routes -----------------------------------------------------------------------
+    def get_routeinfo_by_topic(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        topic = _req_str(_fields(cmd), "topic")
+        route = self.route_table.pick_route(topic)
+        if route is None:
+            return cmd.make_response(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"No topic route info in name server for the topic: {topic}",
+            )
+        if self.order_message_enable:
+            route.order_topic_conf = self.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic)
+        return cmd.make_response(body=route.to_json())
+
+    def get_broker_cluster_info(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(body=self.route_table.cluster_info().to_json())
+
+    def get_all_topic_list(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(body=TopicList(self.route_table.all_topics()).to_json())
+
+    def get_topics_by_cluster(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        cluster = _req_str(_fields(cmd), "cluster")
+        topics = self.route_table.topics_by_cluster(cluster)
+        return cmd.make_response(body=TopicList(topics).to_json())
+
+    def delete_topic_in_namesrv(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        f = _fields(cmd)
+        topic = _req_str(f, "topic")
+        cluster = _opt_str(f, "clusterName") or None
+        removed = self.route_table.delete_topic(topic, cluster)
+        log.info("namesrv_topic_deleted", topic=topic, cluster=cluster, existed=removed)
+        return cmd.make_response()
