@@ -3,9 +3,12 @@
 This package knows nothing of topics or storage.
 """
 
+from remoting._client import RemotingClient
 from remoting._command import DEFAULT_VERSION, RemotingCommand
+from remoting._connection import Connection, Handler
 from remoting._frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame
 from remoting._header_codec import decode_header, encode_header
+from remoting._server import RemotingServer
 from remoting.codes import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
@@ -25,3 +28,32 @@ from remoting.errors import (
     RemotingTimeoutError,
     RemotingTooManyRequestsError,
 )
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_SIZE",
+    "DEFAULT_VERSION",
+    "FLAG_ONEWAY",
+    "FLAG_RESPONSE",
+    "Connection",
+    "FrameDecoder",
+    "FrameError",
+    "FrameTooLargeError",
+    "Handler",
+    "HeaderError",
+    "LanguageCode",
+    "RemoteError",
+    "RemotingClient",
+    "RemotingCommand",
+    "RemotingConnectError",
+    "RemotingConnectionLost",
+    "RemotingError",
+    "RemotingServer",
+    "RemotingTimeoutError",
+    "RemotingTooManyRequestsError",
+    "RequestCode",
+    "ResponseCode",
+    "SerializeType",
+    "decode_header",
+    "encode_frame",
+    "encode_header",
+]

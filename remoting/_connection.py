@@ -1,0 +1,373 @@
+"""One TCP connection carrying RemotingCommands, used by both the server and the client.
+
+A `Connection` runs a reader task and a writer task inside its own nursery. The writer drains a
+bounded memory channel of encoded frames, joining whatever is queued into one `send_all`. The
+reader decodes frames: responses complete the matching pending request (by opaque); requests
+each run in their own task, at most `max_inflight` at once (the reader stops reading while the
+limit is reached, which pushes back on the peer through TCP).
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeAlias
+
+import structlog
+import trio
+
+from remoting._command import Body, RemotingCommand
+from remoting._frame import FrameDecoder, encode_frame_parts
+from remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
+from remoting.errors import (
+    FrameError,
+    RemotingConnectionLost,
+    RemotingTimeoutError,
+    RemotingTooManyRequestsError,
+)
+
+__all__ = ["Connection", "Handler"]
+
+log = structlog.get_logger()
+
+Handler: TypeAlias = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
+
+_RECEIVE_SIZE = 256 * 1024
+# The writer joins queued frames until this many bytes, then sends.
+_COALESCE_BYTES = 256 * 1024
+_OPAQUE_MASK = 0x7FFFFFFF
+
+_ids = itertools.count(1)
+
+
+class PendingBudget:
+    """A cap on requests waiting for a response, shared by the connections of one owner."""
+
+    __slots__ = ("count", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.count = 0
+
+    def acquire(self) -> None:
+        if self.count >= self.limit:
+            raise RemotingTooManyRequestsError(f"{self.count} requests already waiting")
+        self.count += 1
+
+    def release(self) -> None:
+        self.count -= 1
+
+
+def opaque_counter() -> Callable[[], int]:
+    """A source of request ids: 0, 1, 2, ... wrapping within the positive int32 range."""
+    counter = itertools.count()
+
+    def next_opaque() -> int:
+        return next(counter) & _OPAQUE_MASK
+
+    return next_opaque
+
+
+class _Waiter:
+    __slots__ = ("error", "event", "response")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.response: RemotingCommand | None = None
+        self.error: BaseException | None = None
+
+
+def _address(sock: trio.socket.SocketType, peer: bool) -> str:
+    try:
+        addr = sock.getpeername() if peer else sock.getsockname()
+    except OSError:
+        return "?"
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        host = str(addr[0])
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{host}:{addr[1]}"
+    return str(addr)
+
+
+class Connection:
+    """One TCP connection, either side.
+
+    Attributes:
+        id: process-unique number of this connection.
+        remote_address: the peer as "ip:port".
+        local_address: our end as "ip:port".
+        closed: True once the connection is shut (or shutting) down.
+        attributes: free slots for the owner (client id, broker address, ...).
+    """
+
+    def __init__(
+        self,
+        stream: trio.SocketStream,
+        processors: Mapping[int, Handler],
+        *,
+        default_processor: Callable[[], Handler | None] | None = None,
+        max_frame_size: int,
+        outbound_queue_size: int,
+        max_inflight: int,
+        next_opaque: Callable[[], int] | None = None,
+        pending_budget: PendingBudget | None = None,
+    ) -> None:
+        self.id = next(_ids)
+        self._stream = stream
+        sock = stream.socket
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:  # not TCP (e.g. a unix socket in tests)
+            pass
+        self.remote_address = _address(sock, peer=True)
+        self.local_address = _address(sock, peer=False)
+        self.closed = False
+        self.attributes: dict[str, object] = {}
+        self._processors = processors
+        self._default_processor = default_processor
+        self._max_frame_size = max_frame_size
+        self._send_channel, self._receive_channel = trio.open_memory_channel[
+            tuple[bytes, Body | None]
+        ](outbound_queue_size)
+        self._inflight = trio.Semaphore(max_inflight)
+        self._next_opaque = next_opaque or opaque_counter()
+        self._budget = pending_budget or PendingBudget(65536)
+        self._pending: dict[int, _Waiter] = {}
+        self._cancel_scope: trio.CancelScope | None = None
+        self._done = trio.Event()
+        self._close_reason: str | None = None
+
+    def __repr__(self) -> str:
+        return f"Connection(id={self.id} remote={self.remote_address} closed={self.closed})"
+
+    # -- sending ------------------------------------------------------------
+    async def send(self, cmd: RemotingCommand) -> None:
+        """Encode `cmd` and queue it for the writer (waits while the queue is full).
+
+        Raises:
+            RemotingConnectionLost: the connection is closed.
+            ValueError: the command cannot be encoded.
+        """
+        if self.closed:
+            raise RemotingConnectionLost(f"connection to {self.remote_address} is closed")
+        parts = encode_frame_parts(cmd)
+        try:
+            await self._send_channel.send(parts)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise RemotingConnectionLost(
+                f"connection to {self.remote_address} closed while sending"
+            ) from None
+
+    async def invoke(self, cmd: RemotingCommand, timeout_ms: int = 3000) -> RemotingCommand:
+        """Send a request to the peer and wait for its response.
+
+        Sets `cmd.opaque` (and clears the oneway flag). The response is returned whatever
+        its code.
+
+        Raises:
+            RemotingTimeoutError: no response within `timeout_ms`.
+            RemotingConnectionLost: the connection closed first.
+            RemotingTooManyRequestsError: too many requests are already waiting.
+        """
+        if self.closed:
+            raise RemotingConnectionLost(f"connection to {self.remote_address} is closed")
+        self._budget.acquire()
+        opaque = self._next_opaque()
+        cmd.opaque = opaque
+        cmd.flag &= ~(FLAG_ONEWAY | FLAG_RESPONSE)
+        waiter = _Waiter()
+        self._pending[opaque] = waiter
+        try:
+            with trio.move_on_after(timeout_ms / 1000):
+                await self.send(cmd)
+                await waiter.event.wait()
+            if waiter.response is not None:
+                return waiter.response
+            if waiter.error is not None:
+                raise waiter.error
+            raise RemotingTimeoutError(
+                f"no response from {self.remote_address} within {timeout_ms} ms"
+                f" (code {cmd.code}, opaque {opaque})"
+            )
+        finally:
+            if self._pending.get(opaque) is waiter:
+                del self._pending[opaque]
+            self._budget.release()
+
+    async def invoke_oneway(self, cmd: RemotingCommand) -> None:
+        """Send a request the peer will not answer (sets the oneway flag and `cmd.opaque`).
+
+        Raises:
+            RemotingConnectionLost: the connection is closed.
+        """
+        cmd.opaque = self._next_opaque()
+        cmd.flag = (cmd.flag | FLAG_ONEWAY) & ~FLAG_RESPONSE
+        await self.send(cmd)
+
+    def close(self) -> None:
+        """Shut the connection down; pending requests fail with RemotingConnectionLost."""
+        if self.closed:
+            return
+        self.closed = True
+        self._close_reason = self._close_reason or "closed locally"
+        if self._cancel_scope is not None:
+            self._cancel_scope.cancel()
+
+    @property
+    def close_reason(self) -> str | None:
+        """Why the connection closed (None while open)."""
+        return self._close_reason if self.closed else None
+
+    async def wait_closed(self) -> None:
+        """Wait until the connection's tasks have finished."""
+        await self._done.wait()
+
+    # -- running ------------------------------------------------------------
+    async def run(self) -> None:
+        """Serve the connection until either side closes it. Closes the stream on exit."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._cancel_scope = nursery.cancel_scope
+                if self.closed:
+                    nursery.cancel_scope.cancel()
+                nursery.start_soon(self._writer)
+                await self._reader(nursery)
+                nursery.cancel_scope.cancel()
+        finally:
+            self.closed = True
+            self._send_channel.close()
+            self._fail_pending()
+            self._done.set()
+            await trio.aclose_forcefully(self._stream)
+
+    def _fail_pending(self) -> None:
+        if not self._pending:
+            return
+        reason = self._close_reason or "connection closed"
+        error = RemotingConnectionLost(f"connection to {self.remote_address} lost: {reason}")
+        pending, self._pending = self._pending, {}
+        for waiter in pending.values():
+            waiter.error = error
+            waiter.event.set()
+
+    async def _reader(self, nursery: trio.Nursery) -> None:
+        decoder = FrameDecoder(self._max_frame_size)
+        stream = self._stream
+        pending = self._pending
+        inflight = self._inflight
+        while True:
+            try:
+                data = await stream.receive_some(_RECEIVE_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                self._close_reason = f"receive failed: {exc}"
+                return
+            if not data:
+                self._close_reason = "peer closed the connection"
+                return
+            try:
+                commands = decoder.feed(data)
+            except FrameError as exc:
+                self._close_reason = f"bad frame: {exc}"
+                log.warning(
+                    "remoting_bad_frame", peer=self.remote_address, conn=self.id, error=str(exc)
+                )
+                return
+            for cmd in commands:
+                if cmd.flag & FLAG_RESPONSE:
+                    waiter = pending.pop(cmd.opaque, None)
+                    if waiter is None:
+                        log.debug(
+                            "remoting_late_response",
+                            peer=self.remote_address,
+                            opaque=cmd.opaque,
+                            code=cmd.code,
+                        )
+                        continue
+                    waiter.response = cmd
+                    waiter.event.set()
+                else:
+                    await inflight.acquire()
+                    nursery.start_soon(self._handle, cmd)
+
+    async def _writer(self) -> None:
+        receive = self._receive_channel
+        stream = self._stream
+        try:
+            async for head, body in receive:
+                if body is None and len(head) >= _COALESCE_BYTES:
+                    await stream.send_all(head)
+                    continue
+                parts: list[bytes | Body] = [head]
+                size = len(head)
+                if body is not None:
+                    parts.append(body)
+                    size += len(body)
+                while size < _COALESCE_BYTES:
+                    try:
+                        head, body = receive.receive_nowait()
+                    except trio.WouldBlock:
+                        break
+                    parts.append(head)
+                    size += len(head)
+                    if body is not None:
+                        parts.append(body)
+                        size += len(body)
+                await stream.send_all(parts[0] if len(parts) == 1 else b"".join(parts))
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self._close_reason = f"send failed: {exc}"
+        finally:
+            # Whatever ends the writer ends the connection.
+            self.closed = True
+            if self._cancel_scope is not None:
+                self._cancel_scope.cancel()
+
+    async def _handle(self, cmd: RemotingCommand) -> None:
+        try:
+            handler = self._processors.get(cmd.code)
+            if handler is None and self._default_processor is not None:
+                handler = self._default_processor()
+            response: RemotingCommand | None
+            if handler is None:
+                response = cmd.make_response(
+                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                    f" request type {cmd.code} not supported",
+                )
+            else:
+                try:
+                    response = await handler(self, cmd)
+                except Exception as exc:
+                    log.exception(
+                        "remoting_handler_failed",
+                        peer=self.remote_address,
+                        code=cmd.code,
+                        opaque=cmd.opaque,
+                    )
+                    response = cmd.make_response(
+                        ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
+                    )
+            if response is None or cmd.flag & FLAG_ONEWAY:
+                return
+            response.opaque = cmd.opaque
+            response.flag |= FLAG_RESPONSE
+            response.serialize_type = cmd.serialize_type
+            try:
+                try:
+                    await self.send(response)
+                except ValueError as exc:
+                    log.exception(
+                        "remoting_response_unencodable",
+                        peer=self.remote_address,
+                        code=cmd.code,
+                        opaque=cmd.opaque,
+                    )
+                    await self.send(
+                        cmd.make_response(
+                            ResponseCode.SYSTEM_ERROR, f"response could not be encoded: {exc}"
+                        )
+                    )
+            except RemotingConnectionLost:
+                pass
+        finally:
+            self._inflight.release()

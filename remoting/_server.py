@@ -1,0 +1,130 @@
+"""`RemotingServer`: accepts connections and dispatches requests to processors by code."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import structlog
+import trio
+
+from remoting._connection import Connection, Handler, PendingBudget, opaque_counter
+from remoting._frame import DEFAULT_MAX_FRAME_SIZE
+
+__all__ = ["RemotingServer"]
+
+log = structlog.get_logger()
+
+
+class RemotingServer:
+    """A RocketMQ remoting server on trio.
+
+    Register processors, then `await nursery.start(server.run)`; the started value is the bound
+    port. Cancelling `run` closes the listeners and every connection.
+
+    Args:
+        host: address to listen on.
+        port: TCP port; 0 picks a free one (read it from `port` or the started value).
+        max_frame_size: frames declaring a larger length close their connection.
+        outbound_queue_size: frames queued per connection before senders wait.
+        max_inflight_per_connection: requests handled at once per connection; beyond it the
+            connection stops reading until one finishes.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        outbound_queue_size: int = 1024,
+        max_inflight_per_connection: int = 4096,
+        max_pending: int = 65536,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self._max_frame_size = max_frame_size
+        self._outbound_queue_size = outbound_queue_size
+        self._max_inflight = max_inflight_per_connection
+        self._processors: dict[int, Handler] = {}
+        self._default: Handler | None = None
+        self._on_connect: list[Callable[[Connection], None]] = []
+        self._on_disconnect: list[Callable[[Connection], None]] = []
+        self._connections: dict[int, Connection] = {}
+        self._budget = PendingBudget(max_pending)
+        self._next_opaque = opaque_counter()
+
+    # -- configuration --------------------------------------------------------
+    def register_processor(self, code: int, handler: Handler) -> None:
+        """Route requests with `code` to `handler` (replacing any earlier one)."""
+        self._processors[int(code)] = handler
+
+    def set_default_processor(self, handler: Handler) -> None:
+        """Handle every code without a registered processor."""
+        self._default = handler
+
+    def on_connect(self, cb: Callable[[Connection], None]) -> None:
+        """Call `cb(conn)` for each new connection."""
+        self._on_connect.append(cb)
+
+    def on_disconnect(self, cb: Callable[[Connection], None]) -> None:
+        """Call `cb(conn)` when a connection has closed."""
+        self._on_disconnect.append(cb)
+
+    @property
+    def connections(self) -> list[Connection]:
+        """The open connections."""
+        return list(self._connections.values())
+
+    # -- running --------------------------------------------------------------
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen and serve until cancelled; `task_status.started(port)` once listening."""
+        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        self.port = int(listeners[0].socket.getsockname()[1])
+        log.info("remoting_server_listening", host=self.host, port=self.port)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(
+                    partial(trio.serve_listeners, self._serve, listeners, handler_nursery=nursery)
+                )
+                task_status.started(self.port)
+        finally:
+            for conn in list(self._connections.values()):
+                conn.close()
+
+    def _default_processor(self) -> Handler | None:
+        return self._default
+
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        conn = Connection(
+            stream,
+            self._processors,
+            default_processor=self._default_processor,
+            max_frame_size=self._max_frame_size,
+            outbound_queue_size=self._outbound_queue_size,
+            max_inflight=self._max_inflight,
+            next_opaque=self._next_opaque,
+            pending_budget=self._budget,
+        )
+        self._connections[conn.id] = conn
+        log.debug("remoting_connected", peer=conn.remote_address, conn=conn.id)
+        _notify(self._on_connect, conn)
+        try:
+            await conn.run()
+        finally:
+            del self._connections[conn.id]
+            log.debug(
+                "remoting_disconnected",
+                peer=conn.remote_address,
+                conn=conn.id,
+                reason=conn.close_reason,
+            )
+            _notify(self._on_disconnect, conn)
+
+
+def _notify(callbacks: list[Callable[[Connection], None]], conn: Connection) -> None:
+    for cb in callbacks:
+        try:
+            cb(conn)
+        except Exception:
+            log.exception("remoting_callback_failed", peer=conn.remote_address, conn=conn.id)
