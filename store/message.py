@@ -255,10 +255,10 @@ def decode_properties(text: str) -> dict[str, str]:
     if not text:
         return result
     for seg in text.split(PROPERTY_SEPARATOR):
-        if len(seg) >= 3:
-            i = seg.find(NAME_VALUE_SEPARATOR)
-            if 0 < i < len(seg) - 1:
-                result[seg[:i]] = seg[i + 1 :]
+        # name non-empty and value non-empty <=> >= 3 chars with the first \x01 inside
+        name, _, value = seg.partition(NAME_VALUE_SEPARATOR)
+        if name and value:
+            result[name] = value
     return result
 
 
@@ -760,9 +760,17 @@ Buffer = bytes | bytearray | memoryview
 
 
 def _decode_one(
-    buf: Buffer, offset: int, end: int, read_body: bool, check_crc: bool
-) -> tuple[MessageExt, int]:
-    """Decode the record at `offset` of `buf[:end]`; returns it and the next offset."""
+    buf: Buffer,
+    offset: int,
+    end: int,
+    read_body: bool,
+    check_crc: bool,
+    topics: dict[bytes, str] | None = None,
+) -> MessageExt:
+    """Decode the record at `offset` of `buf[:end]` (its end is ``offset + store_size``).
+
+    `topics` caches topic bytes -> str across the records of one buffer.
+    """
     if offset < 0 or end - offset < MIN_RECORD_SIZE:
         raise MessageDecodeError(f"truncated record at {offset}: {max(end - offset, 0)} bytes")
     fields = _FIXED_V4.unpack_from(buf, offset)
@@ -815,17 +823,22 @@ def _decode_one(
     topic_end = pos + topic_len
     if topic_end + 2 > rec_end:
         raise MessageDecodeError(f"record at {offset}: bad topic length {topic_len}")
-    try:
-        topic = str(buf[pos:topic_end], "utf-8")
-    except UnicodeDecodeError:
-        raise MessageDecodeError(f"record at {offset}: topic is not UTF-8") from None
+    raw_topic = bytes(buf[pos:topic_end])
+    topic = topics.get(raw_topic) if topics is not None else None
+    if topic is None:
+        try:
+            topic = str(raw_topic, "utf-8")
+        except UnicodeDecodeError:
+            raise MessageDecodeError(f"record at {offset}: topic is not UTF-8") from None
+        if topics is not None:
+            topics[raw_topic] = topic
     (props_len,) = _I16.unpack_from(buf, topic_end)
     pos = topic_end + 2
     if props_len < 0 or pos + props_len != rec_end:
         raise MessageDecodeError(
             f"record at {offset}: properties length {props_len} does not match total {total}"
         )
-    msg = MessageExt(
+    return MessageExt(
         total,
         crc,
         queue_id,
@@ -845,7 +858,6 @@ def _decode_one(
         topic,
         bytes(buf[pos:rec_end]),
     )
-    return msg, rec_end
 
 
 def decode_record(
@@ -863,7 +875,7 @@ def decode_record(
         MessageDecodeError: truncated or malformed bytes, a blank record or a CRC mismatch.
     """
     try:
-        return _decode_one(buf, offset, len(buf), read_body, check_crc)[0]
+        return _decode_one(buf, offset, len(buf), read_body, check_crc)
     except (struct.error, IndexError, TypeError) as exc:
         raise MessageDecodeError(f"malformed record at {offset}: {exc}") from None
 
@@ -881,9 +893,11 @@ def iter_records(
         buf = buf.tobytes()
     end = len(buf)
     offset = 0
+    topics: dict[bytes, str] = {}
     try:
         while offset < end:
-            msg, offset = _decode_one(buf, offset, end, read_body, check_crc)
+            msg = _decode_one(buf, offset, end, read_body, check_crc, topics)
+            offset += msg.store_size
             yield msg
     except (struct.error, IndexError, TypeError) as exc:
         raise MessageDecodeError(f"malformed record at {offset}: {exc}") from None
@@ -897,7 +911,21 @@ def decode_records(
     Raises:
         MessageDecodeError: truncated or malformed bytes anywhere in `buf`.
     """
-    return list(iter_records(buf, read_body=read_body, check_crc=check_crc))
+    if isinstance(buf, memoryview) and not buf.c_contiguous:
+        buf = buf.tobytes()
+    end = len(buf)
+    offset = 0
+    topics: dict[bytes, str] = {}
+    out: list[MessageExt] = []
+    append = out.append
+    try:
+        while offset < end:
+            msg = _decode_one(buf, offset, end, read_body, check_crc, topics)
+            offset += msg.store_size
+            append(msg)
+    except (struct.error, IndexError, TypeError) as exc:
+        raise MessageDecodeError(f"malformed record at {offset}: {exc}") from None
+    return out
 
 
 # --- check_record (recovery / dispatch) --------------------------------------------------------
@@ -991,7 +1019,7 @@ def _check(buf: Buffer, offset: int, check_crc: bool, max_size: int) -> Dispatch
     if total < MIN_RECORD_SIZE or total > max_size or total > avail:
         return _INVALID
     try:
-        msg, _ = _decode_one(buf, offset, offset + total, False, check_crc)
+        msg = _decode_one(buf, offset, offset + total, False, check_crc)
         props = msg.properties
     except MessageDecodeError:
         return _INVALID

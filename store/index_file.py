@@ -1,0 +1,493 @@
+"""RocketMQ's message index: hash files mapping ``topic#key`` to commitlog offsets.
+
+One index file (``index/<yyyyMMddHHmmssSSS>``, local creation time) is laid out as::
+
+    header (40 bytes): beginTimestamp int64 @0, endTimestamp int64 @8,
+                       beginPhyOffset int64 @16, endPhyOffset int64 @24,
+                       hashSlotCount int32 @32, indexCount int32 @36 (starts at 1)
+    slots:   slot_num x int32, the number of the latest entry whose key falls in the slot
+    entries: index_num x 20 bytes: keyHash int32, phyOffset int64,
+             timeDiff int32 (seconds since beginTimestamp), prevIndex int32 (0 = end of chain)
+
+The slot of a key is ``abs(java hash) % slot_num`` (``Integer.MIN_VALUE`` -> 0). Entry 0 is
+never used. A file is full when ``indexCount == index_num``; `IndexService` then starts a new
+one. The files are sparse (``ftruncate``) and mapped with `mmap`.
+
+Threading: `IndexService.build_index` and `IndexService.query` run in the event-loop thread;
+`flush`, `delete_expired`, `close` and `destroy` do blocking disk work, so the store runs them in
+a worker thread. An internal lock keeps the file list and each file's mapping consistent.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import struct
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import structlog
+
+from store.message import TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, DispatchRequest
+from store.message import java_string_hash as _java_hash
+
+__all__ = [
+    "ENTRY_SIZE",
+    "HEADER_SIZE",
+    "SLOT_SIZE",
+    "IndexFile",
+    "IndexFileError",
+    "IndexService",
+    "index_file_name",
+    "key_hash",
+]
+
+log = structlog.get_logger()
+
+HEADER_SIZE = 40
+SLOT_SIZE = 4
+ENTRY_SIZE = 20
+
+_HEADER = struct.Struct(">qqqqii")
+_ENTRY = struct.Struct(">iqii")
+_I32 = struct.Struct(">i")
+_NAME_RE = re.compile(r"^\d{17}$")
+
+
+class IndexFileError(Exception):
+    """An index file that cannot be used (wrong size, unreadable)."""
+
+
+def key_hash(key: str) -> int:
+    """The non-negative hash an index stores for `key`: ``abs(hashCode)``, MIN_VALUE -> 0."""
+    h = _java_hash(key)
+    if h < 0:
+        h = -h
+        if h > 0x7FFFFFFF:  # abs(Integer.MIN_VALUE) overflows to itself in Java
+            h = 0
+    return h
+
+
+def index_file_name(ms: int) -> str:
+    """``yyyyMMddHHmmssSSS`` of an epoch-ms time, in local time (RocketMQ's index file name)."""
+    t = time.localtime(ms // 1000)
+    return time.strftime("%Y%m%d%H%M%S", t) + f"{ms % 1000:03d}"
+
+
+class IndexFile:
+    """One mapped index file.
+
+    Args:
+        path: the file (created, sparse, when absent).
+        slot_num: number of hash slots.
+        index_num: number of entries (entry 0 unused, so ``index_num - 1`` keys fit).
+        end_phy_offset: for a new file, the end of the previous one (becomes begin and end).
+        end_timestamp: likewise for the timestamps.
+
+    Raises:
+        IndexFileError: an existing file whose size does not match the slot / index numbers.
+    """
+
+    __slots__ = (
+        "_dirty",
+        "_entries_pos",
+        "_fd",
+        "_lock",
+        "_mm",
+        "begin_phy_offset",
+        "begin_timestamp",
+        "end_phy_offset",
+        "end_timestamp",
+        "hash_slot_count",
+        "index_count",
+        "index_num",
+        "path",
+        "slot_num",
+    )
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        slot_num: int,
+        index_num: int,
+        end_phy_offset: int = 0,
+        end_timestamp: int = 0,
+    ) -> None:
+        if slot_num <= 0 or index_num <= 1:
+            raise ValueError("slot_num must be > 0 and index_num > 1")
+        self.path = Path(path)
+        self.slot_num = slot_num
+        self.index_num = index_num
+        self._entries_pos = HEADER_SIZE + slot_num * SLOT_SIZE
+        size = self._entries_pos + index_num * ENTRY_SIZE
+        self._lock = threading.Lock()
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        existing = os.fstat(fd).st_size
+        if existing not in (0, size):
+            os.close(fd)
+            raise IndexFileError(
+                f"{self.path}: size {existing} != {size} for slot_num={slot_num}, "
+                f"index_num={index_num}"
+            )
+        try:
+            if existing == 0:
+                os.ftruncate(fd, size)  # sparse: blocks are allocated as entries are written
+            self._mm = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self._dirty = False
+        if existing == 0:
+            self.begin_timestamp = self.end_timestamp = max(end_timestamp, 0)
+            self.begin_phy_offset = self.end_phy_offset = max(end_phy_offset, 0)
+            self.hash_slot_count = 0
+            self.index_count = 1
+            self._write_header()
+        else:
+            (
+                self.begin_timestamp,
+                self.end_timestamp,
+                self.begin_phy_offset,
+                self.end_phy_offset,
+                self.hash_slot_count,
+                self.index_count,
+            ) = _HEADER.unpack_from(self._mm, 0)
+            if not 1 <= self.index_count <= index_num:
+                # a header that was never written (crash right after creation) or garbage
+                self.index_count = max(1, min(self.index_count, index_num))
+
+    @property
+    def file_name(self) -> str:
+        """The file's name (its creation time)."""
+        return self.path.name
+
+    @property
+    def is_full(self) -> bool:
+        """No room for another entry."""
+        return self.index_count >= self.index_num
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called."""
+        return self._mm.closed
+
+    def _write_header(self) -> None:
+        _HEADER.pack_into(
+            self._mm,
+            0,
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+        self._dirty = True
+
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        """Add an entry for `key`.
+
+        Returns:
+            False when the file is full (nothing written).
+        """
+        count = self.index_count
+        if count >= self.index_num:
+            return False
+        mm = self._mm
+        h = key_hash(key)
+        slot_pos = HEADER_SIZE + (h % self.slot_num) * SLOT_SIZE
+        (prev,) = _I32.unpack_from(mm, slot_pos)
+        if prev <= 0 or prev >= count:
+            prev = 0
+        begin_ts = self.begin_timestamp
+        if begin_ts <= 0:
+            time_diff = 0
+        else:
+            time_diff = min(max((store_timestamp - begin_ts) // 1000, 0), 0x7FFFFFFF)
+        _ENTRY.pack_into(mm, self._entries_pos + count * ENTRY_SIZE, h, phy_offset, time_diff, prev)
+        _I32.pack_into(mm, slot_pos, count)
+        if count <= 1:
+            self.begin_phy_offset = phy_offset
+            self.begin_timestamp = store_timestamp
+        if prev == 0:
+            self.hash_slot_count += 1
+        self.index_count = count + 1
+        self.end_phy_offset = phy_offset
+        self.end_timestamp = store_timestamp
+        self._write_header()
+        return True
+
+    def is_time_matched(self, begin_ms: int, end_ms: int) -> bool:
+        """Whether ``[begin_ms, end_ms]`` overlaps this file's time span."""
+        b, e = self.begin_timestamp, self.end_timestamp
+        return (begin_ms < b and end_ms > e) or b <= begin_ms <= e or b <= end_ms <= e
+
+    def select_phy_offsets(self, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[int]:
+        """Commitlog offsets of entries for `key` stored within ``[begin_ms, end_ms]``.
+
+        Newest first. Entry times have one-second resolution (begin + whole seconds). Hash
+        collisions are possible: callers check the records' keys.
+        """
+        result: list[int] = []
+        count = self.index_count
+        if max_num <= 0 or count <= 1:
+            return result
+        mm = self._mm
+        h = key_hash(key)
+        (nxt,) = _I32.unpack_from(mm, HEADER_SIZE + (h % self.slot_num) * SLOT_SIZE)
+        if nxt <= 0 or nxt >= count:
+            return result
+        begin_ts = self.begin_timestamp
+        entries = self._entries_pos
+        while len(result) < max_num:
+            kh, phy, time_diff, prev = _ENTRY.unpack_from(mm, entries + nxt * ENTRY_SIZE)
+            if time_diff < 0:
+                break
+            t = begin_ts + time_diff * 1000
+            if kh == h and begin_ms <= t <= end_ms:
+                result.append(phy)
+            # chains only point back to older entries: anything else is a loop or garbage
+            if prev <= 0 or prev >= nxt or t < begin_ms:
+                break
+            nxt = prev
+        return result
+
+    def flush(self) -> None:
+        """msync the mapping (blocking: the caller runs it in a worker thread)."""
+        with self._lock:
+            if self._mm.closed or not self._dirty:
+                return
+            self._dirty = False
+            self._mm.flush()
+
+    def close(self) -> None:
+        """Flush and unmap (blocking)."""
+        with self._lock:
+            if self._mm.closed:
+                return
+            if self._dirty:
+                self._mm.flush()
+                self._dirty = False
+            self._mm.close()
+            os.close(self._fd)
+
+    def destroy(self) -> None:
+        """Close without flushing and delete the file (blocking)."""
+        with self._lock:
+            if not self._mm.closed:
+                self._mm.close()
+                os.close(self._fd)
+            self.path.unlink(missing_ok=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"IndexFile({self.file_name}, count={self.index_count}/{self.index_num}, "
+            f"phy=[{self.begin_phy_offset},{self.end_phy_offset}], "
+            f"ts=[{self.begin_timestamp},{self.end_timestamp}])"
+        )
+
+
+class IndexService:
+    """The index directory: a list of `IndexFile`, the last one being written.
+
+    Args:
+        directory: the ``index`` directory (created when absent).
+        slot_num: hash slots per file (RocketMQ: 5,000,000).
+        index_num: entries per file (RocketMQ: 20,000,000).
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], slot_num: int, index_num: int) -> None:
+        self.directory = Path(directory)
+        self.slot_num = slot_num
+        self.index_num = index_num
+        self._files: list[IndexFile] = []
+        self._lock = threading.Lock()
+
+    @property
+    def files(self) -> list[IndexFile]:
+        """A snapshot of the files, oldest first."""
+        with self._lock:
+            return list(self._files)
+
+    def load(self, last_exit_ok: bool, checkpoint_index_ms: int) -> None:
+        """Open the existing files (blocking: mapping many files).
+
+        After an abnormal exit, files whose end timestamp is newer than the checkpoint's index
+        timestamp are deleted: recovery re-dispatches those records and rebuilds them.
+        Unusable files (wrong size) are deleted with a warning: the index is derived data.
+        """
+        self.directory.mkdir(parents=True, exist_ok=True)
+        names = sorted(p.name for p in self.directory.iterdir() if _NAME_RE.match(p.name))
+        loaded: list[IndexFile] = []
+        for name in names:
+            path = self.directory / name
+            try:
+                f = IndexFile(path, self.slot_num, self.index_num)
+            except IndexFileError as exc:
+                log.warning("index_file_unusable", file=str(path), error=str(exc))
+                path.unlink(missing_ok=True)
+                continue
+            if not last_exit_ok and f.end_timestamp > checkpoint_index_ms:
+                log.info(
+                    "index_file_dropped_after_abnormal_exit",
+                    file=name,
+                    end_timestamp=f.end_timestamp,
+                    checkpoint=checkpoint_index_ms,
+                )
+                f.destroy()
+                continue
+            loaded.append(f)
+        with self._lock:
+            self._files = loaded
+        log.info("index_loaded", files=len(loaded))
+
+    def _last_file(self) -> IndexFile:
+        """The file being written, rolling to a new one when the last is full."""
+        with self._lock:
+            files = self._files
+            if files and not files[-1].is_full:
+                return files[-1]
+            prev = files[-1] if files else None
+            now = int(time.time() * 1000)
+            if prev is not None:
+                now = max(now, _name_ms_floor(prev.file_name))
+            path = self.directory / index_file_name(now)
+            while path.exists() or (prev is not None and path.name <= prev.file_name):
+                now += 1
+                path = self.directory / index_file_name(now)
+            self.directory.mkdir(parents=True, exist_ok=True)
+            f = IndexFile(
+                path,
+                self.slot_num,
+                self.index_num,
+                prev.end_phy_offset if prev is not None else 0,
+                prev.end_timestamp if prev is not None else 0,
+            )
+            files.append(f)
+            log.info("index_file_created", file=path.name)
+            return f
+
+    def _put(self, f: IndexFile, key: str, phy_offset: int, store_timestamp: int) -> IndexFile:
+        while not f.put_key(key, phy_offset, store_timestamp):
+            f = self._last_file()
+        return f
+
+    def build_index(self, req: DispatchRequest) -> None:
+        """Index the keys ``topic#UNIQ_KEY`` and ``topic#<each KEYS token>`` of a record.
+
+        ROLLBACK records are skipped, and so are records below the last file's end offset
+        (already indexed): re-dispatching after recovery is idempotent.
+        """
+        if req.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE:
+            return
+        if not req.uniq_key and not req.keys:
+            return
+        f = self._last_file()
+        end = f.end_phy_offset
+        # Stricter than RocketMQ's `<`: the record at the end offset itself was indexed too,
+        # unless nothing was ever indexed (first file, no entry, no inherited timestamp).
+        if req.commit_log_offset < end or (
+            req.commit_log_offset == end and (f.index_count > 1 or f.end_timestamp > 0)
+        ):
+            return
+        phy = req.commit_log_offset
+        ts = req.store_timestamp
+        prefix = req.topic + "#"
+        if req.uniq_key:
+            f = self._put(f, prefix + req.uniq_key, phy, ts)
+        if req.keys:
+            for key in req.keys.split(" "):
+                if key:
+                    f = self._put(f, prefix + key, phy, ts)
+
+    def put_keys(
+        self, topic: str, keys: Iterable[str], phy_offset: int, store_timestamp: int
+    ) -> None:
+        """Index arbitrary keys for a record (no duplicate check)."""
+        f = self._last_file()
+        for key in keys:
+            f = self._put(f, f"{topic}#{key}", phy_offset, store_timestamp)
+
+    def query(
+        self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int
+    ) -> tuple[list[int], int, int]:
+        """Commitlog offsets of records with `key` in `topic`, newest files first.
+
+        Returns:
+            ``(phy_offsets, index_last_update_timestamp, index_last_update_phyoffset)``; the
+            last two come from the newest file (0 without files).
+        """
+        offsets: list[int] = []
+        full_key = f"{topic}#{key}"
+        files = self.files
+        if not files:
+            return offsets, 0, 0
+        last_ts = files[-1].end_timestamp
+        last_phy = files[-1].end_phy_offset
+        for f in reversed(files):
+            if f.closed:
+                continue
+            if f.is_time_matched(begin_ms, end_ms):
+                offsets.extend(
+                    f.select_phy_offsets(full_key, max_num - len(offsets), begin_ms, end_ms)
+                )
+            if f.begin_timestamp < begin_ms or len(offsets) >= max_num:
+                break
+        return offsets, last_ts, last_phy
+
+    def flush(self) -> int:
+        """msync every file with unwritten changes (blocking: run in a worker thread).
+
+        Returns:
+            The end timestamp of the newest *full* file (0 if none): the value to store as the
+            checkpoint's index timestamp, as RocketMQ does.
+        """
+        checkpoint_ts = 0
+        for f in self.files:
+            f.flush()
+            if f.is_full:
+                checkpoint_ts = max(checkpoint_ts, f.end_timestamp)
+        return checkpoint_ts
+
+    def delete_expired(self, min_phy_offset: int) -> int:
+        """Delete files whose end offset is below `min_phy_offset`, never the last one.
+
+        Blocking (unlink): run in a worker thread. Returns how many were deleted.
+        """
+        with self._lock:
+            files = self._files
+            doomed = [f for f in files[:-1] if f.end_phy_offset < min_phy_offset]
+            if not doomed:
+                return 0
+            self._files = [f for f in files if f not in doomed]
+        for f in doomed:
+            f.destroy()
+            log.info("index_file_deleted", file=f.file_name, end_phy_offset=f.end_phy_offset)
+        return len(doomed)
+
+    def close(self) -> None:
+        """Flush and close every file (blocking)."""
+        with self._lock:
+            files, self._files = self._files, []
+        for f in files:
+            f.close()
+
+    def destroy(self) -> None:
+        """Delete every file (blocking)."""
+        with self._lock:
+            files, self._files = self._files, []
+        for f in files:
+            f.destroy()
+
+
+def _name_ms_floor(name: str) -> int:
+    """Epoch ms of an index file name (local time), or 0 if it does not parse."""
+    try:
+        t = time.strptime(name[:14], "%Y%m%d%H%M%S")
+    except ValueError:
+        return 0
+    return int(time.mktime(t)) * 1000 + int(name[14:17])
