@@ -1,0 +1,431 @@
+"""`ClientInstance`: what the producers and consumers of one client id share.
+
+One remoting client, the topic route cache (refreshed every 30 s), heartbeats
+to every broker (30 s), consumer offset persistence (5 s), rebalance (20 s and
+whenever a broker says the group changed), and handlers for requests brokers
+send to clients. `async with ClientInstance(cfg) as inst:` owns all of it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from types import TracebackType
+from typing import Protocol, Self
+
+import structlog
+import trio
+
+from client._api import MQClientAPI
+from client.config import ClientConfig
+from client.errors import ClientClosedError, MQClientError, NoRouteError
+from client.message import MessageQueue
+from client.route import (
+    MASTER_ID,
+    TopicPublishInfo,
+    broker_addr_table,
+    subscribe_queues,
+)
+from remoting import RemotingClient, RemotingCommand
+from remoting.codes import RequestCode, ResponseCode, SerializeType
+from remoting.protocol import bodies, headers
+from remoting.protocol.route import TopicRouteData
+
+log = structlog.get_logger()
+
+CLIENT_INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
+
+
+class ConsumerInner(Protocol):
+    """What the instance asks of a registered consumer."""
+
+    group: str
+
+    def consumer_data(self) -> bodies.ConsumerData: ...
+    def subscribed_topics(self) -> set[str]: ...
+    async def do_rebalance(self) -> None: ...
+    async def persist_offsets(self) -> None: ...
+    async def reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None: ...
+
+
+def unique_instance_name() -> str:
+    """pid#nanos: distinct for each client created without an explicit instance name."""
+    return f"{os.getpid()}#{time.monotonic_ns()}"
+
+
+class ClientInstance:
+    """Shared state and background work of one client id.
+
+    Args:
+        config: client options.
+
+    Resource handling: `async with` opens the remoting client and starts the
+    periodic tasks; leaving the block unregisters from brokers (best effort)
+    and cancels everything it started.
+    """
+
+    def __init__(self, config: ClientConfig | None = None) -> None:
+        self.config = config or ClientConfig()
+        self.client_id = self.config.client_id()
+        self.remoting: RemotingClient | None = None
+        self._api: MQClientAPI | None = None
+        self.route_table: dict[str, TopicRouteData] = {}
+        self.broker_addrs: dict[str, dict[int, str]] = {}
+        self.publish_info: dict[str, TopicPublishInfo] = {}
+        self.producers: dict[str, object] = {}
+        self.consumers: dict[str, ConsumerInner] = {}
+        self._rebalance_wakeup = trio.Event()
+        self._stack = AsyncExitStack()
+        self._nursery: trio.Nursery | None = None
+        self._route_lock = trio.Lock()
+        self._running = False
+
+    # -- lifecycle ------------------------------------------------------------
+    @property
+    def api(self) -> MQClientAPI:
+        if self._api is None:
+            raise ClientClosedError("client instance is not started (use `async with`)")
+        return self._api
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    @property
+    def nursery(self) -> trio.Nursery:
+        if self._nursery is None:
+            raise ClientClosedError("client instance is not started")
+        return self._nursery
+
+    async def __aenter__(self) -> Self:
+        serialize = (
+            SerializeType.MSGPACK if self.config.serialize_type == "msgpack" else SerializeType.JSON
+        )
+        try:
+            self.remoting = await self._stack.enter_async_context(
+                RemotingClient(serialize_type=serialize)
+            )
+            self.remoting.register_processor(
+                RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_notify_consumer_ids_changed
+            )
+            self.remoting.register_processor(
+                RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_consumer_offset
+            )
+            self.remoting.register_processor(
+                RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT, self._on_get_consumer_status
+            )
+            self._api = MQClientAPI(
+                self.remoting,
+                self.config.namesrv_list(),
+                self.config.mq_client_api_timeout_ms,
+            )
+            self._nursery = await self._stack.enter_async_context(trio.open_nursery())
+            self._running = True
+            self._nursery.start_soon(self._route_loop)
+            self._nursery.start_soon(self._heartbeat_loop)
+            self._nursery.start_soon(self._persist_loop)
+            self._nursery.start_soon(self._rebalance_loop)
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        self._running = False
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+        with trio.move_on_after(3) as scope:
+            scope.shield = True
+            await self._unregister_all()
+        self._nursery = None
+        result = await self._stack.__aexit__(exc_type, exc, tb)
+        self._api = None
+        return result
+
+    async def _unregister_all(self) -> None:
+        if self._api is None:
+            return
+        for addr in self.all_broker_addrs():
+            for group in list(self.producers):
+                await self._unregister_one(addr, producer_group=group)
+            for group in list(self.consumers):
+                await self._unregister_one(addr, consumer_group=group)
+
+    async def _unregister_one(
+        self, addr: str, producer_group: str | None = None, consumer_group: str | None = None
+    ) -> None:
+        try:
+            with trio.move_on_after(1):
+                await self.api.unregister_client(
+                    addr, self.client_id, producer_group, consumer_group
+                )
+        except Exception as exc:
+            log.debug("unregister_failed", addr=addr, error=str(exc))
+
+    # -- registration -----------------------------------------------------------
+    def register_producer(self, group: str, producer: object) -> None:
+        if group in self.producers:
+            raise MQClientError(f"producer group {group} is already registered in this client")
+        self.producers[group] = producer
+
+    async def unregister_producer(self, group: str) -> None:
+        if self.producers.pop(group, None) is not None and self._api is not None:
+            for addr in self.all_broker_addrs():
+                await self._unregister_one(addr, producer_group=group)
+
+    def register_consumer(self, consumer: ConsumerInner) -> None:
+        if consumer.group in self.consumers:
+            raise MQClientError(
+                f"consumer group {consumer.group} is already registered in this client "
+                "(use another instance_name for a second consumer of the same group)"
+            )
+        self.consumers[consumer.group] = consumer
+
+    async def unregister_consumer(self, group: str) -> None:
+        if self.consumers.pop(group, None) is not None and self._api is not None:
+            for addr in self.all_broker_addrs():
+                await self._unregister_one(addr, consumer_group=group)
+
+    # -- routes -------------------------------------------------------------------
+    def all_broker_addrs(self) -> list[str]:
+        return sorted({a for addrs in self.broker_addrs.values() for a in addrs.values()})
+
+    def master_addr(self, broker_name: str) -> str | None:
+        return self.broker_addrs.get(broker_name, {}).get(MASTER_ID)
+
+    def any_addr(self, broker_name: str) -> str | None:
+        """The master's address, else any slave's (for reads)."""
+        addrs = self.broker_addrs.get(broker_name, {})
+        if MASTER_ID in addrs:
+            return addrs[MASTER_ID]
+        return addrs[min(addrs)] if addrs else None
+
+    async def find_master_addr(self, broker_name: str, topic: str | None = None) -> str:
+        """The master's address, refreshing the topic's route once if unknown.
+
+        Raises:
+            MQClientError: the broker is unknown or has no master.
+        """
+        addr = self.master_addr(broker_name)
+        if addr is None and topic is not None:
+            await self.update_topic_route(topic)
+            addr = self.master_addr(broker_name)
+        if addr is None:
+            raise MQClientError(f"The broker[{broker_name}] not exist (no master address known)")
+        return addr
+
+    def _apply_route(self, topic: str, route: TopicRouteData) -> None:
+        self.route_table[topic] = route
+        for name, addrs in broker_addr_table(route).items():
+            self.broker_addrs[name] = addrs
+        info = TopicPublishInfo.from_route(topic, route)
+        if info.ok() or topic not in self.publish_info:
+            self.publish_info[topic] = info
+
+    async def update_topic_route(self, topic: str, *, use_default: bool = False) -> bool:
+        """Fetch the topic's route from the NameServer and cache it.
+
+        Args:
+            topic: the topic.
+            use_default: with no route, publish through the auto-create
+                template's route (TBW102), queues capped as RocketMQ does.
+
+        Returns:
+            True if a route (real or default) is now cached.
+        """
+        async with self._route_lock:
+            route = await self.api.get_topic_route(topic)
+            if route is not None:
+                self._apply_route(topic, route)
+                return True
+            if not use_default:
+                return False
+            default = await self.api.get_topic_route(self.config.create_topic_key)
+            if default is None:
+                return False
+            for qd in default.queue_datas:
+                n = min(self.config.default_topic_queue_nums, qd.read_queue_nums)
+                qd.read_queue_nums = n
+                qd.write_queue_nums = n
+            for name, addrs in broker_addr_table(default).items():
+                self.broker_addrs[name] = addrs
+            self.publish_info[topic] = TopicPublishInfo.from_route(topic, default)
+            log.info("using_default_topic_route", topic=topic)
+            return True
+
+    async def get_publish_info(self, topic: str) -> TopicPublishInfo:
+        """The topic's publish queues (cache, else NameServer, else TBW102 if allowed).
+
+        Raises:
+            NoRouteError: no route and auto-create is off or unavailable.
+        """
+        info = self.publish_info.get(topic)
+        if info is not None and info.ok():
+            return info
+        found = await self.update_topic_route(topic)
+        info = self.publish_info.get(topic)
+        if (not found or info is None or not info.ok()) and self.config.auto_create_topic:
+            await self.update_topic_route(topic, use_default=True)
+            info = self.publish_info.get(topic)
+        if info is None or not info.ok():
+            raise NoRouteError(topic)
+        return info
+
+    async def get_subscribe_queues(
+        self, topic: str, *, refresh: bool = False
+    ) -> list[MessageQueue]:
+        """The topic's readable queues.
+
+        Raises:
+            NoRouteError: the NameServer does not know the topic.
+        """
+        route = self.route_table.get(topic)
+        if route is None or refresh:
+            if not await self.update_topic_route(topic):
+                raise NoRouteError(topic)
+            route = self.route_table[topic]
+        return subscribe_queues(topic, route)
+
+    async def find_consumer_id_list(self, topic: str, group: str) -> list[str]:
+        """The group's client ids as seen by one broker serving the topic."""
+        route = self.route_table.get(topic)
+        if route is None:
+            return []
+        names = [b.broker_name for b in route.broker_datas]
+        random.shuffle(names)
+        for name in names:
+            addr = self.any_addr(name)
+            if addr is None:
+                continue
+            try:
+                return await self.api.get_consumer_id_list(addr, group)
+            except Exception as exc:
+                log.warning("get_consumer_list_failed", addr=addr, error=str(exc))
+        return []
+
+    def _topics_in_use(self) -> set[str]:
+        topics = {t for t in self.publish_info if self.publish_info[t].ok()}
+        for c in self.consumers.values():
+            topics |= c.subscribed_topics()
+        return topics
+
+    async def refresh_routes(self) -> None:
+        for topic in sorted(self._topics_in_use()):
+            try:
+                await self.update_topic_route(topic)
+            except Exception as exc:
+                log.warning("route_refresh_failed", topic=topic, error=str(exc))
+
+    # -- heartbeats ---------------------------------------------------------------
+    def heartbeat_data(self) -> bodies.HeartbeatData:
+        producers = [bodies.ProducerData(group_name=g) for g in sorted(self.producers)]
+        producers.append(bodies.ProducerData(group_name=CLIENT_INNER_PRODUCER_GROUP))
+        return bodies.HeartbeatData(
+            client_id=self.client_id,
+            producer_data_set=producers,
+            consumer_data_set=[c.consumer_data() for c in self.consumers.values()],
+        )
+
+    async def send_heartbeat_to_all_brokers(self) -> None:
+        """One heartbeat to every known broker address (masters and slaves)."""
+        if not self.producers and not self.consumers:
+            return
+        data = self.heartbeat_data()
+        for addr in self.all_broker_addrs():
+            try:
+                await self.api.send_heartbeat(addr, data)
+            except Exception as exc:
+                log.warning("heartbeat_failed", addr=addr, error=str(exc))
+
+    # -- rebalance -----------------------------------------------------------------
+    def rebalance_immediately(self) -> None:
+        """Wake the rebalance task now (new consumer, membership change)."""
+        self._rebalance_wakeup.set()
+
+    async def do_rebalance(self) -> None:
+        for c in list(self.consumers.values()):
+            try:
+                await c.do_rebalance()
+            except Exception as exc:
+                log.warning("rebalance_failed", group=c.group, error=str(exc))
+
+    async def persist_all_offsets(self) -> None:
+        for c in list(self.consumers.values()):
+            try:
+                await c.persist_offsets()
+            except Exception as exc:
+                log.warning("persist_offsets_failed", group=c.group, error=str(exc))
+
+    # -- periodic tasks ------------------------------------------------------------
+    async def _periodic(self, first_s: float, every_s: float, fn: Callable[[], object]) -> None:
+        await trio.sleep(first_s)
+        while True:
+            try:
+                result = fn()
+                if hasattr(result, "__await__"):
+                    await result
+            except Exception as exc:
+                log.warning(
+                    "periodic_task_failed", task=getattr(fn, "__name__", "?"), error=str(exc)
+                )
+            await trio.sleep(every_s)
+
+    async def _route_loop(self) -> None:
+        await self._periodic(
+            0.01, self.config.poll_name_server_interval_ms / 1000, self.refresh_routes
+        )
+
+    async def _heartbeat_loop(self) -> None:
+        await self._periodic(
+            1.0, self.config.heartbeat_broker_interval_ms / 1000, self.send_heartbeat_to_all_brokers
+        )
+
+    async def _persist_loop(self) -> None:
+        every = self.config.persist_consumer_offset_interval_ms / 1000
+        await self._periodic(min(10.0, every), every, self.persist_all_offsets)
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            with trio.move_on_after(self.config.rebalance_interval_ms / 1000):
+                await self._rebalance_wakeup.wait()
+            self._rebalance_wakeup = trio.Event()
+            await self.do_rebalance()
+
+    # -- broker-initiated requests ---------------------------------------------------
+    async def _on_notify_consumer_ids_changed(
+        self, conn: object, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        group = cmd.field("consumerGroup")
+        log.info("consumer_ids_changed", group=group)
+        self.rebalance_immediately()
+        return None
+
+    async def _on_reset_consumer_offset(
+        self, conn: object, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        try:
+            h = headers.ResetOffsetRequestHeader.from_fields(cmd.ext_fields)
+            body = bodies.ResetOffsetBody.from_json(cmd.body_bytes())
+        except Exception as exc:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"bad reset request: {exc}")
+        consumer = self.consumers.get(h.group)
+        if consumer is not None:
+            table = {
+                MessageQueue(k.topic, k.broker_name, k.queue_id): v
+                for k, v in body.offset_table.items()
+            }
+            await consumer.reset_offsets(h.topic, table)
+        return None if cmd.is_oneway else cmd.make_response()
+
+    async def _on_get_consumer_status(
+        self, conn: object, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        return cmd.make_response(ResponseCode.SUCCESS)
