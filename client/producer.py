@@ -1,0 +1,547 @@
+"""`Producer`: validated, compressed, fault-tolerant sends (RocketMQ's DefaultMQProducer)."""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from contextlib import AsyncExitStack
+from types import TracebackType
+from typing import Any, Self
+
+import structlog
+import trio
+
+from client._api import is_retryable_broker_error, is_transport_error
+from client.config import ClientConfig
+from client.errors import ClientClosedError, MessageValidationError, SendFailedError
+from client.fault import FaultStrategy
+from client.filter import java_string_hash
+from client.instance import ClientInstance, unique_instance_name
+from client.message import (
+    DEFAULT_TOPIC,
+    RETRY_GROUP_TOPIC_PREFIX,
+    Message,
+    MessageQueue,
+    SendResult,
+    check_group,
+    validate_message,
+)
+from client.route import TopicPublishInfo
+from remoting.errors import RemotingTimeoutError
+from remoting.protocol.headers import SendMessageRequestHeader
+from store.message import (
+    COMPRESSED_FLAG,
+    COMPRESSION_ZLIB,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    TRANSACTION_PREPARED_TYPE,
+    BatchItem,
+    UniqKeyGenerator,
+    encode_batch_body,
+    encode_properties,
+)
+
+log = structlog.get_logger()
+
+DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"
+# Per-message overhead of a batch body item besides body and properties.
+BATCH_ITEM_OVERHEAD = 4 * 5 + 2
+
+QueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
+SendCallback = Callable[[SendResult | None, BaseException | None], None]
+
+
+def select_by_hash(mqs: Sequence[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
+    """RocketMQ's SelectMessageQueueByHash: same key, same queue."""
+    h = java_string_hash(arg) if isinstance(arg, str) else hash(arg)
+    value = h % len(mqs) if h >= 0 else abs(int(h) % -len(mqs))
+    return mqs[value]
+
+
+class SendFuture:
+    """The result of `send_async`: `await fut` returns the SendResult or raises."""
+
+    __slots__ = ("_done", "_error", "_result")
+
+    def __init__(self) -> None:
+        self._done = trio.Event()
+        self._result: SendResult | None = None
+        self._error: BaseException | None = None
+
+    def _set(self, result: SendResult | None, error: BaseException | None) -> None:
+        self._result, self._error = result, error
+        self._done.set()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    async def result(self) -> SendResult:
+        await self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def __await__(self) -> Generator[Any, None, SendResult]:
+        return self.result().__await__()
+
+
+class _Prepared:
+    __slots__ = ("body", "msg", "properties", "sys_flag", "uniq")
+
+    def __init__(self, msg: Message, body: bytes, sys_flag: int, uniq: str) -> None:
+        self.msg = msg
+        self.body = body
+        self.sys_flag = sys_flag
+        self.uniq = uniq
+        self.properties = encode_properties(msg.properties)
+
+
+class Producer:
+    """Sends messages to a trimq (or RocketMQ 4.x) cluster.
+
+    Args:
+        group: the producer group.
+        config: client options (NameServer address, timeouts, retries...).
+        instance: a started ClientInstance to share; by default the producer
+            starts its own.
+
+    Usage::
+
+        async with Producer("pg", ClientConfig(namesrv_addr="127.0.0.1:9876")) as p:
+            result = await p.send(Message("TopicTest", b"hello", tags="TagA"))
+    """
+
+    def __init__(
+        self,
+        group: str = DEFAULT_PRODUCER_GROUP,
+        config: ClientConfig | None = None,
+        *,
+        instance: ClientInstance | None = None,
+    ) -> None:
+        check_group(group)
+        self.group = group
+        self.config = config or (instance.config if instance else ClientConfig())
+        if instance is None and "instance_name" not in self.config.model_fields_set:
+            self.config = self.config.model_copy(update={"instance_name": unique_instance_name()})
+        self._instance = instance
+        self._owns_instance = instance is None
+        self.fault = FaultStrategy(self.config.send_latency_fault_enable)
+        self._uniq = UniqKeyGenerator(self._uniq_ip())
+        self._stack = AsyncExitStack()
+        self._nursery: trio.Nursery | None = None
+        self._pending_async = 0
+        self._idle = trio.Event()
+        self._idle.set()
+
+    def _uniq_ip(self) -> str | None:
+        ip = self.config.client_ip
+        return ip if ip and ":" not in ip else None
+
+    @property
+    def instance(self) -> ClientInstance:
+        if self._instance is None or not self._instance.running:
+            raise ClientClosedError("producer is not started (use `async with Producer(...)`)")
+        return self._instance
+
+    # -- lifecycle ----------------------------------------------------------------
+    async def __aenter__(self) -> Self:
+        try:
+            if self._instance is None:
+                self._instance = await self._stack.enter_async_context(ClientInstance(self.config))
+            self._instance.register_producer(self.group, self)
+            self._nursery = await self._stack.enter_async_context(trio.open_nursery())
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        # Let async sends in flight finish (bounded by the send timeout).
+        with trio.move_on_after(self.config.send_timeout_ms / 1000 + 1) as scope:
+            scope.shield = True
+            await self._idle.wait()
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+        if self._instance is not None and self._instance.running:
+            with trio.CancelScope(shield=True):
+                await self._instance.unregister_producer(self.group)
+        self._nursery = None
+        return await self._stack.__aexit__(exc_type, exc, tb)
+
+    # -- preparing ----------------------------------------------------------------
+    def _prepare(self, msg: Message) -> _Prepared:
+        validate_message(msg, self.config.max_message_size)
+        uniq = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        if not uniq:
+            uniq = self._uniq.next()
+            msg.properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+        body = msg.body
+        sys_flag = 0
+        if len(body) >= self.config.compress_over > 0:
+            compressed = zlib.compress(body, self.config.compress_level)
+            if len(compressed) < len(body):
+                body = compressed
+                sys_flag |= COMPRESSED_FLAG | COMPRESSION_ZLIB
+        if msg.properties.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+            sys_flag |= TRANSACTION_PREPARED_TYPE
+        return _Prepared(msg, body, sys_flag, uniq)
+
+    def _header(
+        self,
+        topic: str,
+        mq: MessageQueue,
+        sys_flag: int,
+        flag: int,
+        properties: str,
+        batch: bool = False,
+    ) -> SendMessageRequestHeader:
+        return SendMessageRequestHeader(
+            producer_group=self.group,
+            topic=topic,
+            default_topic=self.config.create_topic_key,
+            default_topic_queue_nums=self.config.default_topic_queue_nums,
+            queue_id=mq.queue_id,
+            sys_flag=sys_flag,
+            born_timestamp=int(time.time() * 1000),
+            flag=flag,
+            properties=properties,
+            reconsume_times=0,
+            unit_mode=False,
+            batch=batch,
+            broker_name=mq.broker_name,
+        )
+
+    # -- the send loop --------------------------------------------------------------
+    async def _send_with_retries(
+        self,
+        topic: str,
+        body: bytes,
+        sys_flag: int,
+        flag: int,
+        properties: str,
+        msg_id: str,
+        *,
+        batch: bool,
+        timeout_ms: int | None,
+        fixed: Callable[[TopicPublishInfo], MessageQueue] | None,
+        retries: int,
+    ) -> SendResult:
+        timeout_s = (timeout_ms or self.config.send_timeout_ms) / 1000
+        deadline = trio.current_time() + timeout_s
+        info = await self.instance.get_publish_info(topic)
+        attempts = 1 if fixed is not None else 1 + retries
+        last_failed: str | None = None
+        last_error: BaseException | None = None
+        for attempt in range(attempts):
+            remaining = deadline - trio.current_time()
+            if remaining <= 0:
+                break
+            if fixed is not None:
+                mq = fixed(info)
+            else:
+                mq = info.select_with_fault(self.fault, last_failed)
+            begin = trio.current_time()
+            try:
+                addr = await self.instance.find_master_addr(mq.broker_name, topic)
+                header = self._header(topic, mq, sys_flag, flag, properties, batch)
+                result = await self.instance.api.send_message(
+                    addr,
+                    mq.broker_name,
+                    header,
+                    body,
+                    msg_id=msg_id,
+                    timeout_ms=max(1, int(remaining * 1000)),
+                    batch=batch,
+                )
+            except Exception as exc:
+                elapsed_ms = (trio.current_time() - begin) * 1000
+                last_error = exc
+                retryable = is_transport_error(exc) or is_retryable_broker_error(exc)
+                self.fault.update_fault_item(mq.broker_name, elapsed_ms, isolation=retryable)
+                log.warning(
+                    "send_failed",
+                    topic=topic,
+                    broker=mq.broker_name,
+                    attempt=attempt + 1,
+                    error=str(exc),
+                )
+                if not retryable:
+                    raise
+                last_failed = mq.broker_name
+                if is_transport_error(exc) or getattr(exc, "code", None) == 17:
+                    # Maybe the route changed (broker gone, topic created): refresh it.
+                    try:
+                        await self.instance.update_topic_route(topic)
+                        info = self.instance.publish_info.get(topic, info)
+                    except Exception as route_exc:
+                        log.debug("route_refresh_failed", topic=topic, error=str(route_exc))
+                continue
+            self.fault.update_fault_item(
+                mq.broker_name, (trio.current_time() - begin) * 1000, isolation=False
+            )
+            return result
+        if last_error is None:
+            raise RemotingTimeoutError(
+                f"sendDefaultImpl call timeout: {timeout_s * 1000:.0f} ms for topic {topic}"
+            )
+        raise SendFailedError(
+            f"Send [{attempts}] times, still failed, topic {topic}: {last_error}"
+        ) from last_error
+
+    # -- public API -----------------------------------------------------------------
+    async def send(
+        self,
+        msg: Message,
+        *,
+        queue: MessageQueue | None = None,
+        selector: QueueSelector | None = None,
+        arg: Any = None,
+        sharding_key: str | None = None,
+        timeout_ms: int | None = None,
+    ) -> SendResult:
+        """Send one message and wait for the broker's answer.
+
+        Args:
+            msg: the message.
+            queue: send to exactly this queue (no retry elsewhere).
+            selector: choose the queue with `selector(queues, msg, arg)`.
+            arg: passed to `selector`.
+            sharding_key: ordered send: messages with the same key go to the same queue.
+            timeout_ms: total time for all attempts (default `send_timeout_ms`).
+
+        Returns:
+            The SendResult.
+
+        Raises:
+            MessageValidationError: the message breaks a rule (nothing was sent).
+            NoRouteError: the topic has no route.
+            SendFailedError: every attempt failed; `__cause__` is the last error.
+            remoting.RemoteError: the broker refused the message (not retryable).
+        """
+        p = self._prepare(msg)
+        fixed = self._fixed_chooser(msg, queue, selector, arg, sharding_key)
+        return await self._send_with_retries(
+            msg.topic,
+            p.body,
+            p.sys_flag,
+            msg.flag,
+            p.properties,
+            p.uniq,
+            batch=False,
+            timeout_ms=timeout_ms,
+            fixed=fixed,
+            retries=self.config.retry_times_when_send_failed,
+        )
+
+    def _fixed_chooser(
+        self,
+        msg: Message,
+        queue: MessageQueue | None,
+        selector: QueueSelector | None,
+        arg: Any,
+        sharding_key: str | None,
+    ) -> Callable[[TopicPublishInfo], MessageQueue] | None:
+        if queue is not None:
+            if queue.topic != msg.topic:
+                raise MessageValidationError(
+                    f"message topic {msg.topic} differs from queue topic {queue.topic}"
+                )
+            return lambda info: queue
+        if sharding_key is not None:
+            selector, arg = select_by_hash, sharding_key
+        if selector is None:
+            return None
+        sel = selector
+
+        def choose(info: TopicPublishInfo) -> MessageQueue:
+            return sel(info.queues, msg, arg)
+
+        return choose
+
+    async def send_orderly(self, msg: Message, sharding_key: str, **kw: Any) -> SendResult:
+        """Ordered send: every message with `sharding_key` lands in the same queue."""
+        return await self.send(msg, sharding_key=sharding_key, **kw)
+
+    def send_async(
+        self,
+        msg: Message,
+        callback: SendCallback | None = None,
+        *,
+        timeout_ms: int | None = None,
+        queue: MessageQueue | None = None,
+        sharding_key: str | None = None,
+    ) -> SendFuture:
+        """Start a send in the background.
+
+        Validation errors are raised at once. The outcome goes to
+        `callback(result, error)` (if given) and to the returned future.
+        """
+        if self._nursery is None:
+            raise ClientClosedError("producer is not started")
+        p = self._prepare(msg)
+        fixed = self._fixed_chooser(msg, queue, None, None, sharding_key)
+        fut = SendFuture()
+        self._pending_async += 1
+        self._idle = trio.Event() if self._idle.is_set() else self._idle
+
+        async def run() -> None:
+            result: SendResult | None = None
+            error: BaseException | None = None
+            try:
+                result = await self._send_with_retries(
+                    msg.topic,
+                    p.body,
+                    p.sys_flag,
+                    msg.flag,
+                    p.properties,
+                    p.uniq,
+                    batch=False,
+                    timeout_ms=timeout_ms,
+                    fixed=fixed,
+                    retries=self.config.retry_times_when_send_async_failed,
+                )
+            except Exception as exc:
+                error = exc
+            finally:
+                self._pending_async -= 1
+                if self._pending_async == 0:
+                    self._idle.set()
+            fut._set(result, error)
+            if callback is not None:
+                try:
+                    callback(result, error)
+                except Exception as cb_exc:
+                    log.warning("send_callback_failed", error=str(cb_exc))
+
+        self._nursery.start_soon(run)
+        return fut
+
+    async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
+        """Send without waiting for any answer (no retries, no result)."""
+        p = self._prepare(msg)
+        info = await self.instance.get_publish_info(msg.topic)
+        mq = queue or info.select_with_fault(self.fault)
+        addr = await self.instance.find_master_addr(mq.broker_name, msg.topic)
+        header = self._header(msg.topic, mq, p.sys_flag, msg.flag, p.properties)
+        await self.instance.api.send_message_oneway(addr, header, p.body)
+
+    # -- batches --------------------------------------------------------------------
+    def _check_batch(self, msgs: Sequence[Message]) -> None:
+        if not msgs:
+            raise MessageValidationError("batch is empty")
+        topic = msgs[0].topic
+        wait = msgs[0].wait_store_msg_ok
+        for m in msgs:
+            if m.topic != topic:
+                raise MessageValidationError(
+                    "The topic of the messages in one batch should be the same"
+                )
+            if m.delay_time_level > 0 or PROPERTY_DELAY_TIME_LEVEL in m.properties:
+                raise MessageValidationError("TimeDelayLevel is not supported for batching")
+            if m.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                raise MessageValidationError("Retry Group is not supported for batching")
+            if m.wait_store_msg_ok != wait:
+                raise MessageValidationError(
+                    "The waitStoreMsgOK of the messages in one batch should the same"
+                )
+            validate_message(m, self.config.max_message_size)
+
+    def split_batch(self, msgs: Sequence[Message]) -> list[list[tuple[Message, BatchItem]]]:
+        """Validate, set UNIQ_KEYs and split into chunks whose bodies fit the size limit.
+
+        Raises:
+            MessageValidationError: a rule is broken or one message alone is too big.
+        """
+        self._check_batch(msgs)
+        limit = self.config.max_message_size
+        chunks: list[list[tuple[Message, BatchItem]]] = []
+        current: list[tuple[Message, BatchItem]] = []
+        size = 0
+        for m in msgs:
+            if not m.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX):
+                m.properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = self._uniq.next()
+            item = BatchItem(m.flag, m.body, encode_properties(m.properties))
+            item_size = BATCH_ITEM_OVERHEAD + len(m.body) + len(item.properties.encode())
+            if item_size > limit:
+                raise MessageValidationError(
+                    f"one message of the batch is {item_size} bytes, over the limit {limit}"
+                )
+            if current and size + item_size > limit:
+                chunks.append(current)
+                current, size = [], 0
+            current.append((m, item))
+            size += item_size
+        if current:
+            chunks.append(current)
+        return chunks
+
+    async def send_batch(
+        self,
+        msgs: Sequence[Message],
+        *,
+        queue: MessageQueue | None = None,
+        timeout_ms: int | None = None,
+    ) -> list[SendResult]:
+        """Send messages of one topic as batches (split when over the size limit).
+
+        Returns:
+            One SendResult per batch sent (msg_id holds the comma-joined UNIQ_KEYs).
+
+        Raises:
+            MessageValidationError: mixed topics, delay levels, retry topics,
+                differing WAIT flags, or one message over the limit.
+        """
+        chunks = self.split_batch(msgs)
+        topic = msgs[0].topic
+        wait = msgs[0].wait_store_msg_ok
+        props = encode_properties({PROPERTY_WAIT_STORE_MSG_OK: "true" if wait else "false"})
+        fixed = self._fixed_chooser(msgs[0], queue, None, None, None)
+        results = []
+        for chunk in chunks:
+            body = encode_batch_body(item for _, item in chunk)
+            ids = ",".join(m.properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] for m, _ in chunk)
+            results.append(
+                await self._send_with_retries(
+                    topic,
+                    body,
+                    0,
+                    0,
+                    props,
+                    ids,
+                    batch=True,
+                    timeout_ms=timeout_ms,
+                    fixed=fixed,
+                    retries=self.config.retry_times_when_send_failed,
+                )
+            )
+        return results
+
+    # -- helpers ------------------------------------------------------------------------
+    async def fetch_publish_queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's publish queues (ordered by broker, then id)."""
+        return list((await self.instance.get_publish_info(topic)).queues)
+
+    async def create_topic(self, topic: str, queue_nums: int = 4) -> None:
+        """Create `topic` on every broker serving the auto-create template (TBW102)."""
+        route = await self.instance.api.get_topic_route(DEFAULT_TOPIC)
+        if route is None:
+            raise ClientClosedError("no TBW102 route: cannot find brokers to create the topic on")
+        for bd in route.broker_datas:
+            addr = bd.broker_addrs.get(0)
+            if addr:
+                await self.instance.api.create_topic(
+                    addr, topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums
+                )
+
+
+AwaitableSend = Awaitable[SendResult]
