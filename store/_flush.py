@@ -1,0 +1,184 @@
+"""Flushing: async (periodic) and sync (group commit) commitlog flush, consume-queue flush.
+
+fsync runs in worker threads (``trio.to_thread.run_sync``) and never on the event loop. A file's
+descriptor stays open while it is being fsync'ed because deletion takes the same lock.
+
+Group commit (SYNC_FLUSH): a put appends, then waits in `wait_flushed(end)`; one flusher task
+takes everything appended so far, runs one fsync round in a thread, and wakes every waiter whose
+end is now durable. Puts that arrive during the fsync share the next round.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+
+import structlog
+import trio
+
+from store._mapped_file import MappedFile
+from store.commitlog import CommitLog
+from store.config import StoreConfig
+from store.consume_queue import ConsumeQueue
+
+__all__ = ["FlushService"]
+
+log = structlog.get_logger()
+
+PAGE_SIZE = 4096
+
+
+def _fsync_files(files: list[MappedFile]) -> None:
+    for mf in files:
+        mf.fsync()
+
+
+class FlushService:
+    """Owns the flush tasks of one store (started with ``nursery.start(service.run)``).
+
+    Args:
+        commitlog: The commitlog.
+        config: Store configuration (flush type and intervals).
+        consume_queues: Returns the consume queues to flush.
+        on_commitlog_flushed: Called with the store timestamp of the newest durable record.
+        on_consume_queues_flushed: Called (in a worker thread) after a consume-queue round with
+            the store timestamp of the newest record they cover; it flushes the checkpoint.
+    """
+
+    def __init__(
+        self,
+        commitlog: CommitLog,
+        config: StoreConfig,
+        *,
+        consume_queues: Callable[[], list[ConsumeQueue]],
+        on_commitlog_flushed: Callable[[int], None],
+        on_consume_queues_flushed: Callable[[int], None],
+    ) -> None:
+        self._cl = commitlog
+        self._cfg = config
+        self._cqs = consume_queues
+        self._on_cl = on_commitlog_flushed
+        self._on_cq = on_consume_queues_flushed
+        self.commitlog_lock = trio.Lock()
+        self.cq_lock = trio.Lock()
+        self._waiters: collections.deque[tuple[int, trio.Event]] = collections.deque()
+        self._wake = trio.Event()
+        self.flush_rounds = 0
+
+    @property
+    def sync(self) -> bool:
+        """True under SYNC_FLUSH."""
+        return self._cfg.flush_disk_type == "SYNC_FLUSH"
+
+    # ------------------------------------------------------------------ commitlog
+    async def flush_commitlog(self, least_pages: int = 0) -> bool:
+        """Make everything appended so far durable if at least `least_pages` pages are dirty.
+
+        Returns True if an fsync ran.
+        """
+        async with self.commitlog_lock:
+            mfq = self._cl.mfq
+            target = mfq.max_offset
+            dirty = target - mfq.flushed_where
+            if dirty <= 0 or dirty < least_pages * PAGE_SIZE:
+                return False
+            plan = mfq.flush_plan(target)
+            ts = self._cl.last_store_timestamp
+            # fsync blocks for milliseconds: keep it off the event loop.
+            await trio.to_thread.run_sync(_fsync_files, plan)
+            mfq.flushed_to(target)
+            self.flush_rounds += 1
+        self._on_cl(ts)
+        self._release_waiters()
+        return True
+
+    def _release_waiters(self) -> None:
+        flushed = self._cl.mfq.flushed_where
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= flushed:
+            waiters.popleft()[1].set()
+
+    async def wait_flushed(self, end_offset: int) -> bool:
+        """Wait (group commit) until the commitlog is durable up to `end_offset`.
+
+        Returns False if `sync_flush_timeout_ms` passed first (the data stays written).
+        """
+        if self._cl.mfq.flushed_where >= end_offset:
+            return True
+        ev = trio.Event()
+        self._waiters.append((end_offset, ev))
+        self._wake.set()
+        with trio.move_on_after(self._cfg.sync_flush_timeout_ms / 1000):
+            await ev.wait()
+            return True
+        return self._cl.mfq.flushed_where >= end_offset
+
+    async def _group_commit_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            try:
+                await self.flush_commitlog()
+            except OSError:
+                log.exception("commitlog_flush_failed")
+                await trio.sleep(0.1)
+            self._release_waiters()
+
+    async def _async_flush_loop(self) -> None:
+        cfg = self._cfg
+        last_thorough = trio.current_time()
+        while True:
+            await trio.sleep(cfg.flush_interval_commitlog_ms / 1000)
+            now = trio.current_time()
+            least = cfg.flush_commitlog_least_pages
+            if now - last_thorough >= cfg.flush_commitlog_thorough_interval_ms / 1000:
+                last_thorough = now
+                least = 0
+            try:
+                await self.flush_commitlog(least)
+                # Creating the next file maps it: do it ahead of time, off the loop.
+                await trio.to_thread.run_sync(self._cl.mfq.prepare_next)
+            except OSError:
+                log.exception("commitlog_flush_failed")
+
+    # ------------------------------------------------------------------ consume queues
+    async def flush_consume_queues(self) -> None:
+        """fsync every dirty consume queue, then report (checkpoint)."""
+        async with self.cq_lock:
+            ts = self._cl.last_store_timestamp
+            work: list[tuple[ConsumeQueue, int, list[MappedFile]]] = []
+            for cq in self._cqs():
+                mfq = cq.mfq
+                target = mfq.max_offset
+                if target > mfq.flushed_where:
+                    work.append((cq, target, mfq.flush_plan(target)))
+            files = [mf for _, _, plan in work for mf in plan]
+            # fsync blocks: worker thread.
+            await trio.to_thread.run_sync(_fsync_files, files)
+            for cq, target, _ in work:
+                cq.mfq.flushed_to(target)
+            # The checkpoint write is an msync: worker thread too.
+            await trio.to_thread.run_sync(self._on_cq, ts)
+
+    async def _cq_flush_loop(self) -> None:
+        while True:
+            await trio.sleep(self._cfg.flush_interval_consume_queue_ms / 1000)
+            try:
+                await self.flush_consume_queues()
+            except OSError:
+                log.exception("consume_queue_flush_failed")
+
+    # ------------------------------------------------------------------ lifecycle
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the flush tasks until cancelled."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._async_flush_loop)
+            nursery.start_soon(self._cq_flush_loop)
+            if self.sync:
+                nursery.start_soon(self._group_commit_loop)
+            task_status.started()
+
+    async def flush_all(self) -> None:
+        """Flush commitlog and consume queues now (at close)."""
+        await self.flush_commitlog()
+        await self.flush_consume_queues()

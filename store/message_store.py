@@ -1,0 +1,709 @@
+"""`MessageStore`: the store facade the broker uses.
+
+``async with MessageStore(cfg) as store:`` takes the directory lock, recovers (in a worker
+thread: it reads and checks every record it scans), creates the abort marker, and runs the flush
+and cleanup tasks in its own nursery. Leaving the block flushes everything, writes the
+checkpoint and removes the abort marker.
+
+Reads (`get_message`, `read_record`, ...) are synchronous slices of the mapped files. They may
+touch cold pages; all of them go through `CommitLog.read*`, the one place to move to a thread
+later if that shows up in latency.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+
+import structlog
+import trio
+
+from store._cleanup import CleanupService, Clock, DiskUsage, disk_usage_ratio
+from store._dispatcher import ArrivalListener, Dispatcher, parse_delay_levels
+from store._flush import FlushService
+from store._mapped_file import MappedFile
+from store._recovery import RecoveryReport, recover_commitlog
+from store.checkpoint import StoreCheckpoint
+from store.commitlog import CommitLog
+from store.config import StoreConfig
+from store.consume_queue import CQ_UNIT_SIZE, ConsumeQueue
+from store.errors import StoreClosedError, StoreLockedError
+from store.index_file import IndexService
+from store.message import (
+    PROPERTY_WAIT,
+    MessageDecodeError,
+    MessageEncodeError,
+    MessageExt,
+    MessageInner,
+    PropertiesSizeExceededError,
+    decode_record,
+)
+from store.paths import (
+    abort_path,
+    checkpoint_path,
+    commitlog_dir,
+    consume_queue_root,
+    index_dir,
+    lock_path,
+)
+from store.results import (
+    GetMessageResult,
+    GetMessageStatus,
+    PutMessageResult,
+    PutMessageStatus,
+    QueryMessageResult,
+)
+
+__all__ = ["MessageStore"]
+
+log = structlog.get_logger()
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _destroy_all(files: Iterable[MappedFile]) -> None:
+    for mf in files:
+        mf.destroy()
+
+
+class _Stats:
+    __slots__ = ("get_found", "get_total", "put_bytes", "put_msgs", "samples")
+
+    def __init__(self) -> None:
+        self.put_msgs = 0
+        self.put_bytes = 0
+        self.get_total = 0
+        self.get_found = 0
+        self.samples: collections.deque[tuple[float, int, int]] = collections.deque(maxlen=61)
+
+    def sample(self, now: float) -> None:
+        self.samples.append((now, self.put_msgs, self.get_found))
+
+    def tps(self) -> tuple[float, float]:
+        if len(self.samples) < 2:
+            return 0.0, 0.0
+        t1, p1, g1 = self.samples[-1]
+        t0, p0, g0 = self.samples[max(0, len(self.samples) - 11)]
+        dt = t1 - t0
+        if dt <= 0:
+            return 0.0, 0.0
+        return (p1 - p0) / dt, (g1 - g0) / dt
+
+
+class MessageStore:
+    """The message store: commitlog, consume queues, index, recovery, flush and cleanup.
+
+    Args:
+        config: Store configuration.
+        clock: Wall clock (seconds since the epoch) for store timestamps and file ages.
+        disk_usage: Used fraction of the filesystem of a path (cleanup, disk-full refusal).
+
+    Use it as ``async with MessageStore(cfg) as store:``. One process (and one object) at a time
+    may have a directory open: a second one raises `StoreLockedError`.
+    """
+
+    def __init__(
+        self,
+        config: StoreConfig,
+        *,
+        clock: Clock | None = None,
+        disk_usage: DiskUsage | None = None,
+    ) -> None:
+        self.config = config
+        self.root = Path(config.store_path_root_dir)
+        self._clock: Clock = clock or time.time
+        self.commitlog = CommitLog(self.root, config.mapped_file_size_commitlog)
+        index = (
+            IndexService(index_dir(self.root), config.max_hash_slot_num, config.max_index_num)
+            if config.message_index_enable
+            else None
+        )
+        self.dispatcher = Dispatcher(
+            self.root,
+            config.mapped_file_size_consume_queue,
+            index,
+            parse_delay_levels(config.message_delay_level),
+        )
+        self.checkpoint = StoreCheckpoint(checkpoint_path(self.root))
+        self.flush_service = FlushService(
+            self.commitlog,
+            config,
+            consume_queues=lambda: list(self.dispatcher.consume_queues.values()),
+            on_commitlog_flushed=self._on_commitlog_flushed,
+            on_consume_queues_flushed=self._on_consume_queues_flushed,
+        )
+        self.cleanup_service = CleanupService(
+            config,
+            self.commitlog,
+            self.dispatcher,
+            self.flush_service,
+            clock=self._clock,
+            disk_usage=disk_usage or disk_usage_ratio,
+        )
+        self.recovery: RecoveryReport | None = None
+        self.last_exit_ok = True
+        self._lock_fd: int | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._nursery: trio.Nursery | None = None
+        self._running = False
+        self._closing = False
+        self._crash = False
+        self._stats = _Stats()
+
+    # ================================================================== lifecycle
+    async def __aenter__(self) -> MessageStore:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Lock the directory, recover, create the abort marker and start the services.
+
+        Raises:
+            StoreLockedError: The directory is open elsewhere.
+            OSError: The files cannot be created or mapped.
+        """
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._take_lock()
+        try:
+            # Mapping files and scanning records reads the disk: worker thread.
+            await trio.to_thread.run_sync(self._load_and_recover)
+            abort = abort_path(self.root)
+            abort.touch()
+            # Make the abort marker durable before accepting writes.
+            await trio.to_thread.run_sync(_fsync_path, self.root)
+            self.cleanup_service.check_disk()
+            stack = contextlib.AsyncExitStack()
+            await stack.__aenter__()
+            try:
+                self._nursery = await stack.enter_async_context(trio.open_nursery())
+                await self._nursery.start(self.flush_service.run)
+                self._nursery.start_soon(self.cleanup_service.run)
+                self._nursery.start_soon(self._stats_loop)
+            except BaseException:
+                await stack.aclose()
+                raise
+            self._stack = stack
+        except BaseException:
+            self._release_lock()
+            raise
+        self._running = True
+        self._closing = False
+
+    def _take_lock(self) -> None:
+        fd = os.open(lock_path(self.root), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StoreLockedError(f"store {self.root} is open in another process") from None
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _load_and_recover(self) -> None:
+        cfg = self.config
+        abnormal = abort_path(self.root).exists()
+        self.last_exit_ok = not abnormal
+        cl = self.commitlog
+        cl.mfq.load()
+        cqs = self._load_consume_queues()
+        index = self.dispatcher.index
+        if index is not None:
+            # Always keep the index files: `build_index` skips what is already indexed, and
+            # dropping the current file after a crash would lose every key it holds.
+            index.load(True, self.checkpoint.index_msg_timestamp)
+        full = bool(cl.mfq.files) and not any(cq.mfq.files for cq in cqs)
+        if full:
+            log.warning("consume_queues_missing_full_rebuild", root=str(self.root))
+        report, dropped = recover_commitlog(
+            cl,
+            abnormal=abnormal,
+            checkpoint_min_timestamp=self.checkpoint.min_timestamp(),
+            full=full,
+            check_crc=cfg.check_crc_on_recover,
+            max_size=cfg.max_message_size + 64 * 1024,
+            dispatch=self.dispatcher.recovered,
+        )
+        _destroy_all(dropped)
+        self.recovery = report
+        valid_end = report.valid_end
+        min_phy = cl.min_offset
+        table: dict[tuple[str, int], int] = {}
+        for cq in self.dispatcher.consume_queues.values():
+            lost = cq.truncate_dirty(valid_end)
+            if lost:
+                log.warning(
+                    "consume_queue_truncated",
+                    topic=cq.topic,
+                    queue_id=cq.queue_id,
+                    units=lost,
+                    max_offset=cq.max_offset_in_queue,
+                )
+            if cl.mfq.files:
+                cq.correct_min_offset(min_phy)
+            if cq.max_offset_in_queue:
+                table[(cq.topic, cq.queue_id)] = cq.max_offset_in_queue
+        cl.topic_queue_table = table
+        # What recovery repaired (or what the page cache held at a crash) is made durable now.
+        for mf in cl.mfq.files[-2:]:
+            mf.fsync()
+        for cq in self.dispatcher.consume_queues.values():
+            for mf in cq.mfq.flush_plan(cq.mfq.max_offset):
+                mf.fsync()
+            cq.mfq.flushed_to(cq.mfq.max_offset)
+        if report.last_store_timestamp:
+            self.checkpoint.physic_msg_timestamp = report.last_store_timestamp
+            self.checkpoint.logics_msg_timestamp = report.last_store_timestamp
+
+    def _load_consume_queues(self) -> list[ConsumeQueue]:
+        root = consume_queue_root(self.root)
+        out: list[ConsumeQueue] = []
+        if not root.is_dir():
+            return out
+        for topic_dir in sorted(root.iterdir()):
+            if not topic_dir.is_dir():
+                continue
+            for qdir in sorted(topic_dir.iterdir()):
+                if not qdir.is_dir() or not qdir.name.lstrip("-").isdigit():
+                    continue
+                cq = self.dispatcher.get_cq(topic_dir.name, int(qdir.name))
+                cq.load()
+                cq.recover()
+                out.append(cq)
+        return out
+
+    def simulate_crash(self) -> None:
+        """Make the next `close` behave like a killed process (tests): no final flush, no
+        checkpoint, the abort marker stays. Written data stays in the page cache, as after
+        SIGKILL."""
+        self._crash = True
+
+    async def close(self) -> None:
+        """Refuse new puts, flush everything, write the checkpoint, remove the abort marker,
+        release the directory."""
+        if not self._running:
+            return
+        self._closing = True
+        try:
+            if not self._crash:
+                with trio.CancelScope(shield=True):
+                    await self.flush_service.flush_all()
+        finally:
+            if self._nursery is not None:
+                self._nursery.cancel_scope.cancel()
+            try:
+                if self._stack is not None:
+                    await self._stack.aclose()
+            finally:
+                self._stack = None
+                self._nursery = None
+                self._running = False
+                with trio.CancelScope(shield=True):
+                    # Unmapping files, fsync of index and checkpoint: worker thread.
+                    await trio.to_thread.run_sync(self._close_files)
+                self._release_lock()
+
+    def _close_files(self) -> None:
+        index = self.dispatcher.index
+        if not self._crash:
+            if index is not None:
+                self.checkpoint.index_msg_timestamp = max(
+                    index.flush(), self.checkpoint.index_msg_timestamp
+                )
+            ts = self.commitlog.last_store_timestamp
+            if ts:
+                self.checkpoint.physic_msg_timestamp = ts
+                self.checkpoint.logics_msg_timestamp = ts
+            self.checkpoint.flush()
+        if index is not None:
+            index.close()
+        self.commitlog.mfq.close_all()
+        for cq in self.dispatcher.consume_queues.values():
+            cq.mfq.close_all()
+        if not self._crash:
+            abort_path(self.root).unlink(missing_ok=True)
+            _fsync_path(self.root)
+        log.info("store_closed", clean=not self._crash, max_phy_offset=self.max_phy_offset)
+
+    def _on_commitlog_flushed(self, store_timestamp: int) -> None:
+        if store_timestamp:
+            self.checkpoint.physic_msg_timestamp = store_timestamp
+
+    def _on_consume_queues_flushed(self, store_timestamp: int) -> None:
+        # Runs in a worker thread (msync + atomic checkpoint rewrite).
+        index = self.dispatcher.index
+        if index is not None:
+            self.checkpoint.index_msg_timestamp = max(
+                index.flush(), self.checkpoint.index_msg_timestamp
+            )
+        if store_timestamp:
+            self.checkpoint.logics_msg_timestamp = store_timestamp
+        self.checkpoint.flush()
+
+    async def _stats_loop(self) -> None:
+        while True:
+            self._stats.sample(trio.current_time())
+            await trio.sleep(1)
+
+    # ================================================================== puts
+    def _refusal(self) -> str | None:
+        if not self._running or self._closing:
+            return "message store is not running (shutting down or not open)"
+        ratio = self.cleanup_service.disk_ratio
+        if ratio > self.config.disk_hard_ratio:
+            return (
+                f"disk full: the store's filesystem ({self.root}) is {ratio:.1%} used, above "
+                f"the {self.config.disk_hard_ratio:.0%} limit; writes are refused until "
+                "cleanup frees space"
+            )
+        return None
+
+    async def put_message(self, msg: MessageInner) -> PutMessageResult:
+        """Append one message. See `put_messages`."""
+        return await self.put_messages((msg,))
+
+    async def put_messages(self, msgs: Sequence[MessageInner]) -> PutMessageResult:
+        """Append messages of one topic and queue with consecutive queue offsets.
+
+        Under SYNC_FLUSH the call returns once the records are durable (group commit), or with
+        FLUSH_DISK_TIMEOUT after `sync_flush_timeout_ms` (the records stay written), unless a
+        message has WAIT=false.
+
+        Returns:
+            PUT_OK with the append; SERVICE_NOT_AVAILABLE (closing, disk full: see `remark`),
+            MESSAGE_ILLEGAL, PROPERTIES_SIZE_EXCEEDED, CREATE_MAPPED_FILE_FAILED or
+            FLUSH_DISK_TIMEOUT.
+        """
+        reason = self._refusal()
+        if reason is not None:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, None, reason)
+        if not msgs:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "no message")
+        first = msgs[0]
+        max_body = self.config.max_message_size
+        for m in msgs:
+            if len(m.body) > max_body:
+                return PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL,
+                    None,
+                    f"message body is {len(m.body)} bytes, the limit is {max_body}",
+                )
+            if m.topic != first.topic or m.queue_id != first.queue_id:
+                return PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL, None, "a batch must have one topic and queue"
+                )
+        cl = self.commitlog
+        try:
+            records = cl.encode(msgs)
+        except PropertiesSizeExceededError as exc:
+            return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, None, str(exc))
+        except (MessageEncodeError, ValueError) as exc:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, str(exc))
+        now_ms = int(self._clock() * 1000)
+        try:
+            result, requests = cl.append(msgs, records, now_ms)
+        except OSError as exc:
+            log.exception("commitlog_append_failed")
+            return PutMessageResult(
+                PutMessageStatus.CREATE_MAPPED_FILE_FAILED, None, f"commitlog append: {exc}"
+            )
+        end = cl.max_offset
+        dispatch = self.dispatcher.dispatch
+        for req in requests:
+            dispatch(req)
+        stats = self._stats
+        stats.put_msgs += result.msg_num
+        stats.put_bytes += result.wrote_bytes
+        if (
+            self.flush_service.sync
+            and first.properties.get(PROPERTY_WAIT) != "false"
+            and not await self.flush_service.wait_flushed(end)
+        ):
+            return PutMessageResult(
+                PutMessageStatus.FLUSH_DISK_TIMEOUT,
+                result,
+                f"not durable after {self.config.sync_flush_timeout_ms} ms",
+            )
+        return PutMessageResult(PutMessageStatus.PUT_OK, result)
+
+    # ================================================================== gets
+    async def get_message(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int,
+        max_bytes: int,
+        tag_filter: Callable[[int], bool] | None = None,
+    ) -> GetMessageResult:
+        """Read up to `max_msgs` records (and about `max_bytes`) from a queue at `offset`.
+
+        Statuses and next-begin-offset corrections follow RocketMQ 4.9's
+        `DefaultMessageStore.getMessage`: no queue -> NO_MATCHED_LOGIC_QUEUE (next 0); empty
+        queue -> NO_MESSAGE_IN_QUEUE (next 0); offset < min -> OFFSET_TOO_SMALL (next min);
+        offset == max -> OFFSET_OVERFLOW_ONE (next offset); offset > max -> OFFSET_OVERFLOW_BADLY
+        (next min if min is 0, else max); units whose tags code `tag_filter` rejects are skipped
+        (NO_MATCHED_MESSAGE when nothing matched); units whose record is gone give
+        MESSAGE_WAS_REMOVING; a consume-queue file that is gone gives OFFSET_FOUND_NULL.
+
+        Args:
+            group: Consumer group (for statistics only).
+            topic: Topic.
+            queue_id: Queue id.
+            offset: First logical offset wanted.
+            max_msgs: Most records to return.
+            max_bytes: Stop before the total size passes this (at least one record is returned).
+            tag_filter: Tags code -> keep?; None keeps everything.
+        """
+        self._stats.get_total += 1
+        res = self._get(topic, queue_id, offset, max_msgs, max_bytes, tag_filter)
+        if res.message_count:
+            self._stats.get_found += res.message_count
+        return res
+
+    def _get(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int,
+        max_bytes: int,
+        tag_filter: Callable[[int], bool] | None,
+    ) -> GetMessageResult:
+        cq = self.dispatcher.find_cq(topic, queue_id)
+        if cq is None:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0)
+        min_off = cq.min_offset_in_queue
+        max_off = cq.max_offset_in_queue
+        res = GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
+        if max_off == 0:
+            return res
+        if offset < min_off:
+            res.status = GetMessageStatus.OFFSET_TOO_SMALL
+            res.next_begin_offset = min_off
+            return res
+        if offset == max_off:
+            res.status = GetMessageStatus.OFFSET_OVERFLOW_ONE
+            res.next_begin_offset = offset
+            return res
+        if offset > max_off:
+            res.status = GetMessageStatus.OFFSET_OVERFLOW_BADLY
+            res.next_begin_offset = min_off if min_off == 0 else max_off
+            return res
+        max_msgs = max(1, max_msgs)
+        units = cq.read_units(offset, max(16000, max_msgs * CQ_UNIT_SIZE) // CQ_UNIT_SIZE)
+        if units is None:
+            res.status = GetMessageStatus.OFFSET_FOUND_NULL
+            res.next_begin_offset = cq.roll_next_file(offset)
+            return res
+        status = GetMessageStatus.NO_MATCHED_MESSAGE
+        next_phy_file_start = -1
+        read = self.commitlog.read
+        buffers = res.buffers
+        qoffs = res.queue_offsets
+        total = 0
+        i = 0
+        for i, (phy, size, tags) in enumerate(units):
+            if next_phy_file_start >= 0 and phy < next_phy_file_start:
+                continue
+            if buffers and (len(buffers) >= max_msgs or total + size > max_bytes):
+                break
+            if tag_filter is not None and not tag_filter(tags):
+                continue
+            data = read(phy, size)
+            if data is None:
+                if not buffers:
+                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                next_phy_file_start = self.commitlog.roll_next_file(phy)
+                continue
+            buffers.append(data)
+            qoffs.append(offset + i)
+            total += size
+            status = GetMessageStatus.FOUND
+            next_phy_file_start = -1
+        else:
+            i = len(units)
+        res.status = status
+        res.next_begin_offset = offset + i
+        res.message_count = len(buffers)
+        res.buffer_total_size = total
+        return res
+
+    # ================================================================== lookups
+    def read_record(self, phy_offset: int, size: int | None = None) -> bytes | None:
+        """Raw record at a commitlog offset (size read from the record when None)."""
+        if size is None:
+            return self.commitlog.read_record(phy_offset)
+        return self.commitlog.read(phy_offset, size)
+
+    def look_message_by_offset(self, phy_offset: int, size: int | None = None) -> MessageExt | None:
+        """Decoded record at a commitlog offset, or None when there is none."""
+        raw = self.read_record(phy_offset, size)
+        if raw is None:
+            return None
+        try:
+            return decode_record(raw)
+        except MessageDecodeError:
+            return None
+
+    def query_message(
+        self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int
+    ) -> QueryMessageResult:
+        """Records of `topic` whose KEYS or UNIQ_KEY contains `key`, stored in
+        [begin_ts, end_ts], through the index (at most `max_num`)."""
+        res = QueryMessageResult()
+        index = self.dispatcher.index
+        if index is None or max_num <= 0:
+            return res
+        offsets, last_ts, last_phy = index.query(topic, key, max_num, begin_ts, end_ts)
+        res.index_last_update_timestamp = last_ts
+        res.index_last_update_phyoffset = last_phy
+        seen: set[int] = set()
+        for phy in offsets:
+            if phy in seen:
+                continue
+            seen.add(phy)
+            raw = self.commitlog.read_record(phy)
+            if raw is None:
+                continue
+            try:
+                m = decode_record(raw, read_body=False)
+            except MessageDecodeError:
+                continue
+            # The index is a hash: make sure the record really has the key.
+            if m.topic != topic or (key != m.uniq_key and key not in (m.keys or "").split(" ")):
+                continue
+            res.buffers.append(raw)
+            if len(res.buffers) >= max_num:
+                break
+        return res
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """First logical offset stored at or after `timestamp_ms` (max offset if none; 0
+        without a queue)."""
+        cq = self.dispatcher.find_cq(topic, queue_id)
+        if cq is None:
+            return 0
+        return cq.offset_by_time(timestamp_ms, self.commitlog.store_timestamp_at)
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """One past the last logical offset (0 without a queue)."""
+        cq = self.dispatcher.find_cq(topic, queue_id)
+        return 0 if cq is None else cq.max_offset_in_queue
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """First logical offset still stored (0 without a queue)."""
+        cq = self.dispatcher.find_cq(topic, queue_id)
+        return 0 if cq is None else cq.min_offset_in_queue
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
+        """Store timestamp of the message at a logical offset, -1 when there is none."""
+        cq = self.dispatcher.find_cq(topic, queue_id)
+        if cq is None or offset < cq.min_offset_in_queue:
+            return -1
+        unit = cq.get_unit(offset)
+        if unit is None:
+            return -1
+        ts = self.commitlog.store_timestamp_at(unit[0], unit[1])
+        return -1 if ts is None else ts
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        """Store timestamp of the queue's first stored message, -1 when there is none."""
+        cq = self.dispatcher.find_cq(topic, queue_id)
+        if cq is None:
+            return -1
+        return self.get_message_store_timestamp(topic, queue_id, cq.min_offset_in_queue)
+
+    @property
+    def max_phy_offset(self) -> int:
+        """Commitlog offset where the next record goes."""
+        return self.commitlog.max_offset
+
+    @property
+    def min_phy_offset(self) -> int:
+        """First commitlog offset still stored."""
+        return self.commitlog.min_offset
+
+    def add_arrival_listener(self, cb: ArrivalListener) -> None:
+        """Call ``cb(topic, queue_id, new_max_offset)`` after each dispatched record."""
+        self.dispatcher.listeners.append(cb)
+
+    def delete_topics(self, topics: Iterable[str]) -> None:
+        """Forget the consume queues of `topics` and delete their files (in the background when
+        the store is running). The commitlog keeps the records until cleanup."""
+        names = set(topics)
+        doomed: list[ConsumeQueue] = []
+        for key in [k for k in self.dispatcher.consume_queues if k[0] in names]:
+            doomed.append(self.dispatcher.consume_queues.pop(key))
+            self.commitlog.topic_queue_table.pop(key, None)
+        if not doomed:
+            return
+        log.info("topics_deleted", topics=sorted(names), queues=len(doomed))
+        if self._nursery is not None and self._running:
+            self._nursery.start_soon(self._destroy_cqs, doomed, names)
+        else:
+            self._destroy_cqs_sync(doomed, names)
+
+    async def _destroy_cqs(self, cqs: list[ConsumeQueue], topics: set[str]) -> None:
+        async with self.flush_service.cq_lock:
+            # munmap + unlink + rmdir: worker thread.
+            await trio.to_thread.run_sync(self._destroy_cqs_sync, cqs, topics)
+
+    def _destroy_cqs_sync(self, cqs: list[ConsumeQueue], topics: set[str]) -> None:
+        for cq in cqs:
+            _destroy_all(cq.mfq.detach_all())
+            with contextlib.suppress(OSError):
+                cq.mfq.directory.rmdir()
+        for t in topics:
+            with contextlib.suppress(OSError):
+                (consume_queue_root(self.root) / t).rmdir()
+
+    def runtime_info(self) -> dict[str, str]:
+        """Counters for GET_BROKER_RUNTIME_INFO (all values are strings)."""
+        put_tps, get_tps = self._stats.tps()
+        cl = self.commitlog
+        return {
+            "putTps": f"{put_tps:.2f}",
+            "getFoundTps": f"{get_tps:.2f}",
+            "putMessageTotalTimes": str(self._stats.put_msgs),
+            "putMessageSizeTotal": str(self._stats.put_bytes),
+            "getMessageTotalTimes": str(self._stats.get_total),
+            "getMessageFoundTotal": str(self._stats.get_found),
+            "commitLogMinOffset": str(cl.min_offset),
+            "commitLogMaxOffset": str(cl.max_offset),
+            "commitLogDirCapacity": str(commitlog_dir(self.root)),
+            "commitLogDiskRatio": f"{self.cleanup_service.disk_ratio:.4f}",
+            "consumeQueueCount": str(len(self.dispatcher.consume_queues)),
+            "flushRounds": str(self.flush_service.flush_rounds),
+            "commitLogFilesDeleted": str(self.cleanup_service.deleted_files),
+            "diskFull": str(self.cleanup_service.disk_ratio > self.config.disk_hard_ratio).lower(),
+        }
+
+    def _require_open(self) -> None:
+        if not self._running:
+            raise StoreClosedError("the store is not open")

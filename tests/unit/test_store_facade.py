@@ -1,0 +1,242 @@
+"""MessageStore facade: puts, roll-over, gets with every status, lookups, index, listeners."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from store import (
+    GetMessageStatus,
+    MessageStore,
+    PutMessageStatus,
+    StoreConfig,
+    StoreLockedError,
+)
+from store.message import (
+    BLANK_MAGIC_CODE,
+    TRANSACTION_PREPARED_TYPE,
+    MessageInner,
+    decode_record,
+    decode_records,
+    tags_code,
+)
+from store.paths import commitlog_dir, offset_to_file_name
+
+
+def cfg(root: Path, **kw: object) -> StoreConfig:
+    base: dict[str, object] = {
+        "store_path_root_dir": root,
+        "mapped_file_size_commitlog": 4096,
+        "mapped_file_size_consume_queue": 10 * 20,
+        "max_hash_slot_num": 64,
+        "max_index_num": 256,
+        "max_message_size": 2048,
+    }
+    base.update(kw)
+    return StoreConfig.model_validate(base)
+
+
+def msg(topic: str = "T", qid: int = 0, body: bytes = b"x" * 100, **props: str) -> MessageInner:
+    return MessageInner(
+        topic,
+        body,
+        queue_id=qid,
+        properties=dict(props),
+        born_timestamp=1,
+        born_host=("10.0.0.1", 1234),
+        store_host=("10.0.0.2", 10911),
+    )
+
+
+async def test_put_get_roll_over(tmp_path: Path) -> None:
+    async with MessageStore(cfg(tmp_path)) as store:
+        offs = []
+        for i in range(40):
+            r = await store.put_message(msg(body=f"m{i}".encode() * 80))
+            assert r.status is PutMessageStatus.PUT_OK, r
+            assert r.append is not None
+            assert r.append.queue_offset == i
+            offs.append(r.append.wrote_offset)
+        files = sorted(p.name for p in commitlog_dir(tmp_path).iterdir())
+        assert len(files) > 2
+        assert files[0] == offset_to_file_name(0)
+        # records never span files; each file ends with a BLANK record
+        for a in offs:
+            rec = store.read_record(a)
+            assert rec is not None
+            assert a // 4096 == (a + len(rec) - 1) // 4096
+        first_file = (commitlog_dir(tmp_path) / files[0]).read_bytes()
+        last_rec_end = max(a + len(store.read_record(a) or b"") for a in offs if a < 4096)
+        assert int.from_bytes(first_file[last_rec_end + 4 : last_rec_end + 8]) == BLANK_MAGIC_CODE
+        assert store.get_max_offset_in_queue("T", 0) == 40
+        got = []
+        off = 0
+        while True:
+            res = await store.get_message("g", "T", 0, off, 7, 1 << 20)
+            if res.status is not GetMessageStatus.FOUND:
+                assert res.status is GetMessageStatus.OFFSET_OVERFLOW_ONE
+                break
+            got.extend(decode_records(b"".join(res.buffers)))
+            assert res.queue_offsets == list(range(off, off + res.message_count))
+            off = res.next_begin_offset
+        assert [m.body for m in got] == [f"m{i}".encode() * 80 for i in range(40)]
+        assert [m.queue_offset for m in got] == list(range(40))
+        assert [m.commit_log_offset for m in got] == offs
+        info = store.runtime_info()
+        assert info["putMessageTotalTimes"] == "40"
+        assert int(info["commitLogMaxOffset"]) == store.max_phy_offset
+
+
+async def test_batch_consecutive_offsets_and_ids(tmp_path: Path) -> None:
+    async with MessageStore(cfg(tmp_path)) as store:
+        await store.put_message(msg(qid=2))
+        r = await store.put_messages([msg(qid=2, body=bytes([i]) * 300) for i in range(20)])
+        assert r.status is PutMessageStatus.PUT_OK
+        assert r.append is not None
+        assert r.append.queue_offset == 1
+        assert r.append.msg_num == 20
+        assert len(r.append.msg_ids) == 20
+        for i, phy in enumerate(r.append.phy_offsets):
+            m = store.look_message_by_offset(phy)
+            assert m is not None
+            assert m.queue_offset == 1 + i
+            assert m.body == bytes([i]) * 300
+            assert m.msg_id == r.append.msg_ids[i]
+        bad = await store.put_messages([msg(qid=2), msg(qid=3)])
+        assert bad.status is PutMessageStatus.MESSAGE_ILLEGAL
+
+
+async def test_size_limits(tmp_path: Path) -> None:
+    async with MessageStore(cfg(tmp_path)) as store:
+        r = await store.put_message(msg(body=b"x" * 2049))
+        assert r.status is PutMessageStatus.MESSAGE_ILLEGAL
+        assert "2049" in r.remark
+        r = await store.put_message(msg(big="y" * 33000))
+        assert r.status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+        assert store.max_phy_offset == 0  # nothing written
+
+
+async def test_get_statuses(tmp_path: Path) -> None:
+    async with MessageStore(cfg(tmp_path)) as store:
+        res = await store.get_message("g", "NOPE", 0, 0, 32, 1 << 20)
+        assert res.status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+        assert res.next_begin_offset == 0
+        for i in range(5):
+            await store.put_message(msg(TAGS="A" if i % 2 == 0 else "B"))
+        res = await store.get_message("g", "T", 0, 5, 32, 1 << 20)
+        assert res.status is GetMessageStatus.OFFSET_OVERFLOW_ONE
+        assert res.next_begin_offset == 5
+        res = await store.get_message("g", "T", 0, 9, 32, 1 << 20)
+        assert res.status is GetMessageStatus.OFFSET_OVERFLOW_BADLY
+        assert res.next_begin_offset == 0  # RocketMQ: min when min == 0
+        code_b = tags_code("B")
+        res = await store.get_message("g", "T", 0, 0, 32, 1 << 20, lambda c: c == code_b)
+        assert res.status is GetMessageStatus.FOUND
+        assert res.queue_offsets == [1, 3]
+        assert [m.tags for m in decode_records(b"".join(res.buffers))] == ["B", "B"]
+        assert res.next_begin_offset == 5
+        res = await store.get_message("g", "T", 0, 0, 32, 1 << 20, lambda c: False)
+        assert res.status is GetMessageStatus.NO_MATCHED_MESSAGE
+        assert res.next_begin_offset == 5
+        # max_bytes: at least one record, then stop before passing the limit
+        res = await store.get_message("g", "T", 0, 0, 32, 10)
+        assert res.message_count == 1
+        assert res.next_begin_offset == 1
+        # an empty queue that exists
+        store.dispatcher.get_cq("E", 0)
+        res = await store.get_message("g", "E", 0, 3, 32, 1 << 20)
+        assert res.status is GetMessageStatus.NO_MESSAGE_IN_QUEUE
+        assert res.next_begin_offset == 0
+
+
+async def test_transaction_prepared_not_queued(tmp_path: Path) -> None:
+    async with MessageStore(cfg(tmp_path)) as store:
+        await store.put_message(msg())
+        m = msg()
+        m.sys_flag = TRANSACTION_PREPARED_TYPE
+        r = await store.put_message(m)
+        assert r.status is PutMessageStatus.PUT_OK
+        assert r.append is not None
+        assert r.append.queue_offset == 0
+        r2 = await store.put_message(msg())
+        assert r2.append is not None
+        assert r2.append.queue_offset == 1
+        assert store.get_max_offset_in_queue("T", 0) == 2
+        looked = store.look_message_by_offset(r.append.wrote_offset)
+        assert looked is not None
+        assert looked.sys_flag & 0xC == TRANSACTION_PREPARED_TYPE
+
+
+async def test_query_and_times_and_listeners(tmp_path: Path) -> None:
+    now = [1_700_000_000.0]
+    arrivals: list[tuple[str, int, int]] = []
+    async with MessageStore(cfg(tmp_path), clock=lambda: now[0]) as store:
+        store.add_arrival_listener(lambda t, q, m: arrivals.append((t, q, m)))
+        for i in range(10):
+            now[0] += 1
+            await store.put_message(msg(KEYS=f"k{i} common", UNIQ_KEY=f"U{i:030d}"))
+        assert arrivals == [("T", 0, i + 1) for i in range(10)]
+        base = 1_700_000_000_000
+        assert store.get_earliest_message_time("T", 0) == base + 1000
+        assert store.get_message_store_timestamp("T", 0, 4) == base + 5000
+        assert store.get_message_store_timestamp("T", 0, 99) == -1
+        assert store.get_offset_in_queue_by_time("T", 0, base + 5000) == 4
+        assert store.get_offset_in_queue_by_time("T", 0, base + 5500) == 5
+        assert store.get_offset_in_queue_by_time("T", 0, 0) == 0
+        assert store.get_offset_in_queue_by_time("T", 0, base + 99_000) == 10
+        q = store.query_message("T", "k3", 32, 0, base + 99_000)
+        assert [decode_record(b).body for b in q.buffers] == [b"x" * 100]
+        assert decode_record(q.buffers[0]).keys == "k3 common"
+        q = store.query_message("T", "common", 32, 0, base + 99_000)
+        assert len(q.buffers) == 10
+        q = store.query_message("T", "common", 3, 0, base + 99_000)
+        assert len(q.buffers) == 3
+        q = store.query_message("T", f"U{7:030d}", 32, 0, base + 99_000)
+        assert len(q.buffers) == 1
+        assert store.query_message("OTHER", "k3", 32, 0, base + 99_000).buffers == []
+
+
+async def test_lock_and_refusal_after_close(tmp_path: Path) -> None:
+    store = MessageStore(cfg(tmp_path))
+    async with store:
+        with pytest.raises(StoreLockedError):
+            async with MessageStore(cfg(tmp_path)):
+                pass
+        assert (tmp_path / "abort").exists()
+    assert not (tmp_path / "abort").exists()
+    r = await store.put_message(msg())
+    assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+    assert "not running" in r.remark
+
+
+async def test_sync_flush_group_commit(tmp_path: Path) -> None:
+    async with MessageStore(cfg(tmp_path, flush_disk_type="SYNC_FLUSH")) as store:
+        results = []
+
+        async def put(i: int) -> None:
+            results.append(await store.put_message(msg(body=bytes([i]) * 200)))
+
+        async with trio.open_nursery() as n:
+            for i in range(50):
+                n.start_soon(put, i)
+        assert all(r.status is PutMessageStatus.PUT_OK for r in results)
+        assert store.commitlog.mfq.flushed_where == store.max_phy_offset
+        # group commit: far fewer fsync rounds than puts
+        assert store.flush_service.flush_rounds < 50
+
+
+async def test_delete_topics(tmp_path: Path) -> None:
+    async with MessageStore(cfg(tmp_path)) as store:
+        for q in range(3):
+            await store.put_message(msg("D", q))
+        await store.put_message(msg("K", 0))
+        store.delete_topics(["D"])
+        assert store.get_max_offset_in_queue("D", 0) == 0
+        res = await store.get_message("g", "D", 0, 0, 32, 1 << 20)
+        assert res.status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+        r = await store.put_message(msg("D", 0))
+        assert r.append is not None
+        assert r.append.queue_offset == 0
+        assert store.get_max_offset_in_queue("K", 0) == 1
