@@ -54,6 +54,11 @@ class NameServer:
         """`host:port` once started."""
         return f"{self.host}:{self.port}"
 
+    @property
+    def connections(self) -> list[Connection]:
+        """The open client and broker connections."""
+        return self._server.connections
+
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; reports the bound port through `task_status`.
 
