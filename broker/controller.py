@@ -1,0 +1,317 @@
+"""`BrokerController`: owns the store, the remoting server and client, managers and services.
+
+    async with BrokerController(config) as broker:   # listening and registered
+        ...
+    # or: await nursery.start(BrokerController(config).run)
+
+`stop()` (the CLI calls it on SIGTERM/SIGINT) shuts down in order: stop accepting and cancel
+the services, unregister from the NameServers, persist offsets, topics and subscription groups,
+close the store (flush, checkpoint, remove the abort marker).
+"""
+
+from __future__ import annotations
+
+import collections
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any, Self
+
+import structlog
+import trio
+
+from broker.config import BrokerConfig, parse_host_port
+from broker.consumer_manager import ConsumerManager
+from broker.long_polling import LongPollingService
+from broker.offset_manager import OffsetManager
+from broker.processors.admin import AdminProcessor
+from broker.processors.client_manage import ClientManageProcessor
+from broker.processors.consumer_manage import ConsumerManageProcessor
+from broker.processors.pull import PullProcessor
+from broker.processors.query import QueryProcessor
+from broker.processors.send import SendProcessor
+from broker.producer_manager import ProducerManager
+from broker.registration import RegistrationService
+from broker.subscription_manager import SubscriptionManager
+from broker.topic_manager import TopicManager
+from remoting import Connection, RemotingClient, RemotingServer, SerializeType
+from remoting.codes import RequestCode as R
+from store import MessageStore
+
+log = structlog.get_logger()
+
+
+class BrokerStats:
+    """Message counters and TPS over the last ten seconds."""
+
+    def __init__(self) -> None:
+        self.put_count = 0
+        self.get_count = 0
+        self._samples: collections.deque[tuple[float, int, int]] = collections.deque(maxlen=11)
+
+    def sample(self, now: float) -> None:
+        self._samples.append((now, self.put_count, self.get_count))
+
+    def tps(self) -> tuple[float, float]:
+        if len(self._samples) < 2:
+            return 0.0, 0.0
+        t0, p0, g0 = self._samples[0]
+        t1, p1, g1 = self._samples[-1]
+        dt = t1 - t0
+        if dt <= 0:
+            return 0.0, 0.0
+        return (p1 - p0) / dt, (g1 - g0) / dt
+
+
+def _resolve_ip(host: str) -> str:
+    try:
+        return socket.gethostbyname(host)
+    except OSError:
+        return "127.0.0.1"
+
+
+class BrokerController:
+    """One broker process's worth of state and services.
+
+    Args:
+        config: the broker configuration.
+    """
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        store_dir = config.store_path
+        self.topics = TopicManager(
+            store_dir,
+            cluster_name=config.broker_cluster_name,
+            broker_name=config.broker_name,
+            auto_create_topic_enable=config.auto_create_topic_enable,
+            default_topic_queue_nums=config.default_topic_queue_nums,
+            cluster_topic_enable=config.cluster_topic_enable,
+            broker_topic_enable=config.broker_topic_enable,
+        )
+        self.offsets = OffsetManager(store_dir)
+        self.subscriptions = SubscriptionManager(
+            store_dir, auto_create=config.auto_create_subscription_group
+        )
+        self.consumers = ConsumerManager()
+        self.producers = ProducerManager()
+        self.long_polling = LongPollingService(config.max_parked_pulls)
+        self.stats = BrokerStats()
+        host, port = config.listen_host_port
+        self.server = RemotingServer(host, port)
+        self.client = RemotingClient(serialize_type=SerializeType.JSON)
+        self.registration = RegistrationService(
+            self.client,
+            config.namesrv_addrs,
+            identity=(config.broker_cluster_name, config.broker_name, config.broker_id),
+            broker_addr=lambda: self.addr,
+            topics=lambda: (self.topics.table(), self.topics.data_version),
+            period_ms=config.register_name_server_period_ms,
+            timeout_ms=config.register_timeout_ms,
+        )
+        self.send = SendProcessor(self)
+        self.pull = PullProcessor(self)
+        self.consumer_manage = ConsumerManageProcessor(self)
+        self.client_manage = ClientManageProcessor(self)
+        self.admin = AdminProcessor(self)
+        self.query = QueryProcessor(self)
+        self._store: MessageStore | None = None
+        self._nursery: trio.Nursery | None = None
+        self._stop = trio.Event()
+        self._stack_nursery: trio.Nursery | None = None
+        self.port = 0
+        self.addr = config.advertise or config.listen
+        self.store_host: tuple[str, int] = ("127.0.0.1", port)
+        self.boot_timestamp_ms = int(time.time() * 1000)
+        self._register_processors()
+
+    # -- wiring ----------------------------------------------------------------------------
+    def _register_processors(self) -> None:
+        s = self.server
+        reg = s.register_processor
+        # send
+        reg(R.SEND_MESSAGE, self.send.send_message)
+        reg(R.SEND_MESSAGE_V2, self.send.send_message)
+        reg(R.SEND_BATCH_MESSAGE, self.send.send_batch)
+        # pull
+        reg(R.PULL_MESSAGE, self.pull.pull_message)
+        # offsets and consumer lists
+        reg(R.QUERY_CONSUMER_OFFSET, self.consumer_manage.query_consumer_offset)
+        reg(R.UPDATE_CONSUMER_OFFSET, self.consumer_manage.update_consumer_offset)
+        reg(R.GET_CONSUMER_LIST_BY_GROUP, self.consumer_manage.get_consumer_list_by_group)
+        # clients
+        reg(R.HEART_BEAT, self.client_manage.heart_beat)
+        reg(R.UNREGISTER_CLIENT, self.client_manage.unregister_client)
+        reg(R.GET_CONSUMER_CONNECTION_LIST, self.client_manage.get_consumer_connection_list)
+        # lookups
+        reg(R.QUERY_MESSAGE, self.query.query_message)
+        reg(R.VIEW_MESSAGE_BY_ID, self.query.view_message_by_id)
+        # admin
+        reg(R.UPDATE_AND_CREATE_TOPIC, self.admin.update_and_create_topic)
+        reg(R.DELETE_TOPIC_IN_BROKER, self.admin.delete_topic_in_broker)
+        reg(R.GET_ALL_TOPIC_CONFIG, self.admin.get_all_topic_config)
+        reg(R.GET_MAX_OFFSET, self.admin.get_max_offset)
+        reg(R.GET_MIN_OFFSET, self.admin.get_min_offset)
+        reg(R.SEARCH_OFFSET_BY_TIMESTAMP, self.admin.search_offset_by_timestamp)
+        reg(R.GET_EARLIEST_MSG_STORETIME, self.admin.get_earliest_msg_storetime)
+        reg(R.GET_BROKER_RUNTIME_INFO, self.admin.get_broker_runtime_info)
+        reg(R.GET_TOPIC_STATS_INFO, self.admin.get_topic_stats_info)
+        reg(R.GET_CONSUME_STATS, self.admin.get_consume_stats)
+        reg(R.GET_ALL_CONSUMER_OFFSET, self.admin.get_all_consumer_offset)
+        reg(R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self.admin.get_all_subscription_group_config)
+        reg(R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, self.admin.update_and_create_subscription_group)
+        reg(R.GET_BROKER_CONFIG, self.admin.get_broker_config)
+        # connection lifecycle
+        s.on_disconnect(self._on_disconnect)
+
+    @property
+    def store(self) -> MessageStore:
+        if self._store is None:
+            raise RuntimeError("the broker's store is not open")
+        return self._store
+
+    # -- services used by processors ---------------------------------------------------------
+    def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run `fn(*args)` in the broker's nursery (dropped when stopping)."""
+        if self._nursery is not None:
+            self._nursery.start_soon(fn, *args)
+
+    def on_topics_changed(self) -> None:
+        """A topic was created, changed or deleted: persist soon and re-register at once."""
+        self.registration.trigger()
+
+    async def persist_topics(self) -> None:
+        # fsync blocks: worker thread.
+        await trio.to_thread.run_sync(self.topics.persist)
+
+    async def persist_subscriptions(self) -> None:
+        # fsync blocks: worker thread.
+        await trio.to_thread.run_sync(self.subscriptions.persist)
+
+    async def persist_all(self) -> None:
+        """Write every dirty config file (offsets, topics, subscription groups)."""
+        if self.offsets.dirty:
+            await trio.to_thread.run_sync(self.offsets.persist)
+        if self.topics.dirty:
+            await self.persist_topics()
+        if self.subscriptions.dirty:
+            await self.persist_subscriptions()
+
+    def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
+        self.long_polling.notify(topic, queue_id, max_offset)
+
+    def _on_disconnect(self, conn: Connection) -> None:
+        changed = self.consumers.remove_channel(conn)
+        self.producers.remove_channel(conn)
+        for group in changed:
+            self.client_manage.notify_group(group)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask `run` to shut down cleanly."""
+        self._stop.set()
+
+    async def _load(self) -> None:
+        # Small JSON files, but still disk reads: keep them off the event loop.
+        await trio.to_thread.run_sync(self.topics.load)
+        await trio.to_thread.run_sync(self.offsets.load)
+        await trio.to_thread.run_sync(self.subscriptions.load)
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the broker until `stop()`; `task_status.started(port)` once listening and after
+        the first registration round."""
+        cfg = self.config
+        await self._load()
+        async with MessageStore(cfg.store_config()) as store:
+            self._store = store
+            store.add_arrival_listener(self._on_arrival)
+            async with self.client:
+                try:
+                    async with trio.open_nursery() as nursery:
+                        self._nursery = nursery
+                        port = await nursery.start(self.server.run)
+                        self.port = port
+                        self.addr = cfg.advertise_addr(port)
+                        host, aport = parse_host_port(self.addr)
+                        self.store_host = (await trio.to_thread.run_sync(_resolve_ip, host), aport)
+                        if self.topics.dirty:
+                            await self.persist_topics()
+                        registered = await self.registration.register_all()
+                        nursery.start_soon(self.registration.run)
+                        nursery.start_soon(self._persist_loop)
+                        nursery.start_soon(self._scan_loop)
+                        nursery.start_soon(self._stats_loop)
+                        log.info(
+                            "broker_started",
+                            broker_name=cfg.broker_name,
+                            cluster=cfg.broker_cluster_name,
+                            broker_id=cfg.broker_id,
+                            addr=self.addr,
+                            port=port,
+                            store_dir=str(cfg.store_path),
+                            flush=cfg.flush_disk_type,
+                            namesrv=cfg.namesrv_addrs,
+                            registered=registered,
+                        )
+                        task_status.started(port)
+                        await self._stop.wait()
+                        log.info("broker_stopping")
+                        nursery.cancel_scope.cancel()
+                finally:
+                    self._nursery = None
+                    with trio.CancelScope(shield=True):
+                        self.long_polling.wake_all()
+                        with trio.move_on_after(3):
+                            await self.registration.unregister_all()
+                        await self.persist_all()
+            self._store = None
+        log.info("broker_stopped", broker_name=cfg.broker_name)
+
+    async def __aenter__(self) -> Self:
+        self._cm_nursery_mgr = trio.open_nursery()
+        nursery = await self._cm_nursery_mgr.__aenter__()
+        self._stack_nursery = nursery
+        try:
+            await nursery.start(self.run)
+        except BaseException as exc:
+            await self._cm_nursery_mgr.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        self.stop()
+        return await self._cm_nursery_mgr.__aexit__(exc_type, exc, tb)
+
+    # -- periodic tasks ----------------------------------------------------------------------
+    async def _persist_loop(self) -> None:
+        period = self.config.consumer_offset_persist_interval_ms / 1000
+        while True:
+            await trio.sleep(period)
+            try:
+                await self.persist_all()
+            except OSError as exc:
+                log.error("config_persist_failed", error=str(exc))  # noqa: TRY400
+
+    async def _scan_loop(self) -> None:
+        period = self.config.client_scan_interval_ms / 1000
+        idle = self.config.channel_idle_timeout_ms
+        while True:
+            await trio.sleep(period)
+            for group, channel in self.consumers.scan_idle(idle):
+                if isinstance(channel, Connection):
+                    channel.close()
+                self.client_manage.notify_group(group)
+            for channel in self.producers.scan_idle(idle):
+                if isinstance(channel, Connection):
+                    channel.close()
+
+    async def _stats_loop(self) -> None:
+        while True:
+            self.stats.sample(trio.current_time())
+            await trio.sleep(1)

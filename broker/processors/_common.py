@@ -1,0 +1,59 @@
+"""Helpers shared by the processors: error responses and the exception guard."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import structlog
+
+from remoting import Connection, HeaderError, RemotingCommand, ResponseCode
+
+log = structlog.get_logger()
+
+S = TypeVar("S")
+MethodHandler = Callable[[S, Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
+
+
+def error(cmd: RemotingCommand, code: int, remark: str) -> RemotingCommand:
+    """A response with `code` and `remark`."""
+    return cmd.make_response(code, remark)
+
+
+def guarded(
+    header_error_code: int = ResponseCode.SYSTEM_ERROR,
+) -> Callable[[MethodHandler[S]], MethodHandler[S]]:
+    """Turn a bad header into `header_error_code` and any other exception into SYSTEM_ERROR.
+
+    The remark names the bad field or the exception, so a client sees why.
+    """
+
+    def deco(fn: MethodHandler[S]) -> MethodHandler[S]:
+        @functools.wraps(fn)
+        async def wrapper(
+            self: S, conn: Connection, cmd: RemotingCommand
+        ) -> RemotingCommand | None:
+            try:
+                return await fn(self, conn, cmd)
+            except HeaderError as exc:
+                return error(cmd, header_error_code, f"bad request header: {exc}")
+            except ValueError as exc:
+                return error(cmd, ResponseCode.SYSTEM_ERROR, f"bad request: {exc}")
+            except Exception as exc:
+                log.exception("handler_failed", code=cmd.code, peer=conn.remote_address)
+                return error(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+        return wrapper
+
+    return deco
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    """'ip:port' -> (ip, port); a bracketed IPv6 host loses its brackets."""
+    host, _, port = addr.rpartition(":")
+    host = host.strip("[]")
+    try:
+        return host or "127.0.0.1", int(port)
+    except ValueError:
+        return host or "127.0.0.1", 0

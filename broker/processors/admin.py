@@ -1,0 +1,323 @@
+"""Admin requests: topics, offsets by queue, runtime info, stats, subscription groups, config."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import structlog
+import trio
+
+from broker.processors._common import error, guarded
+from broker.topic_manager import AUTO_CREATE_TOPIC_KEY, validate_topic
+from remoting import Connection, RemotingCommand, ResponseCode
+from remoting.protocol.bodies import (
+    ConsumeStats,
+    KVTable,
+    MessageQueue,
+    OffsetWrapper,
+    SubscriptionGroupConfig,
+    TopicOffset,
+    TopicStatsTable,
+    dumps,
+)
+from remoting.protocol.headers import (
+    CreateTopicRequestHeader,
+    DeleteTopicRequestHeader,
+    GetConsumeStatsRequestHeader,
+    GetEarliestMsgStoretimeRequestHeader,
+    GetEarliestMsgStoretimeResponseHeader,
+    GetMaxOffsetRequestHeader,
+    GetMaxOffsetResponseHeader,
+    GetMinOffsetRequestHeader,
+    GetMinOffsetResponseHeader,
+    GetTopicStatsInfoRequestHeader,
+    SearchOffsetRequestHeader,
+    SearchOffsetResponseHeader,
+)
+from remoting.protocol.route import TopicConfig, TopicConfigSerializeWrapper
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+log = structlog.get_logger()
+
+MAX_QUEUE_NUMS = 1024
+BROKER_VERSION = 409  # MQVersion ordinal reported (V4_9_8)
+BROKER_VERSION_DESC = "V4_9_8"
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+class AdminProcessor:
+    """Admin handlers (mqadmin and the Java admin tools use these)."""
+
+    def __init__(self, ctrl: BrokerController) -> None:
+        self.ctrl = ctrl
+
+    # -- topics ----------------------------------------------------------------------------
+    @guarded()
+    async def update_and_create_topic(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        hdr = CreateTopicRequestHeader.from_fields(cmd.ext_fields)
+        ctrl = self.ctrl
+        reason = validate_topic(hdr.topic)
+        if reason is not None:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, reason)
+        if hdr.topic == ctrl.config.broker_cluster_name:
+            return error(
+                cmd,
+                ResponseCode.SYSTEM_ERROR,
+                f"the topic[{hdr.topic}] conflicts with a system reserved word",
+            )
+        for what, n in (
+            ("readQueueNums", hdr.read_queue_nums),
+            ("writeQueueNums", hdr.write_queue_nums),
+        ):
+            if not 0 < n <= MAX_QUEUE_NUMS:
+                return error(
+                    cmd,
+                    ResponseCode.SYSTEM_ERROR,
+                    f"{what} {n} must be between 1 and {MAX_QUEUE_NUMS}",
+                )
+        if not 0 <= hdr.perm <= 0xF:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, f"perm {hdr.perm} is not a permission")
+        if hdr.topic_filter_type not in ("SINGLE_TAG", "MULTI_TAG"):
+            return error(
+                cmd,
+                ResponseCode.SYSTEM_ERROR,
+                f"topicFilterType {hdr.topic_filter_type!r} is not SINGLE_TAG or MULTI_TAG",
+            )
+        cfg = TopicConfig(
+            topic_name=hdr.topic,
+            read_queue_nums=hdr.read_queue_nums,
+            write_queue_nums=hdr.write_queue_nums,
+            perm=hdr.perm,
+            topic_filter_type=hdr.topic_filter_type,
+            topic_sys_flag=hdr.topic_sys_flag or 0,
+            order=hdr.order,
+        )
+        if ctrl.topics.update(cfg):
+            await ctrl.persist_topics()
+            ctrl.on_topics_changed()
+        return cmd.make_response(ResponseCode.SUCCESS)
+
+    @guarded()
+    async def delete_topic_in_broker(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        hdr = DeleteTopicRequestHeader.from_fields(cmd.ext_fields)
+        ctrl = self.ctrl
+        if hdr.topic == AUTO_CREATE_TOPIC_KEY or hdr.topic in (
+            ctrl.config.broker_cluster_name,
+            ctrl.config.broker_name,
+        ):
+            return error(
+                cmd, ResponseCode.SYSTEM_ERROR, f"the system topic[{hdr.topic}] cannot be deleted"
+            )
+        if ctrl.topics.delete(hdr.topic):
+            ctrl.offsets.remove_topics([hdr.topic])
+            ctrl.store.delete_topics([hdr.topic])
+            await ctrl.persist_topics()
+            ctrl.on_topics_changed()
+        return cmd.make_response(ResponseCode.SUCCESS)
+
+    @guarded()
+    async def get_all_topic_config(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        body = TopicConfigSerializeWrapper(
+            self.ctrl.topics.table(), self.ctrl.topics.data_version
+        ).to_json()
+        return cmd.make_response(ResponseCode.SUCCESS, body=body)
+
+    # -- queue offsets ------------------------------------------------------------------------
+    @guarded()
+    async def get_max_offset(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        hdr = GetMaxOffsetRequestHeader.from_fields(cmd.ext_fields)
+        offset = self.ctrl.store.get_max_offset_in_queue(hdr.topic, hdr.queue_id)
+        return cmd.make_response(
+            ResponseCode.SUCCESS, ext_fields=GetMaxOffsetResponseHeader(offset=offset).to_fields()
+        )
+
+    @guarded()
+    async def get_min_offset(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        hdr = GetMinOffsetRequestHeader.from_fields(cmd.ext_fields)
+        offset = self.ctrl.store.get_min_offset_in_queue(hdr.topic, hdr.queue_id)
+        return cmd.make_response(
+            ResponseCode.SUCCESS, ext_fields=GetMinOffsetResponseHeader(offset=offset).to_fields()
+        )
+
+    @guarded()
+    async def search_offset_by_timestamp(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        hdr = SearchOffsetRequestHeader.from_fields(cmd.ext_fields)
+        offset = self.ctrl.store.get_offset_in_queue_by_time(hdr.topic, hdr.queue_id, hdr.timestamp)
+        return cmd.make_response(
+            ResponseCode.SUCCESS, ext_fields=SearchOffsetResponseHeader(offset=offset).to_fields()
+        )
+
+    @guarded()
+    async def get_earliest_msg_storetime(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        hdr = GetEarliestMsgStoretimeRequestHeader.from_fields(cmd.ext_fields)
+        ts = self.ctrl.store.get_earliest_message_time(hdr.topic, hdr.queue_id)
+        return cmd.make_response(
+            ResponseCode.SUCCESS,
+            ext_fields=GetEarliestMsgStoretimeResponseHeader(timestamp=ts).to_fields(),
+        )
+
+    # -- runtime info and stats -------------------------------------------------------------
+    @guarded()
+    async def get_broker_runtime_info(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        ctrl = self.ctrl
+        store = ctrl.store
+        stats = ctrl.stats
+        table: dict[str, str] = {}
+        try:
+            table.update({str(k): str(v) for k, v in store.runtime_info().items()})
+        except Exception as exc:  # the store's extra figures are optional
+            log.warning("store_runtime_info_failed", error=str(exc))
+        put_tps, get_tps = stats.tps()
+        table.update(
+            {
+                "brokerVersion": str(BROKER_VERSION),
+                "brokerVersionDesc": BROKER_VERSION_DESC,
+                "bootTimestamp": str(ctrl.boot_timestamp_ms),
+                "runtime": _uptime(ctrl.boot_timestamp_ms),
+                "commitLogMaxOffset": str(store.max_phy_offset),
+                "commitLogMinOffset": str(store.min_phy_offset),
+                "msgPutTotalTodayNow": str(stats.put_count),
+                "msgGetTotalTodayNow": str(stats.get_count),
+                "putTps": f"{put_tps:.2f} {put_tps:.2f} {put_tps:.2f}",
+                "getTransferedTps": f"{get_tps:.2f} {get_tps:.2f} {get_tps:.2f}",
+                "parkedPulls": str(ctrl.long_polling.parked_count),
+                "topicCount": str(len(ctrl.topics)),
+            }
+        )
+        table.update(await _disk_usage(ctrl.config.store_path))
+        return cmd.make_response(ResponseCode.SUCCESS, body=KVTable(table).to_json())
+
+    @guarded()
+    async def get_topic_stats_info(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        hdr = GetTopicStatsInfoRequestHeader.from_fields(cmd.ext_fields)
+        ctrl = self.ctrl
+        cfg = ctrl.topics.get(hdr.topic)
+        if cfg is None:
+            return error(cmd, ResponseCode.TOPIC_NOT_EXIST, f"topic[{hdr.topic}] not exist")
+        table = {}
+        for qid in range(cfg.write_queue_nums):
+            mx = ctrl.store.get_max_offset_in_queue(hdr.topic, qid)
+            last = ctrl.store.get_message_store_timestamp(hdr.topic, qid, mx - 1) if mx > 0 else 0
+            table[MessageQueue(hdr.topic, ctrl.config.broker_name, qid)] = TopicOffset(
+                ctrl.store.get_min_offset_in_queue(hdr.topic, qid), mx, max(0, last)
+            )
+        return cmd.make_response(ResponseCode.SUCCESS, body=TopicStatsTable(table).to_json())
+
+    @guarded()
+    async def get_consume_stats(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        hdr = GetConsumeStatsRequestHeader.from_fields(cmd.ext_fields)
+        ctrl = self.ctrl
+        topics = (
+            [hdr.topic] if hdr.topic else sorted(ctrl.offsets.topics_of_group(hdr.consumer_group))
+        )
+        table = {}
+        for topic in topics:
+            cfg = ctrl.topics.get(topic)
+            if cfg is None:
+                continue
+            for qid in range(cfg.write_queue_nums):
+                broker_offset = max(0, ctrl.store.get_max_offset_in_queue(topic, qid))
+                consumer_offset = max(0, ctrl.offsets.query(hdr.consumer_group, topic, qid))
+                last = 0
+                if consumer_offset > 0:
+                    last = max(
+                        0,
+                        ctrl.store.get_message_store_timestamp(topic, qid, consumer_offset - 1),
+                    )
+                table[MessageQueue(topic, ctrl.config.broker_name, qid)] = OffsetWrapper(
+                    broker_offset, consumer_offset, last
+                )
+        _, get_tps = ctrl.stats.tps()
+        body = ConsumeStats(table, round(get_tps, 2)).to_json()
+        return cmd.make_response(ResponseCode.SUCCESS, body=body)
+
+    @guarded()
+    async def get_all_consumer_offset(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        return cmd.make_response(ResponseCode.SUCCESS, body=self.ctrl.offsets.encode())
+
+    # -- subscription groups -----------------------------------------------------------------
+    @guarded()
+    async def get_all_subscription_group_config(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        return cmd.make_response(ResponseCode.SUCCESS, body=self.ctrl.subscriptions.encode())
+
+    @guarded()
+    async def update_and_create_subscription_group(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        cfg = SubscriptionGroupConfig.from_json(cmd.body_bytes())
+        if not cfg.group_name:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, "groupName is empty")
+        self.ctrl.subscriptions.update(cfg)
+        await self.ctrl.persist_subscriptions()
+        log.info("subscription_group_updated", group=cfg.group_name)
+        return cmd.make_response(ResponseCode.SUCCESS)
+
+    # -- configuration --------------------------------------------------------------------------
+    @guarded()
+    async def get_broker_config(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        """The configuration as `key=value` lines (RocketMQ's camelCase names)."""
+        values = self.ctrl.config.model_dump()
+        lines = [f"{_camel(k)}={'' if v is None else v}" for k, v in sorted(values.items())]
+        body = ("\n".join(lines) + "\n").encode()
+        version = dumps(self.ctrl.topics.data_version.to_dict()).decode()
+        return cmd.make_response(ResponseCode.SUCCESS, ext_fields={"version": version}, body=body)
+
+
+def _uptime(boot_ms: int) -> str:
+    secs = max(0, int(time.time() - boot_ms / 1000))
+    d, rem = divmod(secs, 86400)
+    h, rem = divmod(rem, 3600)
+    m, s = divmod(rem, 60)
+    return f"[ {d} days, {h} hours, {m} minutes, {s} seconds ]"
+
+
+async def _disk_usage(path: object) -> dict[str, str]:
+    import shutil
+    from pathlib import Path
+
+    def usage() -> dict[str, str]:
+        p = Path(str(path))
+        while not p.exists() and p != p.parent:
+            p = p.parent
+        du = shutil.disk_usage(p)
+        ratio = du.used / du.total if du.total else 0.0
+        return {
+            "commitLogDirCapacity": f"Total : {du.total} Free : {du.free}",
+            "commitLogDiskRatio": f"{ratio:.4f}",
+        }
+
+    # statvfs can block on a slow or network file system.
+    return await trio.to_thread.run_sync(usage)

@@ -1,0 +1,150 @@
+"""HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_CONNECTION_LIST (203).
+
+When a consumer group gains or loses a member, NOTIFY_CONSUMER_IDS_CHANGED (40) goes oneway to
+every remaining member so they rebalance at once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import structlog
+
+from broker.consumer_manager import ClientChannelInfo
+from broker.processors._common import error, guarded
+from broker.topic_manager import retry_topic
+from remoting import (
+    Connection,
+    LanguageCode,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    SerializeType,
+)
+from remoting.protocol.bodies import (
+    ConnectionInfo,
+    ConsumerConnection,
+    HeartbeatData,
+)
+from remoting.protocol.headers import (
+    GetConsumerConnectionListRequestHeader,
+    NotifyConsumerIdsChangedRequestHeader,
+    UnregisterClientRequestHeader,
+)
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+log = structlog.get_logger()
+
+ATTR_SERIALIZE_TYPE = "serialize_type"
+ATTR_CLIENT_ID = "client_id"
+
+
+def language_name(code: int) -> str:
+    try:
+        return LanguageCode(code).name
+    except ValueError:
+        return "OTHER"
+
+
+class ClientManageProcessor:
+    """Heartbeats and client registration."""
+
+    def __init__(self, ctrl: BrokerController) -> None:
+        self.ctrl = ctrl
+
+    @guarded()
+    async def heart_beat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        data = HeartbeatData.from_json(cmd.body_bytes())
+        ctrl = self.ctrl
+        conn.attributes[ATTR_SERIALIZE_TYPE] = cmd.serialize_type
+        conn.attributes[ATTR_CLIENT_ID] = data.client_id
+        language = language_name(cmd.language)
+        for cd in data.consumer_data_set:
+            group = ctrl.subscriptions.find_or_create(cd.group_name)
+            notify = True
+            if group is not None:
+                notify = group.notify_consumer_ids_changed_enable
+                if ctrl.topics.get(retry_topic(cd.group_name)) is None:
+                    ctrl.topics.create_in_send_back(
+                        retry_topic(cd.group_name), max(1, group.retry_queue_nums)
+                    )
+                    ctrl.on_topics_changed()
+            changed = ctrl.consumers.register(
+                cd.group_name,
+                ClientChannelInfo(conn, data.client_id, language, cmd.version),
+                consume_type=cd.consume_type,
+                message_model=cd.message_model,
+                consume_from_where=cd.consume_from_where,
+                subscriptions=cd.subscription_data_set,
+            )
+            if changed and notify:
+                self.notify_group(cd.group_name)
+        for pd in data.producer_data_set:
+            ctrl.producers.register(
+                pd.group_name, ClientChannelInfo(conn, data.client_id, language, cmd.version)
+            )
+        return cmd.make_response(ResponseCode.SUCCESS)
+
+    @guarded()
+    async def unregister_client(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        hdr = UnregisterClientRequestHeader.from_fields(cmd.ext_fields)
+        if hdr.producer_group:
+            self.ctrl.producers.unregister(hdr.producer_group, hdr.client_id)
+        if hdr.consumer_group and self.ctrl.consumers.unregister(hdr.consumer_group, hdr.client_id):
+            group = self.ctrl.subscriptions.get(hdr.consumer_group)
+            if group is None or group.notify_consumer_ids_changed_enable:
+                self.notify_group(hdr.consumer_group)
+        return cmd.make_response(ResponseCode.SUCCESS)
+
+    @guarded()
+    async def get_consumer_connection_list(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        hdr = GetConsumerConnectionListRequestHeader.from_fields(cmd.ext_fields)
+        info = self.ctrl.consumers.get(hdr.consumer_group)
+        if info is None:
+            return error(
+                cmd,
+                ResponseCode.CONSUMER_NOT_ONLINE,
+                f"the consumer group[{hdr.consumer_group}] not online",
+            )
+        body = ConsumerConnection(
+            [
+                ConnectionInfo(c.client_id, c.channel.remote_address, c.language, c.version)
+                for c in info.channels.values()
+            ],
+            dict(info.subscriptions),
+            info.consume_type,
+            info.message_model,
+            info.consume_from_where,
+        ).to_json()
+        return cmd.make_response(ResponseCode.SUCCESS, body=body)
+
+    # -- notifications -----------------------------------------------------------------------
+    def notify_group(self, group: str) -> None:
+        """Send NOTIFY_CONSUMER_IDS_CHANGED oneway to every member of `group` (in background)."""
+        info = self.ctrl.consumers.get(group)
+        if info is None:
+            return
+        fields = NotifyConsumerIdsChangedRequestHeader(consumer_group=group).to_fields()
+        for member in info.channels.values():
+            channel = member.channel
+            if isinstance(channel, Connection) and not channel.closed:
+                st = channel.attributes.get(ATTR_SERIALIZE_TYPE, SerializeType.JSON)
+                req = RemotingCommand.request(
+                    RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                    fields,
+                    oneway=True,
+                    serialize_type=int(st) if isinstance(st, int) else SerializeType.JSON,
+                )
+                self.ctrl.spawn(self._send_oneway, channel, req)
+
+    async def _send_oneway(self, channel: Connection, req: RemotingCommand) -> None:
+        try:
+            await channel.invoke_oneway(req)
+        except Exception as exc:
+            log.info("notify_consumer_failed", peer=channel.remote_address, error=str(exc))

@@ -1,0 +1,68 @@
+"""QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), GET_CONSUMER_LIST_BY_GROUP (38)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from broker.processors._common import error, guarded
+from remoting import Connection, RemotingCommand, ResponseCode
+from remoting.protocol.bodies import ConsumerListBody
+from remoting.protocol.headers import (
+    GetConsumerListByGroupRequestHeader,
+    QueryConsumerOffsetRequestHeader,
+    QueryConsumerOffsetResponseHeader,
+    UpdateConsumerOffsetRequestHeader,
+)
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+
+class ConsumerManageProcessor:
+    """Offsets and consumer lists."""
+
+    def __init__(self, ctrl: BrokerController) -> None:
+        self.ctrl = ctrl
+
+    @guarded()
+    async def query_consumer_offset(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        hdr = QueryConsumerOffsetRequestHeader.from_fields(cmd.ext_fields)
+        offset = self.ctrl.offsets.query(hdr.consumer_group, hdr.topic, hdr.queue_id)
+        if offset < 0:
+            # No committed offset: a queue that still starts at 0 is read from 0 (RocketMQ's
+            # answer when the first message is still available), otherwise QUERY_NOT_FOUND.
+            min_offset = self.ctrl.store.get_min_offset_in_queue(hdr.topic, hdr.queue_id)
+            if min_offset > 0:
+                return error(
+                    cmd,
+                    ResponseCode.QUERY_NOT_FOUND,
+                    "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first",
+                )
+            offset = 0
+        return cmd.make_response(
+            ResponseCode.SUCCESS,
+            ext_fields=QueryConsumerOffsetResponseHeader(offset=offset).to_fields(),
+        )
+
+    @guarded()
+    async def update_consumer_offset(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        hdr = UpdateConsumerOffsetRequestHeader.from_fields(cmd.ext_fields)
+        self.ctrl.offsets.commit(hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.commit_offset)
+        return cmd.make_response(ResponseCode.SUCCESS)
+
+    @guarded()
+    async def get_consumer_list_by_group(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        hdr = GetConsumerListByGroupRequestHeader.from_fields(cmd.ext_fields)
+        info = self.ctrl.consumers.get(hdr.consumer_group)
+        if info is None or not info.channels:
+            return error(
+                cmd, ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {hdr.consumer_group}"
+            )
+        body = ConsumerListBody(info.client_ids()).to_json()
+        return cmd.make_response(ResponseCode.SUCCESS, body=body)

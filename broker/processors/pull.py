@@ -1,0 +1,209 @@
+"""PULL_MESSAGE (11): checks, tag filter, caps, offset commit, and long polling.
+
+Response header: suggestWhichBrokerId, nextBeginOffset, minOffset, maxOffset; remark = the
+store's GetMessageStatus name; body = the raw records concatenated (never re-encoded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import structlog
+import trio
+
+from broker.filter import SubscriptionParseError, build_subscription, tag_filter
+from broker.processors._common import error, guarded
+from broker.topic_manager import is_readable
+from remoting import Connection, RemotingCommand, ResponseCode
+from remoting.protocol.bodies import SubscriptionData
+from remoting.protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
+from store.results import GetMessageResult, GetMessageStatus
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+log = structlog.get_logger()
+
+# PullSysFlag bits.
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+FLAG_CLASS_FILTER = 0x8
+
+
+def pull_code(status: GetMessageStatus, requested_offset: int) -> int:
+    """The response code for a store status (reference section 7)."""
+    if status is GetMessageStatus.FOUND:
+        return ResponseCode.SUCCESS
+    if status in (GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING):
+        return ResponseCode.PULL_RETRY_IMMEDIATELY
+    if status in (GetMessageStatus.OFFSET_FOUND_NULL, GetMessageStatus.OFFSET_OVERFLOW_ONE):
+        return ResponseCode.PULL_NOT_FOUND
+    if status in (GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY):
+        return ResponseCode.PULL_OFFSET_MOVED
+    # NO_MESSAGE_IN_QUEUE, NO_MATCHED_LOGIC_QUEUE
+    return ResponseCode.PULL_OFFSET_MOVED if requested_offset != 0 else ResponseCode.PULL_NOT_FOUND
+
+
+class PullProcessor:
+    """The PULL_MESSAGE handler."""
+
+    def __init__(self, ctrl: BrokerController) -> None:
+        self.ctrl = ctrl
+
+    @guarded()
+    async def pull_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        hdr = PullMessageRequestHeader.from_fields(cmd.ext_fields)
+        ctrl = self.ctrl
+        if not is_readable(ctrl.config.broker_permission):
+            return error(
+                cmd,
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{ctrl.addr}] pulling message is forbidden",
+            )
+        group = ctrl.subscriptions.find_or_create(hdr.consumer_group)
+        if group is None:
+            return error(
+                cmd,
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group [{hdr.consumer_group}] does not exist",
+            )
+        if not group.consume_enable:
+            return error(
+                cmd,
+                ResponseCode.NO_PERMISSION,
+                f"subscription group no permission, {hdr.consumer_group}",
+            )
+        topic_cfg = ctrl.topics.get(hdr.topic)
+        if topic_cfg is None:
+            return error(
+                cmd,
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic[{hdr.topic}] not exist, apply first please!",
+            )
+        if not is_readable(topic_cfg.perm):
+            return error(
+                cmd,
+                ResponseCode.NO_PERMISSION,
+                f"the topic[{hdr.topic}] pulling message is forbidden",
+            )
+        if hdr.queue_id < 0 or hdr.queue_id >= topic_cfg.read_queue_nums:
+            return error(
+                cmd,
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{hdr.queue_id}] is illegal, topic:[{hdr.topic}] "
+                f"topicConfig.readQueueNums:[{topic_cfg.read_queue_nums}] "
+                f"consumer:[{conn.remote_address}]",
+            )
+        sub: SubscriptionData | None
+        if hdr.sys_flag & FLAG_SUBSCRIPTION:
+            try:
+                sub = build_subscription(
+                    hdr.topic,
+                    hdr.subscription,
+                    expression_type=hdr.expression_type,
+                    sub_version=hdr.sub_version,
+                )
+            except SubscriptionParseError as exc:
+                return error(cmd, ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
+        else:
+            info = ctrl.consumers.get(hdr.consumer_group)
+            if info is None:
+                return error(
+                    cmd,
+                    ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                    f"the consumer's group info not exist, group: {hdr.consumer_group}",
+                )
+            if info.message_model == "BROADCASTING" and not group.consume_broadcast_enable:
+                return error(
+                    cmd,
+                    ResponseCode.NO_PERMISSION,
+                    f"the consumer group[{hdr.consumer_group}] can not consume by broadcast way",
+                )
+            sub = info.subscriptions.get(hdr.topic)
+            if sub is None:
+                return error(
+                    cmd,
+                    ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                    f"the consumer's subscription not exist, group: {hdr.consumer_group} "
+                    f"topic: {hdr.topic}",
+                )
+            if sub.sub_version < hdr.sub_version:
+                return error(
+                    cmd,
+                    ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                    "the consumer's subscription not latest",
+                )
+        match = tag_filter(sub)
+        max_msgs = max(1, min(hdr.max_msg_nums, ctrl.config.max_pull_msgs))
+
+        result = await self._get(hdr, max_msgs, match)
+        code = pull_code(result.status, hdr.queue_offset)
+        if code == ResponseCode.PULL_NOT_FOUND and hdr.sys_flag & FLAG_SUSPEND and not conn.closed:
+            result = await self._suspend(hdr, max_msgs, match, result)
+            code = pull_code(result.status, hdr.queue_offset)
+        if hdr.sys_flag & FLAG_COMMIT_OFFSET and ctrl.config.broker_id == 0:
+            ctrl.offsets.commit(hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.commit_offset)
+        return self._response(cmd, code, result)
+
+    async def _get(
+        self,
+        hdr: PullMessageRequestHeader,
+        max_msgs: int,
+        match: Callable[[int], bool] | None,
+    ) -> GetMessageResult:
+        return await self.ctrl.store.get_message(
+            hdr.consumer_group,
+            hdr.topic,
+            hdr.queue_id,
+            hdr.queue_offset,
+            max_msgs,
+            self.ctrl.config.max_pull_bytes,
+            match,
+        )
+
+    async def _suspend(
+        self,
+        hdr: PullMessageRequestHeader,
+        max_msgs: int,
+        match: Callable[[int], bool] | None,
+        first: GetMessageResult,
+    ) -> GetMessageResult:
+        """Hold the pull until a message arrives on its queue or the suspend time ends, then
+        pull again (without suspending)."""
+        ctrl = self.ctrl
+        cfg = ctrl.config
+        if cfg.long_polling_enable:
+            wait_ms = min(max(0, hdr.suspend_timeout_millis), cfg.max_suspend_ms)
+        else:
+            wait_ms = cfg.short_polling_time_ms
+        if wait_ms <= 0:
+            return first
+        deadline = trio.current_time() + wait_ms / 1000
+        parked = ctrl.long_polling.park(hdr.topic, hdr.queue_id, hdr.queue_offset)
+        if parked is None:
+            return first  # too many parked pulls: answer now
+        if not cfg.long_polling_enable:
+            ctrl.long_polling.unpark(parked)
+            await trio.sleep_until(deadline)
+        else:
+            # A message may have landed between the first read and parking.
+            if ctrl.store.get_max_offset_in_queue(hdr.topic, hdr.queue_id) > hdr.queue_offset:
+                parked.event.set()
+            await ctrl.long_polling.wait(parked, deadline)
+        return await self._get(hdr, max_msgs, match)
+
+    def _response(
+        self, cmd: RemotingCommand, code: int, result: GetMessageResult
+    ) -> RemotingCommand:
+        fields = PullMessageResponseHeader(
+            suggest_which_broker_id=0,
+            next_begin_offset=result.next_begin_offset,
+            min_offset=result.min_offset,
+            max_offset=result.max_offset,
+        ).to_fields()
+        body = b"".join(result.buffers) if code == ResponseCode.SUCCESS else None
+        if body is not None:
+            self.ctrl.stats.get_count += result.message_count
+        return cmd.make_response(code, result.status.name, ext_fields=fields, body=body)

@@ -1,0 +1,341 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320).
+
+Checks, in RocketMQ's order: header, broker write permission, topic name, producer-forbidden
+system topics, topic config (auto-created from the template `c` when allowed), topic write
+permission, queue id, body and properties size; then %RETRY% -> %DLQ% routing, MULTI_TAG flag,
+CLUSTER property, WAIT stripped from the stored properties, and the put. The response always
+carries extFields with MSG_REGION and TRACE_ON, plus msgId/queueId/queueOffset once stored.
+
+Transactions and delay levels (issue 6) plug in at `SendProcessor.route_special`.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+import structlog
+
+from broker.processors._common import guarded, split_addr
+from broker.topic_manager import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    NOT_ALLOWED_SEND_TOPICS,
+    PERM_READ,
+    PERM_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    is_writeable,
+    validate_topic,
+)
+from remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+from remoting.protocol.headers import SendMessageRequestHeader
+from remoting.protocol.route import TopicConfig
+from store.message import (
+    MULTI_TAGS_FLAG,
+    PROPERTY_CLUSTER,
+    PROPERTY_WAIT,
+    MessageDecodeError,
+    MessageInner,
+    decode_batch_body,
+    decode_properties,
+    encode_properties,
+)
+from store.results import PutMessageResult, PutMessageStatus
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+log = structlog.get_logger()
+
+_STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
+    PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, None),
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, None),
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: (ResponseCode.FLUSH_SLAVE_TIMEOUT, None),
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: (ResponseCode.SLAVE_NOT_AVAILABLE, None),
+    PutMessageStatus.CREATE_MAPPED_FILE_FAILED: (
+        ResponseCode.SYSTEM_ERROR,
+        "create mapped file failed, server is busy or broken",
+    ),
+    PutMessageStatus.MESSAGE_ILLEGAL: (ResponseCode.MESSAGE_ILLEGAL, "the message is illegal"),
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: (
+        ResponseCode.MESSAGE_ILLEGAL,
+        "the message properties are too long",
+    ),
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: (
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        "service not available now: the disk may be full or the broker is stopping",
+    ),
+    PutMessageStatus.OS_PAGECACHE_BUSY: (
+        ResponseCode.SYSTEM_ERROR,
+        "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
+    ),
+    PutMessageStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"),
+}
+
+# Codes after which a Java producer treats the message as stored (it reads the ext fields).
+_STORED_CODES = frozenset(
+    {
+        ResponseCode.SUCCESS,
+        ResponseCode.FLUSH_DISK_TIMEOUT,
+        ResponseCode.FLUSH_SLAVE_TIMEOUT,
+        ResponseCode.SLAVE_NOT_AVAILABLE,
+    }
+)
+
+
+class SendProcessor:
+    """Handlers for the send codes."""
+
+    def __init__(self, ctrl: BrokerController) -> None:
+        self.ctrl = ctrl
+
+    def _response(
+        self, cmd: RemotingCommand, code: int, remark: str | None = None
+    ) -> RemotingCommand:
+        cfg = self.ctrl.config
+        return cmd.make_response(
+            code,
+            remark,
+            ext_fields={
+                "MSG_REGION": cfg.region_id,
+                "TRACE_ON": "true" if cfg.trace_on else "false",
+            },
+        )
+
+    # -- checks shared by single and batch sends ---------------------------------------------
+    def _check(
+        self, cmd: RemotingCommand, hdr: SendMessageRequestHeader
+    ) -> tuple[TopicConfig | None, RemotingCommand | None]:
+        """Validate and resolve the topic. Returns (config, None) or (None, error response)."""
+        ctrl = self.ctrl
+        if not is_writeable(ctrl.config.broker_permission):
+            return None, self._response(
+                cmd,
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{ctrl.addr}] sending message is forbidden",
+            )
+        reason = validate_topic(hdr.topic)
+        if reason is not None:
+            return None, self._response(cmd, ResponseCode.SYSTEM_ERROR, reason)
+        if hdr.topic in NOT_ALLOWED_SEND_TOPICS:
+            return None, self._response(
+                cmd,
+                ResponseCode.NO_PERMISSION,
+                f"sending message to topic[{hdr.topic}] is forbidden",
+            )
+        topic_cfg = ctrl.topics.get(hdr.topic)
+        if topic_cfg is None:
+            if hdr.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                group = ctrl.subscriptions.find_or_create(
+                    hdr.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+                )
+                if group is not None:
+                    topic_cfg = ctrl.topics.create_in_send_back(hdr.topic, group.retry_queue_nums)
+            else:
+                topic_cfg = ctrl.topics.create_in_send(
+                    hdr.topic, hdr.default_topic, hdr.default_topic_queue_nums
+                )
+            if topic_cfg is not None:
+                ctrl.on_topics_changed()
+        if topic_cfg is None:
+            return None, self._response(
+                cmd,
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic[{hdr.topic}] not exist, apply first please!",
+            )
+        if not is_writeable(topic_cfg.perm):
+            return None, self._response(
+                cmd,
+                ResponseCode.NO_PERMISSION,
+                f"the topic[{hdr.topic}] sending message is forbidden",
+            )
+        if hdr.queue_id >= max(topic_cfg.read_queue_nums, topic_cfg.write_queue_nums):
+            return None, self._response(
+                cmd,
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{hdr.queue_id}] is illegal, topic {hdr.topic} has "
+                f"{topic_cfg.write_queue_nums} write queues",
+            )
+        return topic_cfg, None
+
+    def _pick_queue(self, hdr: SendMessageRequestHeader, topic_cfg: TopicConfig) -> int:
+        if hdr.queue_id < 0:
+            return random.randrange(max(1, topic_cfg.write_queue_nums))
+        return hdr.queue_id
+
+    def _stored_properties(self, raw: str | None) -> dict[str, str]:
+        props = decode_properties(raw) if raw else {}
+        # 4.9.3+ brokers do not store WAIT (it only steers the flush wait).
+        props.pop(PROPERTY_WAIT, None)
+        props[PROPERTY_CLUSTER] = self.ctrl.config.broker_cluster_name
+        return props
+
+    def _retry_or_dlq(
+        self, cmd: RemotingCommand, hdr: SendMessageRequestHeader, msg: MessageInner
+    ) -> RemotingCommand | None:
+        """A %RETRY% message consumed too often goes to %DLQ%<group> queue 0."""
+        if not msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return None
+        group_name = msg.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+        group = self.ctrl.subscriptions.find_or_create(group_name)
+        if group is None:
+            return self._response(
+                cmd,
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group not exist, {group_name}",
+            )
+        max_times = group.retry_max_times
+        if hdr.max_reconsume_times is not None and hdr.max_reconsume_times >= 0:
+            max_times = hdr.max_reconsume_times
+        if (hdr.reconsume_times or 0) >= max_times:
+            dlq = DLQ_GROUP_TOPIC_PREFIX + group_name
+            self.ctrl.topics.create_in_send_back(dlq, 1, PERM_READ | PERM_WRITE)
+            self.ctrl.on_topics_changed()
+            msg.topic = dlq
+            msg.queue_id = 0
+        return None
+
+    def route_special(self, msg: MessageInner) -> None:
+        """Seam for issue 6: transactional half messages and delay levels reroute here.
+
+        Today messages with TRAN_MSG or DELAY are stored as plain messages of their topic.
+        """
+
+    # -- handlers -------------------------------------------------------------------------
+    @guarded(ResponseCode.MESSAGE_ILLEGAL)
+    async def send_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        """SEND_MESSAGE (10) and SEND_MESSAGE_V2 (310); 320 goes to `send_batch`."""
+        if cmd.code == RequestCode.SEND_BATCH_MESSAGE:
+            return await self.send_batch(conn, cmd)
+        hdr = SendMessageRequestHeader.from_command(cmd)
+        if hdr.batch:
+            return await self.send_batch(conn, cmd)
+        ctrl = self.ctrl
+        topic_cfg, err = self._check(cmd, hdr)
+        if err is not None:
+            return err
+        assert topic_cfg is not None
+        body = cmd.body_bytes()
+        if not body:
+            return self._response(cmd, ResponseCode.MESSAGE_ILLEGAL, "the message body is empty")
+        if len(body) > ctrl.config.max_message_size:
+            return self._response(
+                cmd,
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message body size {len(body)} exceeds the limit "
+                f"{ctrl.config.max_message_size}",
+            )
+        if hdr.properties and len(hdr.properties.encode()) > ctrl.config.max_properties_size:
+            return self._response(
+                cmd,
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message properties exceed {ctrl.config.max_properties_size} bytes",
+            )
+        props = self._stored_properties(hdr.properties)
+        sys_flag = hdr.sys_flag
+        if topic_cfg.topic_filter_type == "MULTI_TAG":
+            sys_flag |= MULTI_TAGS_FLAG
+        msg = MessageInner(
+            hdr.topic,
+            body,
+            queue_id=self._pick_queue(hdr, topic_cfg),
+            flag=hdr.flag,
+            properties=props,
+            sys_flag=sys_flag,
+            born_timestamp=hdr.born_timestamp,
+            born_host=split_addr(conn.remote_address),
+            store_host=ctrl.store_host,
+            reconsume_times=hdr.reconsume_times or 0,
+        )
+        err = self._retry_or_dlq(cmd, hdr, msg)
+        if err is not None:
+            return err
+        self.route_special(msg)
+        result = await ctrl.store.put_message(msg)
+        return self._put_response(cmd, result, msg.queue_id)
+
+    @guarded(ResponseCode.MESSAGE_ILLEGAL)
+    async def send_batch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        """SEND_BATCH_MESSAGE (320): many messages of one topic and queue, one put."""
+        hdr = SendMessageRequestHeader.from_command(cmd)
+        ctrl = self.ctrl
+        if hdr.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return self._response(
+                cmd, ResponseCode.MESSAGE_ILLEGAL, "batch messages do not support retry topics"
+            )
+        topic_cfg, err = self._check(cmd, hdr)
+        if err is not None:
+            return err
+        assert topic_cfg is not None
+        body = cmd.body_bytes()
+        if not body:
+            return self._response(cmd, ResponseCode.MESSAGE_ILLEGAL, "the batch body is empty")
+        if len(body) > ctrl.config.max_message_size:
+            return self._response(
+                cmd,
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the batch body size {len(body)} exceeds the limit {ctrl.config.max_message_size}",
+            )
+        try:
+            items = decode_batch_body(body)
+        except MessageDecodeError as exc:
+            return self._response(cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}")
+        if not items:
+            return self._response(cmd, ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
+        batch_props = self._stored_properties(hdr.properties)
+        queue_id = self._pick_queue(hdr, topic_cfg)
+        sys_flag = hdr.sys_flag
+        if topic_cfg.topic_filter_type == "MULTI_TAG":
+            sys_flag |= MULTI_TAGS_FLAG
+        born_host = split_addr(conn.remote_address)
+        msgs = []
+        for i, item in enumerate(items):
+            if not item.body:
+                return self._response(
+                    cmd, ResponseCode.MESSAGE_ILLEGAL, f"batch message {i} has an empty body"
+                )
+            props = decode_properties(item.properties) if item.properties else {}
+            props.pop(PROPERTY_WAIT, None)
+            props.update(batch_props)
+            props_string = encode_properties(props)
+            if len(props_string.encode()) > ctrl.config.max_properties_size:
+                return self._response(
+                    cmd,
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"batch message {i}: properties exceed {ctrl.config.max_properties_size} bytes",
+                )
+            msgs.append(
+                MessageInner(
+                    hdr.topic,
+                    item.body,
+                    queue_id=queue_id,
+                    flag=item.flag,
+                    properties=props,
+                    properties_string=props_string,
+                    sys_flag=sys_flag,
+                    born_timestamp=hdr.born_timestamp,
+                    born_host=born_host,
+                    store_host=ctrl.store_host,
+                )
+            )
+        result = await ctrl.store.put_messages(msgs)
+        return self._put_response(cmd, result, queue_id)
+
+    def _put_response(
+        self, cmd: RemotingCommand, result: PutMessageResult, queue_id: int
+    ) -> RemotingCommand:
+        code, remark = _STATUS_CODES.get(result.status, (ResponseCode.SYSTEM_ERROR, None))
+        if code not in _STORED_CODES or result.append is None:
+            text = remark or result.status.name
+            if result.remark:
+                text = f"{text}: {result.remark}"
+            return self._response(cmd, code, text)
+        resp = self._response(
+            cmd, code, None if code == ResponseCode.SUCCESS else result.status.name
+        )
+        assert resp.ext_fields is not None
+        append = result.append
+        resp.ext_fields["msgId"] = ",".join(append.msg_ids)
+        resp.ext_fields["queueId"] = str(queue_id)
+        resp.ext_fields["queueOffset"] = str(append.queue_offset)
+        self.ctrl.stats.put_count += append.msg_num
+        return resp
