@@ -29,7 +29,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import NamedTuple
 
 __all__ = [
@@ -1147,6 +1147,7 @@ class UniqKeyGenerator:
     """
 
     __slots__ = (
+        "_clock",
         "_count_in_t",
         "_counter",
         "_last_t",
@@ -1156,18 +1157,27 @@ class UniqKeyGenerator:
         "_prefix",
     )
 
-    def __init__(self, ip: str | None = None, *, pid: int | None = None, seed: int | None = None):
+    def __init__(
+        self,
+        ip: str | None = None,
+        *,
+        pid: int | None = None,
+        seed: int | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         """Args:
         ip: the client's IP (default: the host name's address, else 127.0.0.1).
         pid: process id (default ``os.getpid()``).
         seed: the random int32 (default: random).
+        clock: wall clock in seconds (for tests).
         """
+        self._clock = clock
         raw_ip = _pack_ip(ip) if ip is not None else _default_ip()
         pid = os.getpid() if pid is None else pid
         rnd = random.getrandbits(32) if seed is None else seed & 0xFFFFFFFF
         self._prefix = (raw_ip + struct.pack(">HI", pid & 0xFFFF, rnd)).hex().upper()
         self._lock = threading.Lock()
-        self._month_start, self._month_end = month_start_ms(int(time.time() * 1000))
+        self._month_start, self._month_end = month_start_ms(int(clock() * 1000))
         self._last_t = -1
         self._count_in_t = 0
         self._counter = random.getrandbits(16)
@@ -1179,7 +1189,7 @@ class UniqKeyGenerator:
 
     def next(self) -> str:
         """A new UNIQ_KEY."""
-        now = int(time.time() * 1000)
+        now = int(self._clock() * 1000)
         with self._lock:
             if now >= self._month_end or now < self._month_start:
                 self._month_start, self._month_end = month_start_ms(now)
