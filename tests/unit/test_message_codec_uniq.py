@@ -85,7 +85,7 @@ def test_decode_uniq_key_errors() -> None:
 def test_clock_going_backwards_stays_unique() -> None:
     now = [1_700_000_000.000]
     gen = UniqKeyGenerator("127.0.0.1", pid=1, seed=1, clock=lambda: now[0])
-    keys = []
+    keys: list[str] = []
     for step in (0.0, -0.005, 0.001, -0.002, 0.010):
         now[0] += step
         keys.extend(gen.next() for _ in range(40000))
