@@ -1,0 +1,408 @@
+"""RemotingServer and RemotingClient over real sockets on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from remoting import (
+    Connection,
+    FrameDecoder,
+    RemotingClient,
+    RemotingCommand,
+    RemotingConnectError,
+    RemotingConnectionLost,
+    RemotingServer,
+    RemotingTimeoutError,
+    RemotingTooManyRequestsError,
+    RequestCode,
+    ResponseCode,
+    SerializeType,
+    encode_frame,
+)
+from tests.helpers import free_port, wait_until
+
+ECHO = 1
+BOOM = 2
+SLOW = 3
+ASK_CLIENT = 4
+RECORD = 5
+HANG = 6
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Harness:
+    def __init__(self, server: RemotingServer) -> None:
+        self.server = server
+        self.addr = f"127.0.0.1:{server.port}"
+        self.recorded: list[RemotingCommand] = []
+        self.slow_release = trio.Event()
+
+
+@pytest.fixture
+async def harness() -> AsyncIterator[Harness]:
+    server = RemotingServer(max_frame_size=64 * 1024)
+    h: Harness
+
+    async def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(ext_fields=cmd.ext_fields, body=cmd.body)
+
+    async def boom(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        raise RuntimeError("handler blew up")
+
+    async def slow(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        await h.slow_release.wait()
+        return cmd.make_response(body=b"late")
+
+    async def ask_client(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        question = RemotingCommand.request(
+            RequestCode.CHECK_TRANSACTION_STATE, {"msgId": cmd.field("msgId") or ""}
+        )
+        answer = await conn.invoke(question, timeout_ms=5000)
+        return cmd.make_response(answer.code, remark=answer.remark, body=answer.body)
+
+    async def record(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h.recorded.append(cmd)
+        return cmd.make_response(body=b"recorded")
+
+    async def hang(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    for code, handler in [
+        (ECHO, echo),
+        (BOOM, boom),
+        (SLOW, slow),
+        (ASK_CLIENT, ask_client),
+        (RECORD, record),
+        (HANG, hang),
+    ]:
+        server.register_processor(code, handler)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.run)
+        h = Harness(server)
+        yield h
+        nursery.cancel_scope.cancel()
+
+
+async def _raw_connect(addr: str) -> trio.SocketStream:
+    host, port = addr.rsplit(":", 1)
+    return await trio.open_tcp_stream(host, int(port))
+
+
+async def _raw_read(stream: trio.SocketStream, decoder: FrameDecoder) -> RemotingCommand:
+    with trio.fail_after(10):
+        while True:
+            data = await stream.receive_some(65536)
+            assert data, "connection closed"
+            out = decoder.feed(data)
+            if out:
+                assert len(out) == 1
+                return out[0]
+
+
+async def test_one_thousand_concurrent_requests_on_one_connection(harness: Harness) -> None:
+    results: dict[int, RemotingCommand] = {}
+    async with RemotingClient() as client:
+
+        async def one(i: int) -> None:
+            cmd = RemotingCommand.request(ECHO, {"i": str(i)}, b"payload-%d" % i)
+            results[i] = await client.invoke(harness.addr, cmd, timeout_ms=30000)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(1000):
+                nursery.start_soon(one, i)
+        assert len(harness.server.connections) == 1
+        assert client.pending == 0
+    assert sorted(results) == list(range(1000))
+    for i, response in results.items():
+        assert response.code == ResponseCode.SUCCESS
+        assert response.body == b"payload-%d" % i
+        assert response.ext_fields == {"i": str(i)}
+    assert len({r.opaque for r in results.values()}) == 1000
+
+
+async def test_concurrent_first_calls_share_one_connect(harness: Harness) -> None:
+    connects: list[Connection] = []
+    harness.server.on_connect(connects.append)
+    async with RemotingClient() as client, trio.open_nursery() as nursery:
+        for _ in range(50):
+            nursery.start_soon(client.invoke, harness.addr, RemotingCommand.request(ECHO))
+    assert len(connects) == 1
+
+
+async def test_timeout_then_late_response_is_dropped(harness: Harness) -> None:
+    async with RemotingClient() as client:
+        start = trio.current_time()
+        with pytest.raises(RemotingTimeoutError):
+            await client.invoke(harness.addr, RemotingCommand.request(SLOW), timeout_ms=200)
+        assert trio.current_time() - start < 5  # at the timeout, not much later
+        assert client.pending == 0
+        harness.slow_release.set()  # the server now answers the abandoned request
+        conn = client.connection(harness.addr)
+        assert conn is not None
+        # The late response is dropped and the connection keeps working.
+        for i in range(3):
+            response = await client.invoke(
+                harness.addr, RemotingCommand.request(ECHO, {"n": str(i)})
+            )
+            assert response.ext_fields == {"n": str(i)}
+        assert client.connection(harness.addr) is conn
+        assert not conn.closed
+
+
+async def test_oneway_request_gets_no_response(harness: Harness) -> None:
+    stream = await _raw_connect(harness.addr)
+    decoder = FrameDecoder()
+    oneway = RemotingCommand.request(RECORD, {"kind": "oneway"}, oneway=True)
+    oneway.opaque = 100
+    normal = RemotingCommand.request(RECORD, {"kind": "normal"})
+    normal.opaque = 101
+    await stream.send_all(encode_frame(oneway) + encode_frame(normal))
+    response = await _raw_read(stream, decoder)
+    assert response.opaque == 101  # the first (and only) response answers the normal request
+    assert [c.field("kind") for c in harness.recorded] == ["oneway", "normal"]
+    with trio.move_on_after(0.3):
+        extra = await stream.receive_some(65536)
+        pytest.fail(f"unexpected bytes after the response: {extra!r}")
+    await stream.aclose()
+
+
+async def test_client_invoke_oneway_reaches_the_server(harness: Harness) -> None:
+    async with RemotingClient() as client:
+        await client.invoke_oneway(harness.addr, RemotingCommand.request(RECORD, {"k": "v"}))
+        await wait_until(lambda: len(harness.recorded) == 1, what="oneway request")
+        assert harness.recorded[0].is_oneway
+        assert client.pending == 0
+
+
+async def test_server_to_client_request(harness: Harness) -> None:
+    seen: list[RemotingCommand] = []
+
+    async def check_transaction(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        seen.append(cmd)
+        return cmd.make_response(body=b"commit " + (cmd.field("msgId") or "").encode())
+
+    async with RemotingClient() as client:
+        client.register_processor(RequestCode.CHECK_TRANSACTION_STATE, check_transaction)
+        response = await client.invoke(
+            harness.addr, RemotingCommand.request(ASK_CLIENT, {"msgId": "M1"}), timeout_ms=10000
+        )
+    assert response.code == ResponseCode.SUCCESS
+    assert response.body == b"commit M1"
+    assert [c.code for c in seen] == [RequestCode.CHECK_TRANSACTION_STATE]
+
+
+async def test_server_to_client_request_with_unregistered_code(harness: Harness) -> None:
+    async with RemotingClient() as client:
+        response = await client.invoke(
+            harness.addr, RemotingCommand.request(ASK_CLIENT), timeout_ms=10000
+        )
+    # The client answered "not supported", and the server passed that on.
+    assert response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    assert response.remark == " request type 39 not supported"
+
+
+async def test_unknown_code_gets_request_code_not_supported(harness: Harness) -> None:
+    async with RemotingClient() as client:
+        response = await client.invoke(harness.addr, RemotingCommand.request(999))
+    assert response.code == 3  # REQUEST_CODE_NOT_SUPPORTED
+    assert response.remark == " request type 999 not supported"
+
+
+async def test_default_processor_handles_unregistered_codes(harness: Harness) -> None:
+    async def default(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(remark=f"default {cmd.code}")
+
+    harness.server.set_default_processor(default)
+    async with RemotingClient() as client:
+        response = await client.invoke(harness.addr, RemotingCommand.request(999))
+    assert response.code == ResponseCode.SUCCESS
+    assert response.remark == "default 999"
+
+
+async def test_handler_exception_gets_system_error_and_connection_survives(
+    harness: Harness,
+) -> None:
+    async with RemotingClient() as client:
+        response = await client.invoke(harness.addr, RemotingCommand.request(BOOM))
+        assert response.code == 1  # SYSTEM_ERROR
+        assert response.remark is not None
+        assert "handler blew up" in response.remark
+        conn = client.connection(harness.addr)
+        again = await client.invoke(harness.addr, RemotingCommand.request(ECHO, None, b"ok"))
+        assert again.body == b"ok"
+        assert client.connection(harness.addr) is conn
+    assert len(harness.server.connections) <= 1
+
+
+@pytest.mark.parametrize(
+    "serialize_type", [SerializeType.JSON, SerializeType.ROCKETMQ, SerializeType.MSGPACK]
+)
+async def test_response_uses_the_request_serialize_type(
+    harness: Harness, serialize_type: SerializeType
+) -> None:
+    async with RemotingClient(serialize_type=serialize_type) as client:
+        response = await client.invoke(
+            harness.addr, RemotingCommand.request(ECHO, {"k": "v\x01w"}, b"body")
+        )
+    assert response.serialize_type == serialize_type
+    assert response.ext_fields == {"k": "v\x01w"}
+    assert response.body == b"body"
+    # And on the wire: the top byte of the response's header word.
+    stream = await _raw_connect(harness.addr)
+    request = RemotingCommand.request(ECHO, {"k": "v"}, serialize_type=serialize_type)
+    request.opaque = 5
+    await stream.send_all(encode_frame(request))
+    with trio.fail_after(10):
+        data = b""
+        while len(data) < 8:
+            chunk = await stream.receive_some(65536)
+            assert chunk
+            data += chunk
+    assert struct.unpack(">I", data[4:8])[0] >> 24 == serialize_type
+    await stream.aclose()
+
+
+async def test_oversized_frame_closes_only_that_connection(harness: Harness) -> None:
+    async with RemotingClient() as client:
+        assert (await client.invoke(harness.addr, RemotingCommand.request(ECHO))).code == 0
+        bad = await _raw_connect(harness.addr)
+        await wait_until(lambda: len(harness.server.connections) == 2, what="second connection")
+        # Declares 1 MiB, above the server's 64 KiB limit; the body never follows.
+        await bad.send_all(struct.pack(">iI", 1 << 20, 0x6D000000 | 10))
+        with trio.fail_after(10):
+            assert await bad.receive_some(1024) == b""  # closed by the server
+        await wait_until(lambda: len(harness.server.connections) == 1, what="bad connection gone")
+        for i in range(5):
+            response = await client.invoke(
+                harness.addr, RemotingCommand.request(ECHO, {"i": str(i)})
+            )
+            assert response.ext_fields == {"i": str(i)}
+        await bad.aclose()
+
+
+async def test_undecodable_header_closes_only_that_connection(harness: Harness) -> None:
+    async with RemotingClient(serialize_type=SerializeType.JSON) as client:
+        bad = await _raw_connect(harness.addr)
+        await bad.send_all(struct.pack(">iI", 4 + 3, 3) + b"{{{")
+        with trio.fail_after(10):
+            assert await bad.receive_some(1024) == b""
+        response = await client.invoke(harness.addr, RemotingCommand.request(ECHO, None, b"x"))
+        assert response.body == b"x"
+        await bad.aclose()
+
+
+async def test_max_pending_is_enforced(harness: Harness) -> None:
+    async with RemotingClient(max_pending=3) as client, trio.open_nursery() as nursery:
+        for _ in range(3):
+            nursery.start_soon(client.invoke, harness.addr, RemotingCommand.request(SLOW), 10000)
+        await wait_until(lambda: client.pending == 3, what="3 pending requests")
+        with pytest.raises(RemotingTooManyRequestsError):
+            await client.invoke(harness.addr, RemotingCommand.request(ECHO))
+        harness.slow_release.set()
+    assert client.pending == 0
+
+
+async def test_connect_refused_is_a_connect_error() -> None:
+    async with RemotingClient(connect_timeout_ms=2000) as client:
+        with pytest.raises(RemotingConnectError):
+            await client.invoke(f"127.0.0.1:{free_port()}", RemotingCommand.request(ECHO))
+
+
+async def test_stopping_the_server_fails_pending_requests(harness: Harness) -> None:
+    disconnected: list[str] = []
+    async with RemotingClient() as client:
+        client.on_disconnect(disconnected.append)
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+
+                async def call() -> None:
+                    with pytest.raises(RemotingConnectionLost):
+                        await client.invoke(
+                            harness.addr, RemotingCommand.request(HANG), timeout_ms=60000
+                        )
+
+                nursery.start_soon(call)
+                await wait_until(lambda: client.pending == 1, what="pending request")
+                for conn in harness.server.connections:
+                    conn.close()
+        await wait_until(lambda: disconnected == [harness.addr], what="on_disconnect callback")
+        assert client.pending == 0
+        # The next call opens a new connection.
+        response = await client.invoke(harness.addr, RemotingCommand.request(ECHO, None, b"y"))
+        assert response.body == b"y"
+
+
+# --- a server in another process, killed with SIGKILL -------------------------------------------
+
+
+async def _start_server_process(port: int) -> trio.Process:
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "tests.integration.remoting_server_proc", "--port", str(port)],
+        cwd=str(REPO),
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.stdout is not None
+    line = b""
+    with trio.fail_after(30):
+        while not line.endswith(b"\n"):
+            chunk = await proc.stdout.receive_some(64)
+            assert chunk, "server process exited before printing its port"
+            line += chunk
+    assert int(line) == port
+    return proc
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+async def test_killed_server_fails_pending_calls_and_client_reconnects() -> None:
+    port = free_port()
+    addr = f"127.0.0.1:{port}"
+    proc = await _start_server_process(port)
+    try:
+        async with RemotingClient() as client:
+            assert (await client.invoke(addr, RemotingCommand.request(1, None, b"a"))).body == b"a"
+            failures: list[BaseException] = []
+            failed_at: list[float] = []
+
+            async def pending_call() -> None:
+                try:
+                    await client.invoke(addr, RemotingCommand.request(2), timeout_ms=60000)
+                except Exception as exc:
+                    failed_at.append(trio.current_time())
+                    failures.append(exc)
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(3):
+                    nursery.start_soon(pending_call)
+                await wait_until(lambda: client.pending == 3, what="3 pending requests")
+                killed_at = trio.current_time()
+                proc.kill()  # SIGKILL: the process gets no chance to answer or close cleanly
+                with trio.fail_after(10):
+                    await proc.wait()
+                    await wait_until(lambda: len(failures) == 3, what="pending calls failing")
+            assert len(failures) == 3
+            assert all(isinstance(exc, RemotingConnectionLost) for exc in failures)
+            assert max(failed_at) - killed_at < 5  # promptly, not at the 60 s timeout
+            assert client.pending == 0
+
+            with pytest.raises((RemotingConnectError, RemotingConnectionLost)):
+                await client.invoke(addr, RemotingCommand.request(1), timeout_ms=2000)
+
+            proc = await _start_server_process(port)
+            response = await client.invoke(addr, RemotingCommand.request(1, None, b"back"))
+            assert response.body == b"back"
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        with trio.move_on_after(10):
+            await proc.wait()
