@@ -1,0 +1,43 @@
+"""trimq client library: producers, push and lite-pull consumers, admin.
+
+Trio-native; `client.sync` offers the same objects to threaded code.
+Importing this package never imports pyspark.
+"""
+
+from client.admin import Admin
+from client.config import ClientConfig
+from client.consumer._base import ConsumeFromWhere, MessageModel
+from client.consumer.pull import PullConsumer
+from client.consumer.push import ConsumeStatus, PushConsumer
+from client.errors import (
+    ClientClosedError,
+    MessageValidationError,
+    MQClientError,
+    NoRouteError,
+    SendFailedError,
+)
+from client.instance import ClientInstance
+from client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
+from client.producer import Producer
+
+__all__ = [
+    "Admin",
+    "ClientClosedError",
+    "ClientConfig",
+    "ClientInstance",
+    "ConsumeFromWhere",
+    "ConsumeStatus",
+    "MQClientError",
+    "Message",
+    "MessageExt",
+    "MessageModel",
+    "MessageQueue",
+    "MessageValidationError",
+    "NoRouteError",
+    "Producer",
+    "PullConsumer",
+    "PushConsumer",
+    "SendFailedError",
+    "SendResult",
+    "SendStatus",
+]

@@ -1,0 +1,388 @@
+"""`Admin`: topic, cluster, consumer-group and message administration (RocketMQ's MQAdminExt)."""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
+
+import structlog
+
+from client.config import ClientConfig
+from client.errors import ClientClosedError, MQClientError, NoRouteError
+from client.instance import ClientInstance, unique_instance_name
+from client.message import MessageExt, MessageQueue, check_topic
+from client.route import MASTER_ID, master_addr, subscribe_queues
+from remoting.codes import ResponseCode
+from remoting.errors import RemoteError
+from remoting.protocol import bodies
+from remoting.protocol.route import ClusterInfo, TopicRouteData
+from store.message import MessageDecodeError, decode_offset_msg_id
+
+log = structlog.get_logger()
+
+
+@dataclass(slots=True, frozen=True)
+class TopicQueueStatus:
+    """One queue of `topic_status`."""
+
+    mq: MessageQueue
+    min_offset: int
+    max_offset: int
+    last_update_timestamp: int
+
+
+@dataclass(slots=True, frozen=True)
+class QueueProgress:
+    """One queue of `consumer_progress`."""
+
+    mq: MessageQueue
+    broker_offset: int
+    consumer_offset: int
+    last_timestamp: int
+
+    @property
+    def diff(self) -> int:
+        return self.broker_offset - self.consumer_offset
+
+
+@dataclass(slots=True, frozen=True)
+class BrokerRow:
+    """One broker of `cluster_list`."""
+
+    cluster: str
+    broker_name: str
+    broker_id: int
+    addr: str
+    runtime: dict[str, str]
+
+
+class Admin:
+    """Administration calls against the NameServer(s) and brokers.
+
+    Args:
+        config: client options (namesrv_addr...).
+        instance: a started ClientInstance to share (default: its own).
+
+    Usage::
+
+        async with Admin(ClientConfig(namesrv_addr="127.0.0.1:9876")) as admin:
+            await admin.create_topic("TopicTest", cluster="DefaultCluster", queue_nums=8)
+    """
+
+    def __init__(
+        self, config: ClientConfig | None = None, *, instance: ClientInstance | None = None
+    ) -> None:
+        self.config = config or (instance.config if instance else ClientConfig())
+        if instance is None and "instance_name" not in self.config.model_fields_set:
+            self.config = self.config.model_copy(update={"instance_name": unique_instance_name()})
+        self._instance = instance
+        self._stack = AsyncExitStack()
+
+    @property
+    def instance(self) -> ClientInstance:
+        if self._instance is None or not self._instance.running:
+            raise ClientClosedError("admin is not started (use `async with Admin(...)`)")
+        return self._instance
+
+    async def __aenter__(self) -> Self:
+        if self._instance is None:
+            self._instance = await self._stack.enter_async_context(ClientInstance(self.config))
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        return await self._stack.__aexit__(exc_type, exc, tb)
+
+    # -- cluster ----------------------------------------------------------------------
+    async def cluster_info(self) -> ClusterInfo:
+        return await self.instance.api.get_broker_cluster_info()
+
+    async def master_addrs(self, cluster: str | None = None) -> dict[str, str]:
+        """broker name -> master address (of one cluster, or all).
+
+        Raises:
+            MQClientError: the cluster is unknown.
+        """
+        info = await self.cluster_info()
+        if cluster is not None:
+            if cluster not in info.cluster_addr_table:
+                raise MQClientError(
+                    f"cluster {cluster!r} not found; known: {sorted(info.cluster_addr_table)}"
+                )
+            names = set(info.cluster_addr_table[cluster])
+        else:
+            names = set(info.broker_addr_table)
+        out = {}
+        for name in sorted(names):
+            bd = info.broker_addr_table.get(name)
+            addr = master_addr(bd) if bd is not None else None
+            if addr:
+                out[name] = addr
+        return out
+
+    async def cluster_list(self) -> list[BrokerRow]:
+        """Every broker with its runtime info (empty when unreachable)."""
+        info = await self.cluster_info()
+        rows = []
+        for cluster, names in sorted(info.cluster_addr_table.items()):
+            for name in sorted(names):
+                bd = info.broker_addr_table.get(name)
+                if bd is None:
+                    continue
+                for bid, addr in sorted(bd.broker_addrs.items()):
+                    try:
+                        runtime = await self.instance.api.get_broker_runtime_info(addr)
+                    except Exception as exc:
+                        log.warning("broker_runtime_failed", addr=addr, error=str(exc))
+                        runtime = {}
+                    rows.append(BrokerRow(cluster, name, int(bid), addr, runtime))
+        return rows
+
+    async def broker_status(self, addr: str) -> dict[str, str]:
+        """A broker's runtime info (GET_BROKER_RUNTIME_INFO)."""
+        return await self.instance.api.get_broker_runtime_info(addr)
+
+    # -- topics -------------------------------------------------------------------------
+    async def create_topic(
+        self,
+        topic: str,
+        *,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+        read_queue_nums: int = 8,
+        write_queue_nums: int = 8,
+        perm: int = 6,
+        order: bool = False,
+    ) -> list[str]:
+        """Create or update a topic on one broker or on every master of a cluster.
+
+        Returns:
+            The broker addresses the topic was created on.
+
+        Raises:
+            MQClientError: neither cluster nor broker given, or no broker found.
+        """
+        check_topic(topic)
+        if broker_addr:
+            addrs = [broker_addr]
+        elif cluster:
+            addrs = list((await self.master_addrs(cluster)).values())
+        else:
+            raise MQClientError("give a cluster (-c) or a broker address (-b)")
+        if not addrs:
+            raise MQClientError(f"no master broker in cluster {cluster!r}")
+        for addr in addrs:
+            await self.instance.api.create_topic(
+                addr,
+                topic,
+                read_queue_nums=read_queue_nums,
+                write_queue_nums=write_queue_nums,
+                perm=perm,
+                order=order,
+            )
+        return addrs
+
+    async def delete_topic(self, topic: str, *, cluster: str | None = None) -> list[str]:
+        """Delete a topic from the brokers (of a cluster, or all) and the NameServers."""
+        addrs = list((await self.master_addrs(cluster)).values())
+        for addr in addrs:
+            await self.instance.api.delete_topic_in_broker(addr, topic)
+        await self.instance.api.delete_topic_in_namesrv(topic, cluster)
+        return addrs
+
+    async def topic_list(self) -> list[str]:
+        return await self.instance.api.get_topic_list_from_namesrv()
+
+    async def topic_route(self, topic: str) -> TopicRouteData:
+        """The route the NameServer gives for a topic.
+
+        Raises:
+            NoRouteError: unknown topic.
+        """
+        route = await self.instance.api.get_topic_route(topic)
+        if route is None:
+            raise NoRouteError(topic)
+        return route
+
+    async def topic_status(self, topic: str) -> list[TopicQueueStatus]:
+        """Min/max offsets and last update time of every queue of a topic."""
+        route = await self.topic_route(topic)
+        rows: list[TopicQueueStatus] = []
+        for bd in sorted(route.broker_datas, key=lambda b: b.broker_name):
+            addr = master_addr(bd)
+            if addr is None:
+                continue
+            stats = await self.instance.api.get_topic_stats_info(addr, topic)
+            for mq, off in stats.offset_table.items():
+                rows.append(
+                    TopicQueueStatus(
+                        MessageQueue(mq.topic, mq.broker_name, mq.queue_id),
+                        off.min_offset,
+                        off.max_offset,
+                        off.last_update_timestamp,
+                    )
+                )
+        return sorted(rows, key=lambda r: r.mq)
+
+    # -- consumer groups ----------------------------------------------------------------
+    async def consumer_progress(self, group: str, topic: str | None = None) -> list[QueueProgress]:
+        """Broker offset, consumer offset and lag of every queue the group consumes."""
+        if topic is not None:
+            route = await self.topic_route(topic)
+            addrs = [a for a in (master_addr(b) for b in route.broker_datas) if a]
+        else:
+            addrs = list((await self.master_addrs()).values())
+        rows: list[QueueProgress] = []
+        for addr in addrs:
+            try:
+                stats = await self.instance.api.get_consume_stats(addr, group, topic)
+            except RemoteError as exc:
+                log.debug("consume_stats_failed", addr=addr, code=exc.code, remark=exc.remark)
+                continue
+            for mq, w in stats.offset_table.items():
+                rows.append(
+                    QueueProgress(
+                        MessageQueue(mq.topic, mq.broker_name, mq.queue_id),
+                        w.broker_offset,
+                        w.consumer_offset,
+                        w.last_timestamp,
+                    )
+                )
+        return sorted(rows, key=lambda r: r.mq)
+
+    async def consumer_connection(self, group: str) -> bodies.ConsumerConnection:
+        """The group's connected clients and subscriptions (from the first broker that knows).
+
+        Raises:
+            MQClientError: no broker knows the group (no consumer online).
+        """
+        last: Exception | None = None
+        for addr in (await self.master_addrs()).values():
+            try:
+                conn = await self.instance.api.get_consumer_connection_list(addr, group)
+            except RemoteError as exc:
+                last = exc
+                continue
+            if conn.connection_set:
+                return conn
+        raise MQClientError(
+            f"the consumer group {group} is not online"
+            + (f" ({last.remark})" if isinstance(last, RemoteError) else "")
+        )
+
+    async def reset_offset_by_time(
+        self, group: str, topic: str, timestamp_ms: int
+    ) -> dict[MessageQueue, int]:
+        """Move the group's offsets of every queue of `topic` to the first message at/after a time.
+
+        Online consumers overwrite the stored offsets with their own unless
+        the broker can tell them (INVOKE_BROKER_TO_RESET_OFFSET); stop them
+        first if the broker lacks it.
+        """
+        route = await self.topic_route(topic)
+        result: dict[MessageQueue, int] = {}
+        for bd in route.broker_datas:
+            addr = master_addr(bd)
+            if addr is None:
+                continue
+            try:
+                result.update(
+                    await self.instance.api.invoke_broker_to_reset_offset(
+                        addr, topic, group, timestamp_ms
+                    )
+                )
+                continue
+            except RemoteError as exc:
+                if exc.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                    raise
+            for mq in subscribe_queues(topic, route):
+                if mq.broker_name != bd.broker_name:
+                    continue
+                off = await self.instance.api.search_offset(addr, mq, timestamp_ms)
+                await self.instance.api.update_consumer_offset(addr, group, mq, off)
+                result[mq] = off
+        return dict(sorted(result.items()))
+
+    # -- messages -------------------------------------------------------------------------
+    async def view_message(self, offset_msg_id: str) -> MessageExt:
+        """The message with this offset id (store host + commitlog offset).
+
+        Raises:
+            MQClientError: not an offset id, or nothing there.
+        """
+        try:
+            (ip, port), offset = decode_offset_msg_id(offset_msg_id)
+        except MessageDecodeError as exc:
+            raise MQClientError(str(exc)) from None
+        msg = await self.instance.api.view_message(f"{ip}:{port}", offset)
+        msg.broker_name = await self._broker_name_of(f"{ip}:{port}")
+        return msg
+
+    async def _broker_name_of(self, addr: str) -> str:
+        try:
+            info = await self.cluster_info()
+        except Exception:
+            return ""
+        for name, bd in info.broker_addr_table.items():
+            if addr in bd.broker_addrs.values():
+                return name
+        return ""
+
+    async def query_msg_by_id(self, msg_id: str, topic: str | None = None) -> list[MessageExt]:
+        """By offset id, or by unique id (UNIQ_KEY) within `topic`."""
+        try:
+            return [await self.view_message(msg_id)]
+        except (MQClientError, RemoteError) as exc:
+            if topic is None:
+                raise MQClientError(
+                    f"{msg_id} is not a valid offset message id ({exc}); "
+                    "give the topic (-t) to look it up as a unique key"
+                ) from None
+        return await self.query_msg_by_key(topic, msg_id, unique_key=True)
+
+    async def query_msg_by_key(
+        self,
+        topic: str,
+        key: str,
+        *,
+        max_num: int = 64,
+        begin_ms: int = 0,
+        end_ms: int = 2**63 - 1,
+        unique_key: bool = False,
+    ) -> list[MessageExt]:
+        """Messages of `topic` indexed under `key`, from every broker of the topic."""
+        route = await self.topic_route(topic)
+        found: list[MessageExt] = []
+        for bd in route.broker_datas:
+            addr = bd.broker_addrs.get(MASTER_ID) or next(iter(bd.broker_addrs.values()), None)
+            if addr is None:
+                continue
+            msgs = await self.instance.api.query_message(
+                addr,
+                topic,
+                key,
+                max_num=max_num,
+                begin_ms=begin_ms,
+                end_ms=end_ms,
+                unique_key=unique_key,
+            )
+            for m in msgs:
+                m.broker_name = bd.broker_name
+            found.extend(msgs)
+        return found[:max_num]
+
+    async def max_offsets(self, topic: str) -> dict[MessageQueue, int]:
+        route = await self.topic_route(topic)
+        out = {}
+        addrs = {b.broker_name: master_addr(b) for b in route.broker_datas}
+        for mq in subscribe_queues(topic, route):
+            addr = addrs.get(mq.broker_name)
+            if addr:
+                out[mq] = await self.instance.api.get_max_offset(addr, mq)
+        return out

@@ -1,0 +1,482 @@
+"""What push and lite-pull consumers share: subscriptions, rebalance, offsets, pulling.
+
+A consumer owns a table of process queues (one per assigned queue) and one
+pull task per queue. Rebalance computes the assignment and calls
+`_on_queue_added` / `_on_queue_removed`; subclasses decide what pulled
+messages turn into (listener calls, or a buffer for `poll`).
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+from types import TracebackType
+from typing import Self
+
+import structlog
+import trio
+
+from client._api import (
+    PULL_FLAG_COMMIT_OFFSET,
+    PULL_FLAG_SUBSCRIPTION,
+    PULL_FLAG_SUSPEND,
+    PullResult,
+    PullStatus,
+    is_transport_error,
+)
+from client.config import ClientConfig
+from client.consumer.offset_store import (
+    LocalFileOffsetStore,
+    OffsetStore,
+    ReadOffsetType,
+    RemoteOffsetStore,
+)
+from client.consumer.process_queue import ProcessQueue
+from client.consumer.rebalance import (
+    AllocateMessageQueueAveragely,
+    AllocateStrategy,
+    allocate,
+)
+from client.errors import ClientClosedError, MQClientError, NoRouteError
+from client.filter import Subscription, parse_subscription
+from client.instance import ClientInstance, unique_instance_name
+from client.message import (
+    RETRY_GROUP_TOPIC_PREFIX,
+    MessageExt,
+    MessageQueue,
+    check_group,
+    check_topic,
+)
+from remoting.codes import ResponseCode
+from remoting.errors import RemoteError
+from remoting.protocol import bodies
+from remoting.protocol.headers import PullMessageRequestHeader
+from store.message import PROPERTY_MAX_OFFSET, PROPERTY_MIN_OFFSET
+
+log = structlog.get_logger()
+
+
+class MessageModel(Enum):
+    CLUSTERING = "CLUSTERING"
+    BROADCASTING = "BROADCASTING"
+
+
+class ConsumeFromWhere(Enum):
+    CONSUME_FROM_LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
+    CONSUME_FROM_FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
+    CONSUME_FROM_TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+
+
+def parse_consume_timestamp(text: str) -> int:
+    """RocketMQ's yyyyMMddHHmmss (local time) to epoch ms."""
+    return int(datetime.strptime(text, "%Y%m%d%H%M%S").timestamp() * 1000)
+
+
+class _BrokerOffsets:
+    """`OffsetBackend` over the client instance (broker that masters the queue)."""
+
+    def __init__(self, instance: ClientInstance) -> None:
+        self._instance = instance
+
+    async def fetch_consumer_offset(self, group: str, mq: MessageQueue) -> int:
+        addr = await self._instance.find_master_addr(mq.broker_name, mq.topic)
+        return await self._instance.api.query_consumer_offset(addr, group, mq)
+
+    async def store_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
+        addr = await self._instance.find_master_addr(mq.broker_name, mq.topic)
+        await self._instance.api.update_consumer_offset(addr, group, mq, offset)
+
+
+@dataclass(slots=True)
+class _QueueState:
+    pq: ProcessQueue
+    next_offset: int
+    scope: trio.CancelScope
+
+
+def _dropped(st: _QueueState) -> bool:
+    return st.pq.dropped
+
+
+class ConsumerBase:
+    """Shared machinery; see PushConsumer and PullConsumer."""
+
+    consume_type = "CONSUME_PASSIVELY"
+
+    def __init__(
+        self,
+        group: str,
+        config: ClientConfig | None,
+        *,
+        instance: ClientInstance | None,
+        message_model: MessageModel,
+        consume_from_where: ConsumeFromWhere,
+        consume_timestamp: int | None,
+        allocate_strategy: AllocateStrategy | None,
+    ) -> None:
+        check_group(group)
+        self.group = group
+        self.config = config or (instance.config if instance else ClientConfig())
+        if instance is None and "instance_name" not in self.config.model_fields_set:
+            self.config = self.config.model_copy(update={"instance_name": unique_instance_name()})
+        self.message_model = message_model
+        self.consume_from_where = consume_from_where
+        if consume_timestamp is None and self.config.consume_timestamp:
+            consume_timestamp = parse_consume_timestamp(self.config.consume_timestamp)
+        self.consume_timestamp = consume_timestamp or int((time.time() - 1800) * 1000)
+        self.allocate_strategy: AllocateStrategy = (
+            allocate_strategy or AllocateMessageQueueAveragely()
+        )
+        self.subscriptions: dict[str, Subscription] = {}
+        self.queues: dict[MessageQueue, _QueueState] = {}
+        self._instance = instance
+        self._stack = AsyncExitStack()
+        self._nursery: trio.Nursery | None = None
+        self._offset_store: OffsetStore | None = None
+        self._rebalance_lock = trio.Lock()
+        self._closing = False
+
+    # -- setup ------------------------------------------------------------------
+    @property
+    def instance(self) -> ClientInstance:
+        if self._instance is None or not self._instance.running:
+            raise ClientClosedError("consumer is not started (use `async with`)")
+        return self._instance
+
+    @property
+    def offset_store(self) -> OffsetStore:
+        if self._offset_store is None:
+            raise ClientClosedError("consumer is not started")
+        return self._offset_store
+
+    def subscribe(self, topic: str, expression: str | None = "*") -> None:
+        """Subscribe to `topic` with a tag expression ("*" or "tagA || tagB").
+
+        Raises:
+            MessageValidationError: bad topic name.
+            ValueError: bad expression.
+        """
+        check_topic(topic)
+        self.subscriptions[topic] = parse_subscription(topic, expression)
+        if self._instance is not None and self._instance.running:
+            self._instance.rebalance_immediately()
+
+    def unsubscribe(self, topic: str) -> None:
+        self.subscriptions.pop(topic, None)
+        if self._instance is not None and self._instance.running:
+            self._instance.rebalance_immediately()
+
+    def _retry_topic(self) -> str:
+        return RETRY_GROUP_TOPIC_PREFIX + self.group
+
+    def subscribed_topics(self) -> set[str]:
+        return set(self.subscriptions)
+
+    def consumer_data(self) -> bodies.ConsumerData:
+        subs = [
+            bodies.SubscriptionData(
+                topic=s.topic,
+                sub_string=s.sub_string,
+                tags_set=list(s.tags_set),
+                code_set=list(s.code_set),
+                sub_version=s.sub_version,
+                expression_type=s.expression_type,
+            )
+            for s in self.subscriptions.values()
+        ]
+        return bodies.ConsumerData(
+            group_name=self.group,
+            consume_type=self.consume_type,
+            message_model=self.message_model.value,
+            consume_from_where=self.consume_from_where.value,
+            subscription_data_set=subs,
+        )
+
+    async def __aenter__(self) -> Self:
+        try:
+            if self._instance is None:
+                self._instance = await self._stack.enter_async_context(ClientInstance(self.config))
+            if self.message_model is MessageModel.BROADCASTING:
+                self._offset_store = LocalFileOffsetStore(
+                    self.config.offset_store_dir, self.config.instance_name, self.group
+                )
+            else:
+                self._offset_store = RemoteOffsetStore(self.group, _BrokerOffsets(self._instance))
+            await self._offset_store.load()
+            self._nursery = await self._stack.enter_async_context(trio.open_nursery())
+            await self._start_extra(self._nursery)
+            self._instance.register_consumer(self)
+            for topic in list(self.subscriptions):
+                try:
+                    await self._instance.update_topic_route(topic)
+                except Exception as exc:
+                    log.warning("route_fetch_failed", topic=topic, error=str(exc))
+            await self._instance.send_heartbeat_to_all_brokers()
+            await self.do_rebalance()
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def _start_extra(self, nursery: trio.Nursery) -> None:
+        """Subclass hook: start tasks that live as long as the consumer."""
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        self._closing = True
+        with trio.CancelScope(shield=True):
+            for st in self.queues.values():
+                st.scope.cancel()
+            await self._drain()
+            for st in self.queues.values():
+                st.pq.dropped = True
+            if self._offset_store is not None:
+                try:
+                    with trio.move_on_after(5):
+                        await self._offset_store.persist_all(list(self.queues))
+                except Exception as persist_exc:
+                    log.warning("final_offset_persist_failed", error=str(persist_exc))
+            if self._instance is not None and self._instance.running:
+                with trio.move_on_after(3):
+                    await self._instance.unregister_consumer(self.group)
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+        self._nursery = None
+        return await self._stack.__aexit__(exc_type, exc, tb)
+
+    async def _drain(self) -> None:
+        """Subclass hook: wait (bounded) for work in flight before the final persist."""
+
+    # -- rebalance -----------------------------------------------------------------
+    async def do_rebalance(self) -> None:
+        """Recompute this consumer's queues for every subscribed topic."""
+        if self._closing or self._nursery is None:
+            return
+        async with self._rebalance_lock:
+            for topic in list(self.subscriptions):
+                try:
+                    await self._rebalance_topic(topic)
+                except NoRouteError:
+                    log.warning("rebalance_no_route", topic=topic, group=self.group)
+                except Exception as exc:
+                    log.warning("rebalance_topic_failed", topic=topic, error=str(exc))
+            gone = {mq for mq in self.queues if mq.topic not in self.subscriptions}
+            for mq in gone:
+                await self._remove_queue(mq)
+
+    async def _rebalance_topic(self, topic: str) -> None:
+        mq_all = await self.instance.get_subscribe_queues(topic)
+        if self.message_model is MessageModel.BROADCASTING:
+            mine = set(mq_all)
+        else:
+            cids = await self.instance.find_consumer_id_list(topic, self.group)
+            if not cids:
+                log.warning("rebalance_no_consumer_ids", topic=topic, group=self.group)
+                return
+            mine = set(
+                allocate(self.allocate_strategy, self.group, self.instance.client_id, mq_all, cids)
+            )
+        changed = False
+        for mq in [m for m in self.queues if m.topic == topic and m not in mine]:
+            await self._remove_queue(mq)
+            changed = True
+        for mq in sorted(mine - set(self.queues)):
+            if await self._add_queue(mq):
+                changed = True
+        if changed:
+            log.info(
+                "rebalance_changed",
+                group=self.group,
+                topic=topic,
+                queues=[f"{q.broker_name}:{q.queue_id}" for q in sorted(mine)],
+            )
+            await self.instance.send_heartbeat_to_all_brokers()
+
+    async def _remove_queue(self, mq: MessageQueue) -> None:
+        st = self.queues.pop(mq, None)
+        if st is None:
+            return
+        st.pq.dropped = True
+        st.scope.cancel()
+        self._on_queue_removed(mq, st.pq)
+        try:
+            await self.offset_store.persist(mq)
+        except Exception as exc:
+            log.warning("persist_dropped_queue_failed", mq=str(mq), error=str(exc))
+        self.offset_store.remove(mq)
+
+    def _on_queue_removed(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        """Subclass hook."""
+
+    async def compute_pull_from_where(self, mq: MessageQueue) -> int:
+        """Where to start a newly assigned queue: stored offset, else by consume_from_where.
+
+        Raises:
+            MQClientError / RemotingError: the offset could not be determined.
+        """
+        last = await self.offset_store.read(mq, ReadOffsetType.READ_FROM_STORE)
+        if last >= 0:
+            return last
+        if last != -1:
+            raise MQClientError(f"bad stored offset {last} for {mq}")
+        is_retry = mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        where = self.consume_from_where
+        if where is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
+            return 0
+        addr = await self.instance.find_master_addr(mq.broker_name, mq.topic)
+        if where is ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET:
+            return 0 if is_retry else await self.instance.api.get_max_offset(addr, mq)
+        if is_retry:
+            return await self.instance.api.get_max_offset(addr, mq)
+        return await self.instance.api.search_offset(addr, mq, self.consume_timestamp)
+
+    async def _add_queue(self, mq: MessageQueue, offset: int | None = None) -> bool:
+        if offset is None:
+            try:
+                offset = await self.compute_pull_from_where(mq)
+            except Exception as exc:
+                log.warning("compute_offset_failed", mq=str(mq), error=str(exc))
+                return False
+        self.offset_store.update(mq, offset)
+        st = _QueueState(ProcessQueue(), offset, trio.CancelScope())
+        self.queues[mq] = st
+        assert self._nursery is not None
+        self._nursery.start_soon(self._pull_loop, mq, st)
+        return True
+
+    async def persist_offsets(self) -> None:
+        """Persist the offsets of the queues we own (called every 5 s by the instance)."""
+        if self._offset_store is not None:
+            await self._offset_store.persist_all(list(self.queues))
+
+    async def reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """Broker-initiated reset: restart the given queues at the given offsets."""
+        for mq, off in offsets.items():
+            if mq.topic != topic:
+                continue
+            owned = mq in self.queues
+            if owned:
+                await self._remove_queue(mq)
+            self.offset_store.update(mq, off)
+            await self.offset_store.persist(mq)
+            if owned:
+                await self._add_queue(mq, off)
+
+    # -- pulling ---------------------------------------------------------------------
+    def _flow_controlled(self, pq: ProcessQueue) -> bool:
+        cfg = self.config
+        return (
+            pq.msg_count > cfg.pull_threshold_for_queue
+            or pq.msg_size > cfg.pull_threshold_size_for_queue_mib * 1024 * 1024
+            or pq.max_span() > cfg.consume_concurrently_max_span
+        )
+
+    def _pull_batch_size(self) -> int:
+        return self.config.pull_batch_size
+
+    async def _pull_once(self, mq: MessageQueue, st: _QueueState) -> PullResult:
+        sub = self.subscriptions.get(mq.topic) or parse_subscription(mq.topic, "*")
+        commit = -1
+        if self.message_model is MessageModel.CLUSTERING:
+            commit = self.offset_store.table().get(mq, -1)
+        flags = PULL_FLAG_SUSPEND | PULL_FLAG_SUBSCRIPTION
+        if commit > 0:
+            flags |= PULL_FLAG_COMMIT_OFFSET
+        header = PullMessageRequestHeader(
+            consumer_group=self.group,
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            queue_offset=st.next_offset,
+            max_msg_nums=self._pull_batch_size(),
+            sys_flag=flags,
+            commit_offset=max(commit, 0),
+            suspend_timeout_millis=self.config.broker_suspend_max_time_ms,
+            subscription=sub.sub_string,
+            sub_version=sub.sub_version,
+            expression_type=sub.expression_type,
+        )
+        addr = self.instance.master_addr(mq.broker_name) or self.instance.any_addr(mq.broker_name)
+        if addr is None:
+            addr = await self.instance.find_master_addr(mq.broker_name, mq.topic)
+        result = await self.instance.api.pull_message(
+            addr, mq.broker_name, header, self.config.consumer_timeout_when_suspend_ms
+        )
+        if result.status is PullStatus.FOUND:
+            lo, hi = str(result.min_offset), str(result.max_offset)
+            kept = []
+            for m in result.messages:
+                if sub.match_tags(m.tags):
+                    m.properties[PROPERTY_MIN_OFFSET] = lo
+                    m.properties[PROPERTY_MAX_OFFSET] = hi
+                    kept.append(m)
+            result.messages = kept
+        return result
+
+    async def _pull_loop(self, mq: MessageQueue, st: _QueueState) -> None:
+        cfg = self.config
+        with st.scope:
+            while not st.pq.dropped:
+                if self._flow_controlled(st.pq):
+                    await trio.sleep(cfg.pull_time_delay_when_flow_control_ms / 1000)
+                    continue
+                try:
+                    result = await self._pull_once(mq, st)
+                except RemoteError as exc:
+                    delay = 0.02 if exc.code == ResponseCode.FLOW_CONTROL else None
+                    log.warning("pull_failed", mq=str(mq), code=exc.code, remark=exc.remark)
+                    await trio.sleep(delay or cfg.pull_time_delay_when_exception_ms / 1000)
+                    continue
+                except Exception as exc:
+                    log.warning(
+                        "pull_failed",
+                        mq=str(mq),
+                        error=str(exc) or type(exc).__name__,
+                        transport=is_transport_error(exc),
+                    )
+                    await trio.sleep(cfg.pull_time_delay_when_exception_ms / 1000)
+                    continue
+                st.pq.last_pull_timestamp = time.monotonic()
+                if _dropped(st):  # rebalance may have taken the queue meanwhile
+                    return
+                if result.status is PullStatus.FOUND:
+                    st.next_offset = result.next_begin_offset
+                    if result.messages:
+                        st.pq.put_messages(result.messages)
+                        await self._deliver(mq, st.pq, result.messages)
+                    elif st.pq.is_empty():
+                        self.offset_store.update(mq, st.next_offset, increase_only=True)
+                elif result.status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
+                    st.next_offset = result.next_begin_offset
+                    if st.pq.is_empty():
+                        self.offset_store.update(mq, st.next_offset, increase_only=True)
+                else:  # OFFSET_ILLEGAL
+                    log.warning(
+                        "pull_offset_moved",
+                        mq=str(mq),
+                        requested=st.next_offset,
+                        next=result.next_begin_offset,
+                    )
+                    self._on_offset_moved(mq, st.pq)
+                    st.pq.dropped = True
+                    fresh = ProcessQueue()
+                    st.pq = fresh
+                    st.next_offset = result.next_begin_offset
+                    self.offset_store.update(mq, result.next_begin_offset)
+                    try:
+                        await self.offset_store.persist(mq)
+                    except Exception as exc:
+                        log.warning("persist_failed", mq=str(mq), error=str(exc))
+
+    def _on_offset_moved(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        """Subclass hook: the queue's cached messages are void."""
+
+    async def _deliver(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        """Subclass hook: hand pulled (and tag-checked) messages on."""
+        raise NotImplementedError
