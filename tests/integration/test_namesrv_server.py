@@ -232,6 +232,9 @@ async def test_restarted_namesrv_full_again_after_one_round(namesrv: NamesrvProc
         assert namesrv.stop() == 0  # clean exit on SIGTERM
         assert "namesrv_stopped" in namesrv.log_text()
         await trio.to_thread.run_sync(namesrv.start)
+        # Connections to the old process are dead; drop them before the next calls.
+        await client.close_connection(namesrv.addr)
+        await broker.close_connection(namesrv.addr)
         assert await get_route(client, namesrv.addr, "T") is None  # empty after restart
         # One registration round (same data version as before) fills it again.
         (await broker.invoke(namesrv.addr, register_cmd({"T": 4, "U": 1}))).raise_for_code()
