@@ -1,0 +1,148 @@
+"""Producer and consumers against one real NameServer and broker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import trio
+
+from client import (
+    ConsumeFromWhere,
+    ConsumeStatus,
+    Message,
+    MessageExt,
+    NoRouteError,
+    Producer,
+    PullConsumer,
+    PushConsumer,
+    SendStatus,
+)
+from tests.helpers import wait_until
+from tests.integration.client_support import create_topic, fast_config
+from tests.integration.procs import BrokerProc, NamesrvProc
+
+StartBroker = Callable[..., BrokerProc]
+
+
+@pytest.fixture
+def cluster(namesrv: NamesrvProc, start_broker: StartBroker) -> str:
+    start_broker(namesrv.addr, name="broker-a")
+    return namesrv.addr
+
+
+async def test_send_and_push_consume_with_tag_filter_and_compression(cluster: str) -> None:
+    await create_topic(cluster, "PC1", queues=4)
+    cfg = fast_config(cluster)
+    big = bytes(range(256)) * 64  # 16 KiB: compressed on the wire
+    sent: dict[str, bytes] = {}
+    async with Producer("pg1", cfg) as p:
+        for i in range(20):
+            body = big if i == 7 else f"m{i}".encode()
+            r = await p.send(Message("PC1", body, tags="A" if i % 2 else "B", keys=f"key{i}"))
+            assert r.status is SendStatus.SEND_OK
+            assert len(r.msg_id) == 32
+            assert r.message_queue.topic == "PC1"
+            if i % 2:
+                sent[r.msg_id] = body
+        big_result = await p.send(Message("PC1", big, tags="A"))
+        sent[big_result.msg_id] = big
+    got: dict[str, MessageExt] = {}
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        for m in msgs:
+            got[m.msg_id] = m
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = PushConsumer(
+        "cg1", cfg, listener=listener, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+    )
+    c.subscribe("PC1", "A")
+    async with c:
+        await wait_until(lambda: len(got) >= len(sent), total=20, what="tagged messages")
+        await trio.sleep(0.5)  # nothing else arrives
+    assert set(got) == set(sent)
+    for mid, m in got.items():
+        assert m.body == sent[mid]
+        assert m.tags == "A"
+        assert m.properties["MIN_OFFSET"] == "0"
+
+
+async def test_batch_is_split_and_every_message_arrives(cluster: str) -> None:
+    await create_topic(cluster, "PC2", queues=2)
+    cfg = fast_config(cluster, max_message_size=2000)
+    msgs = [Message("PC2", bytes([65 + i % 26]) * 500, keys=f"b{i}") for i in range(10)]
+    async with Producer("pg2", cfg) as p:
+        results = await p.send_batch(msgs)
+    assert len(results) > 1
+    ids = [i for r in results for i in r.msg_id.split(",")]
+    assert len(ids) == 10
+    assert ids == [m.uniq_key for m in msgs]
+    async with PullConsumer(
+        "cg2", cfg, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+    ) as c:
+        c.subscribe("PC2")
+        got: list[MessageExt] = []
+        with trio.move_on_after(20):
+            while len(got) < 10:
+                got.extend(await c.poll(timeout_ms=500))
+    assert sorted(m.msg_id for m in got) == sorted(ids)
+
+
+async def test_ordered_sends_land_in_one_queue_per_key(cluster: str) -> None:
+    await create_topic(cluster, "PC3", queues=8)
+    cfg = fast_config(cluster)
+    placed: dict[str, list[tuple[int, int]]] = {}
+    async with Producer("pg3", cfg) as p:
+        for i in range(30):
+            key = f"order-{i % 3}"
+            r = await p.send_orderly(Message("PC3", f"{key}:{i}"), key)
+            placed.setdefault(key, []).append((r.message_queue.queue_id, r.queue_offset))
+    for key, rows in placed.items():
+        assert len({q for q, _ in rows}) == 1, key
+        offsets = [o for _, o in rows]
+        assert offsets == sorted(offsets)
+
+
+async def test_lite_pull_seek_and_commit(cluster: str) -> None:
+    await create_topic(cluster, "PC4", queues=2)
+    cfg = fast_config(cluster)
+    async with Producer("pg4", cfg) as p:
+        for i in range(10):
+            await p.send(Message("PC4", f"x{i}"), queue=(await p.fetch_publish_queues("PC4"))[0])
+    c = PullConsumer(
+        "cg4", cfg, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, auto_commit=False
+    )
+    async with c:
+        mqs = await c.fetch_message_queues("PC4")
+        c.assign(mqs)
+        mq0 = mqs[0]
+        got: list[MessageExt] = []
+        with trio.move_on_after(20):
+            while len(got) < 10:
+                got.extend(await c.poll(timeout_ms=500))
+        assert [m.queue_offset for m in got] == list(range(10))
+        assert await c.committed(mq0) in (-1, 0)
+        await c.commit()
+        assert await c.committed(mq0) == 10
+        await c.seek(mq0, 4)
+        again: list[MessageExt] = []
+        with trio.move_on_after(20):
+            while len(again) < 6:
+                again.extend(await c.poll(timeout_ms=500))
+        assert [m.queue_offset for m in again] == list(range(4, 10))
+        await c.seek_to_begin(mq0)
+        first = await c.poll(timeout_ms=5000)
+        assert first
+        assert first[0].queue_offset == 0
+        await c.seek_to_end(mq0)
+        assert await c.poll(timeout_ms=300) == []
+        ts = got[5].store_timestamp
+        assert await c.offset_for_timestamp(mq0, ts) <= 5
+
+
+async def test_unknown_topic_without_auto_create(cluster: str) -> None:
+    cfg = fast_config(cluster, auto_create_topic=False)
+    async with Producer("pg5", cfg) as p:
+        with pytest.raises(NoRouteError, match="No route info"):
+            await p.send(Message("NoSuchTopic", b"x"))
