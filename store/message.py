@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import enum
 import functools
+import operator
 import os
 import random
 import socket
 import struct
+import sys
 import threading
 import time
 import zlib
@@ -270,6 +272,13 @@ def _decode_properties_bytes(raw: bytes) -> dict[str, str]:
 
 
 # --- hashes -------------------------------------------------------------------------------
+_HASH_CHUNK = 1024
+# 31**k mod 2**32: h(s) = sum(c_i * 31**(n-1-i)), so the reversed units times these powers
+# give the hash with the loop in C (map/sum) instead of Python bytecode.
+_POW31 = tuple(pow(31, k, 1 << 32) for k in range(_HASH_CHUNK + 1))
+_UTF16_NATIVE = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
+
+
 def java_string_hash(s: str) -> int:
     """Java's ``String.hashCode()``: ``h = 31*h + c`` over UTF-16 code units, as an int32.
 
@@ -281,14 +290,21 @@ def java_string_hash(s: str) -> int:
     Returns:
         The signed 32-bit hash.
     """
-    h = 0
+    units: bytes | memoryview
     if s.isascii():
-        for c in s.encode("ascii"):
-            h = (31 * h + c) & 0xFFFFFFFF
+        units = s.encode("ascii")
     else:
-        data = s.encode("utf-16-be", "surrogatepass")
-        for (c,) in _U16.iter_unpack(data):
-            h = (31 * h + c) & 0xFFFFFFFF
+        units = memoryview(s.encode(_UTF16_NATIVE, "surrogatepass")).cast("H")
+    n = len(units)
+    h: int
+    if n <= _HASH_CHUNK:
+        h = sum(map(operator.mul, units[::-1], _POW31)) & 0xFFFFFFFF
+    else:
+        h = 0
+        for start in range(0, n, _HASH_CHUNK):
+            chunk = units[start : start + _HASH_CHUNK]
+            part = sum(map(operator.mul, chunk[::-1], _POW31))
+            h = (h * _POW31[len(chunk)] + part) & 0xFFFFFFFF
     return h - 0x100000000 if h & 0x80000000 else h
 
 
@@ -1018,27 +1034,48 @@ def _check(buf: Buffer, offset: int, check_crc: bool, max_size: int) -> Dispatch
         return _INVALID
     if total < MIN_RECORD_SIZE or total > max_size or total > avail:
         return _INVALID
-    try:
-        msg = _decode_one(buf, offset, offset + total, False, check_crc)
-        props = msg.properties
-    except MessageDecodeError:
+    fields = _FIXED_V4.unpack_from(buf, offset)
+    sys_flag = fields[7]
+    pos = offset + 88
+    if sys_flag & _HOST_MASK:
+        fixed = _FIXED[sys_flag & _HOST_MASK]
+        if total < fixed.size + 3:
+            return _INVALID
+        fields = fixed.unpack_from(buf, offset)
+        pos = offset + fixed.size
+    body_len = fields[16]
+    rec_end = offset + total
+    body_end = pos + body_len
+    if body_len < 0 or body_end + 3 > rec_end:
         return _INVALID
+    if check_crc and zlib.crc32(buf[pos:body_end]) & 0x7FFFFFFF != fields[2]:
+        return _INVALID
+    topic_end = body_end + 1 + buf[body_end]
+    if topic_end + 2 > rec_end:
+        return _INVALID
+    (props_len,) = _I16.unpack_from(buf, topic_end)
+    if props_len < 0 or topic_end + 2 + props_len != rec_end:
+        return _INVALID
+    # a non-UTF-8 topic or properties raises UnicodeDecodeError: INVALID via check_record
+    topic = str(buf[body_end + 1 : topic_end], "utf-8")
+    props = decode_properties(str(buf[topic_end + 2 : rec_end], "utf-8"))
+    get = props.get
     return DispatchRequest(
         DispatchStatus.OK,
         total,
-        msg.topic,
-        msg.queue_id,
-        msg.queue_offset,
-        msg.commit_log_offset,
-        tags_code(props.get(PROPERTY_TAGS)),
-        msg.store_timestamp,
-        msg.sys_flag,
-        props.get(PROPERTY_KEYS, ""),
-        props.get(PROPERTY_UNIQ_KEY),
-        msg.prepared_transaction_offset,
+        topic,
+        fields[3],
+        fields[5],
+        fields[6],
+        tags_code(get(PROPERTY_TAGS)),
+        fields[11],
+        sys_flag,
+        get(PROPERTY_KEYS, ""),
+        get(PROPERTY_UNIQ_KEY),
+        fields[15],
         props,
-        msg.born_timestamp,
-        msg.body_crc,
+        fields[8],
+        fields[2],
     )
 
 

@@ -145,6 +145,15 @@ def test_java_string_hash_matches_utf16_definition(s: str) -> None:
     assert java_string_hash(s) == _java_hash_reference(s)
 
 
+def test_java_string_hash_long_strings() -> None:
+    rng = random.Random(7)
+    for n in (1023, 1024, 1025, 2048, 5000):
+        ascii_s = "".join(chr(rng.randrange(32, 127)) for _ in range(n))
+        assert java_string_hash(ascii_s) == _java_hash_reference(ascii_s)
+        mixed = "".join(chr(rng.choice([0x41, 0xE9, 0x4E2D, 0x1F600])) for _ in range(n))
+        assert java_string_hash(mixed) == _java_hash_reference(mixed)
+
+
 def test_offset_msg_id_vectors() -> None:
     assert create_offset_msg_id(("127.0.0.1", 10911), 0) == "7F00000100002A9F0000000000000000"
     assert (
