@@ -180,7 +180,7 @@ class Connection:
         waiter = _Waiter()
         self._pending[opaque] = waiter
         try:
-            with trio.move_on_after(timeout_ms / 1000):
+            with trio.move_on_after(max(timeout_ms, 0) / 1000):
                 await self.send(cmd)
                 await waiter.event.wait()
             if waiter.response is not None:

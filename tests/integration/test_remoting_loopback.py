@@ -406,3 +406,79 @@ async def test_killed_server_fails_pending_calls_and_client_reconnects() -> None
             proc.kill()
         with trio.move_on_after(10):
             await proc.wait()
+
+
+async def test_inflight_limit_pushes_back_until_a_handler_finishes() -> None:
+    release = trio.Event()
+    started: list[int] = []
+
+    async def slow(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        started.append(cmd.opaque)
+        await release.wait()
+        return cmd.make_response()
+
+    async def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(body=cmd.body)
+
+    server = RemotingServer(max_inflight_per_connection=2)
+    server.register_processor(SLOW, slow)
+    server.register_processor(ECHO, echo)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(server.run)
+        addr = f"127.0.0.1:{port}"
+        async with RemotingClient() as client, trio.open_nursery() as calls:
+            for _ in range(2):
+                calls.start_soon(client.invoke, addr, RemotingCommand.request(SLOW), 10000)
+            await wait_until(lambda: len(started) == 2, what="two slow handlers")
+            answered = trio.Event()
+
+            async def echo_call() -> None:
+                await client.invoke(addr, RemotingCommand.request(ECHO), 10000)
+                answered.set()
+
+            calls.start_soon(echo_call)
+            # Both slots are taken: the echo request is not even read yet.
+            with trio.move_on_after(0.3):
+                await answered.wait()
+            assert not answered.is_set()
+            release.set()
+            with trio.fail_after(10):
+                await answered.wait()
+        nursery.cancel_scope.cancel()
+
+
+async def test_cancelling_run_closes_listener_and_connections() -> None:
+    server = RemotingServer()
+
+    async def hang(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    server.register_processor(HANG, hang)
+    async with RemotingClient() as client:
+        errors: list[Exception] = []
+        async with trio.open_nursery() as outer:
+            server_scope = trio.CancelScope()
+
+            async def run_server(task_status: trio.TaskStatus[int]) -> None:
+                with server_scope:
+                    await server.run(task_status=task_status)
+
+            port = await outer.start(run_server)
+            addr = f"127.0.0.1:{port}"
+
+            async def call() -> None:
+                try:
+                    await client.invoke(addr, RemotingCommand.request(HANG), timeout_ms=60000)
+                except Exception as exc:
+                    errors.append(exc)
+
+            outer.start_soon(call)
+            await wait_until(lambda: client.pending == 1, what="pending request")
+            server_scope.cancel()
+            with trio.fail_after(10):
+                await wait_until(lambda: len(errors) == 1, what="pending call failing")
+        assert isinstance(errors[0], RemotingConnectionLost)
+        assert server.connections == []
+        with pytest.raises(RemotingConnectError):
+            await client.invoke(addr, RemotingCommand.request(HANG), timeout_ms=2000)
