@@ -221,6 +221,12 @@ class IndexFile:
         self._write_header()
         return True
 
+    def seal(self, end_phy_offset: int) -> None:
+        """Mark the file full and lower its end offset (see `IndexService.truncate`)."""
+        self.index_count = self.index_num
+        self.end_phy_offset = max(min(end_phy_offset, self.end_phy_offset), 0)
+        self._write_header()
+
     def is_time_matched(self, begin_ms: int, end_ms: int) -> bool:
         """Whether ``[begin_ms, end_ms]`` overlaps this file's time span."""
         b, e = self.begin_timestamp, self.end_timestamp
@@ -467,6 +473,31 @@ class IndexService:
         for f in doomed:
             f.destroy()
             log.info("index_file_deleted", file=f.file_name, end_phy_offset=f.end_phy_offset)
+        return len(doomed)
+
+    def truncate(self, phy_offset: int) -> int:
+        """Forget index entries of records at or beyond `phy_offset` (blocking: may delete).
+
+        For recovery after the commitlog was cut at `phy_offset` (e.g. an OS crash left the
+        index flushed further than the commitlog): files that begin at or beyond it are
+        deleted; the file straddling it is sealed (marked full, end offset moved just below
+        `phy_offset`), so new records there get indexed in a new file instead of being
+        skipped as already indexed. Its stale entries stay (queries check the records' keys).
+
+        Returns:
+            How many files were deleted.
+        """
+        with self._lock:
+            files = self._files
+            doomed = [f for f in files if f.begin_phy_offset >= phy_offset]
+            self._files = [f for f in files if f not in doomed]
+            last = self._files[-1] if self._files else None
+        for f in doomed:
+            f.destroy()
+            log.warning("index_file_truncated", file=f.file_name, begin=f.begin_phy_offset)
+        if last is not None and last.end_phy_offset >= phy_offset:
+            last.seal(phy_offset - 1)
+            log.warning("index_file_sealed", file=last.file_name, below=phy_offset)
         return len(doomed)
 
     def close(self) -> None:

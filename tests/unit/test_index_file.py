@@ -325,3 +325,41 @@ def test_load_deletes_unusable_and_ignores_foreign_files(tmp_path: Path) -> None
     svc.build_index(_req(0, T0, uniq="U"))
     assert svc.query("T", "U", 1, 0, 2**62)[0] == [0]
     svc.close()
+
+
+def test_truncate_after_commitlog_cut(tmp_path: Path) -> None:
+    d = tmp_path / "index"
+    svc = IndexService(d, slot_num=5, index_num=10)
+    svc.load(True, 0)
+    _fill(svc, 7)  # files: records 0-2 (end 200), 3-5 (end 500), 6 (begin 600)
+    assert [(f.begin_phy_offset, f.end_phy_offset) for f in svc.files] == [
+        (0, 200),
+        (300, 500),
+        (600, 600),
+    ]
+    # the commitlog was cut at 450: the record at 500 and everything after is gone
+    assert svc.truncate(450) == 1
+    files = svc.files
+    assert len(files) == 2
+    assert files[-1].is_full
+    assert files[-1].end_phy_offset == 449
+    # new records from 450 on are indexed (not skipped as "already indexed")
+    svc.build_index(_req(450, T0 + 60_000, uniq="NEW1"))
+    svc.build_index(_req(550, T0 + 61_000, uniq="NEW2", keys="order0"))
+    assert len(svc.files) == 3
+    assert svc.query("T", "NEW1", 10, 0, 2**62)[0] == [450]
+    assert svc.query("T", "NEW2", 10, 0, 2**62)[0] == [550]
+    assert svc.query("T", "U0004", 10, 0, 2**62)[0] == [400]
+    assert svc.query("T", "U0006", 10, 0, 2**62)[0] == []
+    # re-dispatching the new records again is still idempotent
+    count = svc.files[-1].index_count
+    svc.build_index(_req(550, T0 + 61_000, uniq="NEW2", keys="order0"))
+    assert svc.files[-1].index_count == count
+    svc.close()
+    svc2 = IndexService(d, slot_num=5, index_num=10)
+    svc2.load(True, 0)
+    assert [f.is_full for f in svc2.files] == [True, True, False]
+    assert svc2.query("T", "NEW1", 10, 0, 2**62)[0] == [450]
+    assert svc2.truncate(0) == 3
+    assert svc2.files == []
+    svc2.close()
