@@ -32,6 +32,7 @@ from broker.processors.pull import PullProcessor
 from broker.processors.query import QueryProcessor
 from broker.processors.send import SendProcessor
 from broker.producer_manager import ProducerManager
+from broker.queue_locks import QueueLockManager
 from broker.registration import RegistrationService
 from broker.subscription_manager import SubscriptionManager
 from broker.topic_manager import TopicManager
@@ -97,6 +98,7 @@ class BrokerController:
         self.consumers = ConsumerManager()
         self.producers = ProducerManager()
         self.long_polling = LongPollingService(config.max_parked_pulls)
+        self.queue_locks = QueueLockManager()
         self.stats = BrokerStats()
         host, port = config.listen_host_port
         self.server = RemotingServer(host, port)
@@ -140,6 +142,8 @@ class BrokerController:
         reg(R.QUERY_CONSUMER_OFFSET, self.consumer_manage.query_consumer_offset)
         reg(R.UPDATE_CONSUMER_OFFSET, self.consumer_manage.update_consumer_offset)
         reg(R.GET_CONSUMER_LIST_BY_GROUP, self.consumer_manage.get_consumer_list_by_group)
+        reg(R.LOCK_BATCH_MQ, self.consumer_manage.lock_batch_mq)
+        reg(R.UNLOCK_BATCH_MQ, self.consumer_manage.unlock_batch_mq)
         # clients
         reg(R.HEART_BEAT, self.client_manage.heart_beat)
         reg(R.UNREGISTER_CLIENT, self.client_manage.unregister_client)

@@ -1,4 +1,4 @@
-"""QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), GET_CONSUMER_LIST_BY_GROUP (38)."""
+"""Offsets (14, 15), consumer lists (38) and orderly-consumer queue locks (41, 42)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,12 @@ from typing import TYPE_CHECKING
 
 from broker.processors._common import error, guarded
 from remoting import Connection, RemotingCommand, ResponseCode
-from remoting.protocol.bodies import ConsumerListBody
+from remoting.protocol.bodies import (
+    ConsumerListBody,
+    LockBatchRequestBody,
+    LockBatchResponseBody,
+    UnlockBatchRequestBody,
+)
 from remoting.protocol.headers import (
     GetConsumerListByGroupRequestHeader,
     QueryConsumerOffsetRequestHeader,
@@ -66,3 +71,21 @@ class ConsumerManageProcessor:
             )
         body = ConsumerListBody(info.client_ids()).to_json()
         return cmd.make_response(ResponseCode.SUCCESS, body=body)
+
+    @guarded()
+    async def lock_batch_mq(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        body = LockBatchRequestBody.from_json(cmd.body_bytes())
+        held = self.ctrl.queue_locks.try_lock_batch(
+            body.consumer_group, body.mq_set, body.client_id
+        )
+        return cmd.make_response(
+            ResponseCode.SUCCESS, body=LockBatchResponseBody(sorted(held)).to_json()
+        )
+
+    @guarded()
+    async def unlock_batch_mq(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        body = UnlockBatchRequestBody.from_json(cmd.body_bytes())
+        self.ctrl.queue_locks.unlock_batch(body.consumer_group, body.mq_set, body.client_id)
+        return cmd.make_response(ResponseCode.SUCCESS)

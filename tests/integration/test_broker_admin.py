@@ -262,3 +262,28 @@ async def test_in_process_controller_async_with(tmp_path: Path) -> None:
         async with BrokerController(cfg) as again:
             assert again.offsets.query("G", "InProc", 0) == 1
             assert again.store.get_max_offset_in_queue("InProc", 0) == 1
+
+
+async def test_lock_and_unlock_batch(namesrv: NamesrvProc, start_broker: StartBroker) -> None:
+    from remoting.protocol.bodies import (
+        LockBatchRequestBody,
+        LockBatchResponseBody,
+        UnlockBatchRequestBody,
+    )
+
+    broker: BrokerProc = start_broker(namesrv.addr, env=SMALL_STORE)
+    mqs = [MessageQueue("LockT", "broker-a", i) for i in range(2)]
+    async with RemotingClient(serialize_type=SerializeType.JSON) as client:
+
+        async def lock(cid: str) -> list[MessageQueue]:
+            body = LockBatchRequestBody("LG", cid, mqs).to_json()
+            resp = await client.invoke(broker.addr, req(RequestCode.LOCK_BATCH_MQ, None, body))
+            assert resp.code == ResponseCode.SUCCESS
+            return LockBatchResponseBody.from_json(resp.body_bytes()).lock_ok_mq_set
+
+        assert await lock("c1") == mqs
+        assert await lock("c2") == []
+        body = UnlockBatchRequestBody("LG", "c1", mqs[:1]).to_json()
+        resp = await client.invoke(broker.addr, req(RequestCode.UNLOCK_BATCH_MQ, None, body))
+        assert resp.code == ResponseCode.SUCCESS
+        assert await lock("c2") == mqs[:1]

@@ -223,3 +223,23 @@ def test_producer_manager() -> None:
     pm.register("PG", ClientChannelInfo(ch, "p1"), now_ms=0)
     assert pm.unregister("PG", "p1")
     assert not pm.unregister("PG", "p1")
+
+
+def test_queue_locks_expire_and_renew() -> None:
+    from broker.queue_locks import QueueLockManager
+    from remoting.protocol.bodies import MessageQueue
+
+    locks = QueueLockManager(lock_max_live_ms=60_000)
+    q0, q1 = MessageQueue("T", "b", 0), MessageQueue("T", "b", 1)
+    assert locks.try_lock_batch("G", [q0, q1], "c1", now=0) == {q0, q1}
+    assert locks.try_lock_batch("G", [q0, q1], "c2", now=10) == set()
+    assert locks.try_lock_batch("G", [q0], "c1", now=50_000) == {q0}  # renewal
+    # q1 was not renewed: free for c2 after 60 s; q0 still c1's.
+    assert locks.try_lock_batch("G", [q0, q1], "c2", now=60_001) == {q1}
+    assert locks.is_locked("G", q0, "c1", now=60_001)
+    locks.unlock_batch("G", [q0], "c2")  # not the holder: no effect
+    assert locks.is_locked("G", q0, "c1", now=60_001)
+    locks.unlock_batch("G", [q0], "c1")
+    assert locks.try_lock_batch("G", [q0], "c2", now=60_002) == {q0}
+    # Groups are independent.
+    assert locks.try_lock_batch("H", [q0], "c1", now=60_002) == {q0}
