@@ -154,7 +154,11 @@ class Connection:
             raise RemotingConnectionLost(f"connection to {self.remote_address} is closed")
         parts = encode_frame_parts(cmd)
         try:
-            await self._send_channel.send(parts)
+            try:
+                # Fast path: room in the queue, no need to go through the scheduler.
+                self._send_channel.send_nowait(parts)
+            except trio.WouldBlock:
+                await self._send_channel.send(parts)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise RemotingConnectionLost(
                 f"connection to {self.remote_address} closed while sending"
