@@ -105,6 +105,11 @@ class ConsumerBase:
     """Shared machinery; see PushConsumer and PullConsumer."""
 
     consume_type = "CONSUME_PASSIVELY"
+    # RocketMQ piggybacks the committed offset on pulls (COMMIT_OFFSET flag). Off by
+    # default: a long-polling pull still parked at the broker when its queue moves to
+    # another consumer could store its stale offset after our final persist, and the
+    # new owner would then re-consume. Offsets go out with the 5 s persist instead.
+    commit_offset_on_pull = False
 
     def __init__(
         self,
@@ -384,8 +389,9 @@ class ConsumerBase:
     async def _pull_once(self, mq: MessageQueue, st: _QueueState) -> PullResult:
         sub = self.subscriptions.get(mq.topic) or parse_subscription(mq.topic, "*")
         commit = -1
-        if self.message_model is MessageModel.CLUSTERING:
+        if self.message_model is MessageModel.CLUSTERING and self.commit_offset_on_pull:
             commit = self.offset_store.table().get(mq, -1)
+        # The subscription travels with every pull, so a pull never races the heartbeat.
         flags = PULL_FLAG_SUSPEND | PULL_FLAG_SUBSCRIPTION
         if commit > 0:
             flags |= PULL_FLAG_COMMIT_OFFSET
