@@ -249,6 +249,10 @@ class MessageStore:
             dispatch=self.dispatcher.recovered,
         )
         _destroy_all(dropped)
+        if index is not None:
+            # Index entries of records past the valid end (index flushed further than the
+            # commitlog) must not make new records there look indexed already.
+            index.truncate(report.valid_end)
         self.recovery = report
         valid_end = report.valid_end
         min_phy = cl.min_offset
