@@ -321,6 +321,13 @@ def test_encode_limits() -> None:
     encode_record(MessageInner("t", b"", properties={"k": "v" * 32765}), 0, 0, 0)
     with pytest.raises(MessageEncodeError):
         encode_record(MessageInner("t", b"", born_host=("not-an-ip", 1)), 0, 0, 0)
+    topic = "é" * 63 + "a"  # 127 UTF-8 bytes
+    assert len(topic.encode()) == 127
+    m = decode_record(bytes(encode_record(MessageInner(topic, b"x"), 0, 0, 0)))
+    assert m.topic == topic
+    assert check_record(encode_record(MessageInner(topic, b"x"), 0, 0, 0), 0).topic == topic
+    with pytest.raises(MessageEncodeError):
+        encode_record(MessageInner("é" * 64, b""), 0, 0, 0)
 
 
 def test_properties_string_is_cached_and_used() -> None:
