@@ -85,6 +85,24 @@ def cli(config_file: str | None, **flags: Any) -> None:
     except OSError as exc:
         log.error("broker_failed", error=str(exc))  # noqa: TRY400
         sys.exit(1)
+    except BaseExceptionGroup as group:  # trio wraps task errors
+        first = _first_os_error(group)
+        if first is None:
+            raise
+        log.error("broker_failed", error=str(first))  # noqa: TRY400
+        sys.exit(1)
+
+
+def _first_os_error(exc: BaseException) -> OSError | None:
+    """The first OSError in a (nested) exception group, e.g. a port already in use."""
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _first_os_error(inner)
+            if found is not None:
+                return found
+    return None
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ from typing import Any, Self
 import structlog
 import trio
 
+from broker._persist import write_atomically
 from broker.config import BrokerConfig, parse_host_port
 from broker.consumer_manager import ConsumerManager
 from broker.long_polling import LongPollingService
@@ -121,6 +122,8 @@ class BrokerController:
         self._store: MessageStore | None = None
         self._nursery: trio.Nursery | None = None
         self._stop = trio.Event()
+        self._topics_changed = trio.Event()
+        self._write_lock = trio.Lock()
         self._stack_nursery: trio.Nursery | None = None
         self.port = 0
         self.addr = config.advertise or config.listen
@@ -182,25 +185,33 @@ class BrokerController:
             self._nursery.start_soon(fn, *args)
 
     def on_topics_changed(self) -> None:
-        """A topic was created, changed or deleted: persist soon and re-register at once."""
+        """A topic was created, changed or deleted: persist and re-register at once."""
+        self._topics_changed.set()
         self.registration.trigger()
 
+    async def _write(self, mgr: TopicManager | OffsetManager | SubscriptionManager) -> None:
+        # Encode here (the tables change under us otherwise); write under one lock so two
+        # writers never share the .tmp file.
+        async with self._write_lock:
+            data = mgr.snapshot()
+            try:
+                # fsync blocks: worker thread.
+                await trio.to_thread.run_sync(write_atomically, mgr.path, data)
+            except BaseException:
+                mgr.dirty = True
+                raise
+
     async def persist_topics(self) -> None:
-        # fsync blocks: worker thread.
-        await trio.to_thread.run_sync(self.topics.persist)
+        await self._write(self.topics)
 
     async def persist_subscriptions(self) -> None:
-        # fsync blocks: worker thread.
-        await trio.to_thread.run_sync(self.subscriptions.persist)
+        await self._write(self.subscriptions)
 
     async def persist_all(self) -> None:
         """Write every dirty config file (offsets, topics, subscription groups)."""
-        if self.offsets.dirty:
-            await trio.to_thread.run_sync(self.offsets.persist)
-        if self.topics.dirty:
-            await self.persist_topics()
-        if self.subscriptions.dirty:
-            await self.persist_subscriptions()
+        for mgr in (self.offsets, self.topics, self.subscriptions):
+            if mgr.dirty:
+                await self._write(mgr)
 
     def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         self.long_polling.notify(topic, queue_id, max_offset)
@@ -244,6 +255,7 @@ class BrokerController:
                         registered = await self.registration.register_all()
                         nursery.start_soon(self.registration.run)
                         nursery.start_soon(self._persist_loop)
+                        nursery.start_soon(self._topic_persist_loop)
                         nursery.start_soon(self._scan_loop)
                         nursery.start_soon(self._stats_loop)
                         log.info(
@@ -301,6 +313,23 @@ class BrokerController:
                 await self.persist_all()
             except OSError as exc:
                 log.error("config_persist_failed", error=str(exc))  # noqa: TRY400
+
+    async def _topic_persist_loop(self) -> None:
+        """Write topics.json right after a change (an auto-created topic must survive a crash
+        together with its messages); changes arriving meanwhile share the next write."""
+        while True:
+            await self._topics_changed.wait()
+            self._topics_changed = trio.Event()
+            if self.topics.dirty:
+                try:
+                    await self.persist_topics()
+                except OSError as exc:
+                    log.error("topics_persist_failed", error=str(exc))  # noqa: TRY400
+            if self.subscriptions.dirty:
+                try:
+                    await self.persist_subscriptions()
+                except OSError as exc:
+                    log.error("subscriptions_persist_failed", error=str(exc))  # noqa: TRY400
 
     async def _scan_loop(self) -> None:
         period = self.config.client_scan_interval_ms / 1000

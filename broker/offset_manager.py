@@ -46,10 +46,14 @@ class OffsetManager:
     def encode(self) -> bytes:
         return dumps({"offsetTable": self._table})
 
-    def persist(self) -> None:
-        """Write the table (blocking; run it in a worker thread from async code)."""
+    def snapshot(self) -> bytes:
+        """The file contents now; clears `dirty` (encode on the event loop, write elsewhere)."""
         self.dirty = False
-        write_atomically(self.path, self.encode())
+        return self.encode()
+
+    def persist(self) -> None:
+        """Write the table now (blocking: from async code, write `snapshot()` in a thread)."""
+        write_atomically(self.path, self.snapshot())
 
     # -- operations -------------------------------------------------------------------------
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:

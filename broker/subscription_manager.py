@@ -58,10 +58,14 @@ class SubscriptionManager:
     def encode(self) -> bytes:
         return self.wrapper().to_json()
 
-    def persist(self) -> None:
-        """Write the table (blocking; run it in a worker thread from async code)."""
+    def snapshot(self) -> bytes:
+        """The file contents now; clears `dirty` (encode on the event loop, write elsewhere)."""
         self.dirty = False
-        write_atomically(self.path, self.encode())
+        return self.encode()
+
+    def persist(self) -> None:
+        """Write the table now (blocking: from async code, write `snapshot()` in a thread)."""
+        write_atomically(self.path, self.snapshot())
 
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         return self._table.get(group)

@@ -166,10 +166,14 @@ class TopicManager:
             }
         )
 
-    def persist(self) -> None:
-        """Write the table (blocking; run it in a worker thread from async code)."""
-        write_atomically(self.path, self.encode())
+    def snapshot(self) -> bytes:
+        """The file contents now; clears `dirty` (encode on the event loop, write elsewhere)."""
         self.dirty = False
+        return self.encode()
+
+    def persist(self) -> None:
+        """Write the table now (blocking: from async code, write `snapshot()` in a thread)."""
+        write_atomically(self.path, self.snapshot())
 
     # -- queries ----------------------------------------------------------------------------
     def get(self, topic: str) -> TopicConfig | None:
