@@ -240,3 +240,37 @@ async def test_delete_topics(tmp_path: Path) -> None:
         assert r.append is not None
         assert r.append.queue_offset == 0
         assert store.get_max_offset_in_queue("K", 0) == 1
+
+
+async def test_flush_disk_timeout_keeps_data(tmp_path: Path) -> None:
+    config = cfg(tmp_path, flush_disk_type="SYNC_FLUSH", sync_flush_timeout_ms=50)
+    async with MessageStore(config) as store:
+        # While the flusher cannot run, a SYNC_FLUSH put times out but stays written.
+        async with store.flush_service.commitlog_lock:
+            r = await store.put_message(msg(body=b"late"))
+        assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT
+        assert r.append is not None
+        looked = store.look_message_by_offset(r.append.wrote_offset)
+        assert looked is not None
+        assert looked.body == b"late"
+        # WAIT=false does not wait at all
+        async with store.flush_service.commitlog_lock:
+            r2 = await store.put_message(msg(body=b"nowait", WAIT="false"))
+        assert r2.status is PutMessageStatus.PUT_OK
+        r3 = await store.put_message(msg(body=b"after"))
+        assert r3.status is PutMessageStatus.PUT_OK
+
+
+async def test_message_was_removing(tmp_path: Path) -> None:
+    async with MessageStore(cfg(tmp_path)) as store:
+        for i in range(40):
+            await store.put_message(msg(body=bytes([i]) * 300))
+        # the first commitlog file disappears before the consume queue is corrected
+        for mf in store.commitlog.mfq.detach_first(1):
+            mf.destroy()
+        res = await store.get_message("g", "T", 0, 0, 4, 1 << 20)
+        assert res.status is GetMessageStatus.MESSAGE_WAS_REMOVING
+        assert res.message_count == 0
+        # the records in later files are still served on the next pull
+        res2 = await store.get_message("g", "T", 0, res.next_begin_offset, 32, 1 << 20)
+        assert res2.status is GetMessageStatus.FOUND
