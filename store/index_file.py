@@ -203,6 +203,10 @@ class IndexFile:
         (prev,) = _I32.unpack_from(mm, slot_pos)
         if prev <= 0 or prev >= count:
             prev = 0
+        if count <= 1:
+            # the first entry defines the file's begin (replacing an inherited one): diff 0
+            self.begin_phy_offset = phy_offset
+            self.begin_timestamp = store_timestamp
         begin_ts = self.begin_timestamp
         if begin_ts <= 0:
             time_diff = 0
@@ -210,9 +214,6 @@ class IndexFile:
             time_diff = min(max((store_timestamp - begin_ts) // 1000, 0), 0x7FFFFFFF)
         _ENTRY.pack_into(mm, self._entries_pos + count * ENTRY_SIZE, h, phy_offset, time_diff, prev)
         _I32.pack_into(mm, slot_pos, count)
-        if count <= 1:
-            self.begin_phy_offset = phy_offset
-            self.begin_timestamp = store_timestamp
         if prev == 0:
             self.hash_slot_count += 1
         self.index_count = count + 1

@@ -192,6 +192,8 @@ def test_new_file_inherits_previous_end(tmp_path: Path) -> None:
     f.put_key("T#a", 600, T0 + 2000)
     assert f.begin_phy_offset == 600
     assert f.begin_timestamp == T0 + 2000
+    # the first entry's time is the new begin (diff 0), so an exact range finds it
+    assert f.select_phy_offsets("T#a", 10, T0 + 2000, T0 + 2000) == [600]
     f.destroy()
     assert not (tmp_path / "idx").exists()
 
