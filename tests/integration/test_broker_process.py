@@ -533,3 +533,19 @@ async def test_sigkill_under_sync_flush_load_loses_no_acknowledged_message(
         assert got == body, f"acknowledged message {key} lost or changed"
     bodies = list(pulled.values())
     assert len(bodies) == len(set(bodies)), "a message was stored twice"
+
+
+async def test_one_pull_returns_1000_messages_of_1kib(broker: BrokerProc) -> None:
+    body = b"k" * 1024
+    async with RemotingClient() as client:
+        for _ in range(10):
+            items = [BatchItem(0, body, "") for _ in range(100)]
+            req = send_request("Big", encode_batch_body(items), code=RequestCode.SEND_BATCH_MESSAGE)
+            resp = await client.invoke(broker.addr, req)
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+        resp = await client.invoke(broker.addr, pull_request("Big", 0, max_msgs=1000))
+        assert resp.code == ResponseCode.SUCCESS
+        msgs = decode_records(resp.body_bytes())
+        assert len(msgs) == 1000
+        assert [m.queue_offset for m in msgs] == list(range(1000))
+        assert (resp.ext_fields or {})["nextBeginOffset"] == "1000"
