@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import free_port
+from tests.helpers import free_port, wait_until_sync
 from tests.integration.procs import BIN_DIR, NamesrvProc, child_env
 
 MQNAMESRV = str(BIN_DIR / "mqnamesrv")
@@ -72,7 +72,8 @@ def test_signal_stops_cleanly_with_exit_0(
     start_namesrv: Callable[..., NamesrvProc], sig: signal.Signals
 ) -> None:
     ns = start_namesrv()
-    assert "namesrv_started" in ns.log_text()
+    # The port accepts a moment before the line is written.
+    wait_until_sync(lambda: "namesrv_started" in ns.log_text(), what="start log line")
     assert f"listen='{ns.addr}'" in ns.log_text()
     assert ns.proc is not None
     ns.proc.send_signal(sig)
@@ -92,6 +93,7 @@ def test_config_file_and_json_logs(
     )
     ns = start_namesrv(port=port, args=["--config", str(cfg)])
     assert ns.port == port
+    wait_until_sync(lambda: "namesrv_started" in ns.log_text(), what="start log line")
     line = next(ln for ln in ns.log_text().splitlines() if "namesrv_started" in ln)
     assert line.startswith("{")
     assert '"expire_ms": 4321' in line
