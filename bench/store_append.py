@@ -3,7 +3,8 @@
 1 KiB messages, single puts and batches of 32, ASYNC_FLUSH and SYNC_FLUSH, 1 / 16 / 128
 concurrent writer tasks. For each case the same bytes are also written to a plain file: no fsync
 for ASYNC, and for SYNC the same group commit (writers append, one flusher fdatasyncs in a worker
-thread for everyone waiting). Printed: messages/s, MB/s and the ratio store/raw. Then reads:
+thread for everyone waiting), into a sparse 1 GiB file like a commitlog file.
+Printed: messages/s, MB/s and the ratio store/raw. Then reads:
 messages/s of `get_message` with 32-message pulls; and the cost of one msync (mmap.flush) vs one
 fdatasync after a 1 KiB write through a shared mapping.
 
@@ -80,7 +81,9 @@ async def bench_raw(
     root: Path, sync: bool, writers: int, batch: int, seconds: float
 ) -> tuple[int, float]:
     path = root / "raw.bin"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    # Same layout as a commitlog file: one big sparse file written at increasing offsets.
+    os.ftruncate(fd, 1 << 30)
     payload = b"r" * (RECORD_SIZE * batch)
     written = 0
     flushed = 0
@@ -103,7 +106,9 @@ async def bench_raw(
     async def writer() -> None:
         nonlocal written, count
         while trio.current_time() < deadline:
-            os.write(fd, payload)
+            if written + len(payload) > 1 << 30:
+                break
+            os.pwrite(fd, payload, written)
             written += len(payload)
             if sync:
                 ev = trio.Event()
