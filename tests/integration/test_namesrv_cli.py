@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import free_port, wait_until_sync
-from tests.integration.procs import BIN_DIR, NamesrvProc, child_env
+from tests.integration.procs import BIN_DIR, NamesrvProc, ProcessError, child_env
 
 MQNAMESRV = str(BIN_DIR / "mqnamesrv")
 
@@ -98,3 +98,29 @@ def test_config_file_and_json_logs(
     assert line.startswith("{")
     assert '"expire_ms": 4321' in line
     assert f'"listen": "127.0.0.1:{port}"' in line
+
+
+def test_proc_helper_reports_start_failure_with_log_tail(tmp_path: Path) -> None:
+    proc = NamesrvProc(tmp_path, args=["--log-level", "bogus"])
+    with pytest.raises(ProcessError) as info:
+        proc.start()
+    assert "exited with code 2" in str(info.value)
+    assert "bogus" in str(info.value)  # click's message, from the log tail
+    assert not proc.running
+
+
+def test_proc_helper_kill_and_restart_same_port(tmp_path: Path) -> None:
+    proc = NamesrvProc(tmp_path)
+    try:
+        proc.start()
+        port, first_pid = proc.port, proc.pid
+        assert proc.kill() == -signal.SIGKILL
+        assert proc.returncode == -signal.SIGKILL
+        proc.restart()
+        assert proc.running
+        assert proc.port == port
+        assert proc.pid != first_pid
+        assert proc.log_text().count("---- start #") == 2
+    finally:
+        code = proc.stop()
+    assert code == 0
