@@ -138,11 +138,11 @@ class PullProcessor:
         match = tag_filter(sub)
         max_msgs = max(1, min(hdr.max_msg_nums, ctrl.config.max_pull_msgs))
 
-        result = await self._get(hdr, max_msgs, match)
+        result = await self._get(hdr, hdr.queue_offset, max_msgs, match)
         code = pull_code(result.status, hdr.queue_offset)
         if code == ResponseCode.PULL_NOT_FOUND and hdr.sys_flag & FLAG_SUSPEND and not conn.closed:
-            result = await self._suspend(hdr, max_msgs, match, result)
-            code = pull_code(result.status, hdr.queue_offset)
+            result, offset = await self._suspend(hdr, max_msgs, match, result)
+            code = pull_code(result.status, offset)
         if hdr.sys_flag & FLAG_COMMIT_OFFSET and ctrl.config.broker_id == 0:
             ctrl.offsets.commit(hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.commit_offset)
         return self._response(cmd, code, result)
@@ -150,6 +150,7 @@ class PullProcessor:
     async def _get(
         self,
         hdr: PullMessageRequestHeader,
+        offset: int,
         max_msgs: int,
         match: Callable[[int], bool] | None,
     ) -> GetMessageResult:
@@ -157,7 +158,7 @@ class PullProcessor:
             hdr.consumer_group,
             hdr.topic,
             hdr.queue_id,
-            hdr.queue_offset,
+            offset,
             max_msgs,
             self.ctrl.config.max_pull_bytes,
             match,
@@ -169,30 +170,44 @@ class PullProcessor:
         max_msgs: int,
         match: Callable[[int], bool] | None,
         first: GetMessageResult,
-    ) -> GetMessageResult:
-        """Hold the pull until a message arrives on its queue or the suspend time ends, then
-        pull again (without suspending)."""
+    ) -> tuple[GetMessageResult, int]:
+        """Hold the pull until matching messages arrive on its queue or the suspend time ends.
+
+        Woken by an arrival, it pulls again; when the new messages do not match the filter it
+        moves past them and waits again, as long as time is left. Returns the last result and
+        the offset it was read from.
+        """
         ctrl = self.ctrl
         cfg = ctrl.config
         if cfg.long_polling_enable:
             wait_ms = min(max(0, hdr.suspend_timeout_millis), cfg.max_suspend_ms)
         else:
             wait_ms = cfg.short_polling_time_ms
+        offset = hdr.queue_offset
         if wait_ms <= 0:
-            return first
+            return first, offset
         deadline = trio.current_time() + wait_ms / 1000
-        parked = ctrl.long_polling.park(hdr.topic, hdr.queue_id, hdr.queue_offset)
-        if parked is None:
-            return first  # too many parked pulls: answer now
         if not cfg.long_polling_enable:
-            ctrl.long_polling.unpark(parked)
             await trio.sleep_until(deadline)
-        else:
-            # A message may have landed between the first read and parking.
-            if ctrl.store.get_max_offset_in_queue(hdr.topic, hdr.queue_id) > hdr.queue_offset:
+            return await self._get(hdr, offset, max_msgs, match), offset
+        result = first
+        while True:
+            parked = ctrl.long_polling.park(hdr.topic, hdr.queue_id, offset)
+            if parked is None:
+                return result, offset  # too many parked pulls: answer now
+            # A message may have landed between the last read and parking.
+            if ctrl.store.get_max_offset_in_queue(hdr.topic, hdr.queue_id) > offset:
                 parked.event.set()
-            await ctrl.long_polling.wait(parked, deadline)
-        return await self._get(hdr, max_msgs, match)
+            woken = await ctrl.long_polling.wait(parked, deadline)
+            result = await self._get(hdr, offset, max_msgs, match)
+            if (
+                not woken
+                or result.status is not GetMessageStatus.NO_MATCHED_MESSAGE
+                or result.next_begin_offset <= offset
+                or trio.current_time() >= deadline
+            ):
+                return result, offset
+            offset = result.next_begin_offset
 
     def _response(
         self, cmd: RemotingCommand, code: int, result: GetMessageResult

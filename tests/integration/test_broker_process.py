@@ -549,3 +549,35 @@ async def test_one_pull_returns_1000_messages_of_1kib(broker: BrokerProc) -> Non
         assert len(msgs) == 1000
         assert [m.queue_offset for m in msgs] == list(range(1000))
         assert (resp.ext_fields or {})["nextBeginOffset"] == "1000"
+
+
+async def test_long_poll_skips_non_matching_arrivals(broker: BrokerProc) -> None:
+    async with RemotingClient() as client:
+        await client.invoke(broker.addr, send_request("LPF", b"old", tags="TagB"))
+        results: dict[str, Any] = {}
+
+        async def parked_pull() -> None:
+            resp = await client.invoke(
+                broker.addr,
+                pull_request(
+                    "LPF",
+                    1,
+                    sys_flag=PULL_SUBSCRIPTION | PULL_SUSPEND,
+                    subscription="TagA",
+                    suspend_ms=15000,
+                ),
+                timeout_ms=30000,
+            )
+            results["resp"] = resp
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(parked_pull)
+            await trio.sleep(0.3)
+            await client.invoke(broker.addr, send_request("LPF", b"b1", tags="TagB"))
+            await trio.sleep(0.5)
+            assert "resp" not in results  # a non-matching arrival does not answer the pull
+            await client.invoke(broker.addr, send_request("LPF", b"a1", tags="TagA"))
+        resp = results["resp"]
+        assert resp.code == ResponseCode.SUCCESS
+        assert [m.body for m in decode_records(resp.body_bytes())] == [b"a1"]
+        assert (resp.ext_fields or {})["nextBeginOffset"] == "3"
