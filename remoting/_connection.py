@@ -30,6 +30,7 @@ from remoting.errors import (
 __all__ = ["Connection", "Handler"]
 
 log = structlog.get_logger()
+_bind_contextvars = structlog.contextvars.bind_contextvars
 
 Handler: TypeAlias = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
 
@@ -328,6 +329,9 @@ class Connection:
                 self._cancel_scope.cancel()
 
     async def _handle(self, cmd: RemotingCommand) -> None:
+        # Each request runs in its own task, hence its own context copy: what is bound here is
+        # seen by every log line of the handler and vanishes with the task.
+        _bind_contextvars(peer=self.remote_address, code=cmd.code, opaque=cmd.opaque)
         try:
             handler = self._processors.get(cmd.code)
             if handler is None and self._default_processor is not None:
