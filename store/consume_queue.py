@@ -109,7 +109,16 @@ class ConsumeQueue:
             OSError: A new file could not be created.
         """
         expected = queue_offset * CQ_UNIT_SIZE
-        if not self.mfq.files:
+        files = self.mfq.files
+        if files:
+            # Fast path: the next unit of the last file.
+            last = files[-1]
+            wrote = last.wrote_position
+            if expected == last.file_from_offset + wrote and wrote < last.file_size:
+                last.append(_UNIT.pack(phy_offset, size, tags_code))
+                self.max_physic_offset = phy_offset + size
+                return True
+        else:
             mf = self.mfq.file_for_append(expected)
             if expected > mf.file_from_offset:
                 log.info(
