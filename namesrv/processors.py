@@ -133,6 +133,8 @@ class NamesrvProcessors:
             RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic_in_namesrv,
             RequestCode.QUERY_DATA_VERSION: self.query_data_version,
             RequestCode.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
+            RequestCode.WIPE_WRITE_PERM_OF_BROKER: self.wipe_write_perm_of_broker,
+            RequestCode.ADD_WRITE_PERM_OF_BROKER: self.add_write_perm_of_broker,
         }
         return {code: self._wrap(fn) for code, fn in table.items()}
 
@@ -305,3 +307,15 @@ class NamesrvProcessors:
         removed = self.route_table.delete_topic(topic, cluster)
         log.info("namesrv_topic_deleted", topic=topic, cluster=cluster, existed=removed)
         return cmd.make_response()
+
+    def wipe_write_perm_of_broker(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        broker_name = _req_str(_fields(cmd), "brokerName")
+        count = self.route_table.wipe_write_perm(broker_name)
+        log.info("namesrv_write_perm_wiped", broker_name=broker_name, topics=count)
+        return cmd.make_response(ext_fields={"wipeTopicCount": str(count)})
+
+    def add_write_perm_of_broker(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        broker_name = _req_str(_fields(cmd), "brokerName")
+        count = self.route_table.add_write_perm(broker_name)
+        log.info("namesrv_write_perm_added", broker_name=broker_name, topics=count)
+        return cmd.make_response(ext_fields={"addTopicCount": str(count)})

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 from remoting.protocol.route import (
     MASTER_ID,
+    PERM_READ,
+    PERM_WRITE,
     BrokerData,
     ClusterInfo,
     DataVersion,
@@ -349,6 +351,34 @@ class RouteTable:
         if not queues:
             del self.topic_queue_table[topic]
         return removed
+
+    def wipe_write_perm(self, broker_name: str) -> int:
+        """Take the write permission off every queue data of a broker group.
+
+        Returns:
+            How many topics were changed.
+        """
+        count = 0
+        for queues in self.topic_queue_table.values():
+            qd = queues.get(broker_name)
+            if qd is not None:
+                qd.perm &= ~PERM_WRITE
+                count += 1
+        return count
+
+    def add_write_perm(self, broker_name: str) -> int:
+        """Give every queue data of a broker group read and write permission back.
+
+        Returns:
+            How many topics were changed.
+        """
+        count = 0
+        for queues in self.topic_queue_table.values():
+            qd = queues.get(broker_name)
+            if qd is not None:
+                qd.perm = PERM_READ | PERM_WRITE
+                count += 1
+        return count
 
     def broker_of_addr(self, broker_addr: str) -> tuple[str, str, int] | None:
         """(cluster, broker name, broker id) of an address, if registered."""

@@ -255,3 +255,28 @@ async def test_route_body_is_standard_json_for_json_requests() -> None:
     assert json.loads(resp.body_bytes())["brokerDatas"][0]["brokerAddrs"] == {
         "0": "127.0.0.1:10911"
     }
+
+
+async def test_wipe_and_add_write_perm() -> None:
+    p, _ = _setup()
+    await _call(p, FakeConn(1), _register_cmd({"T": 4, "U": 2}))
+    await _call(p, FakeConn(2), _register_cmd({"T": 4}, name="broker-b", addr="b:1"))
+    resp = await _call(
+        p,
+        FakeConn(1),
+        RemotingCommand.request(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"}),
+    )
+    assert resp.ext_fields == {"wipeTopicCount": "2"}
+    route = p.route_table.pick_route("T")
+    assert route is not None
+    perms = {q.broker_name: q.perm for q in route.queue_datas}
+    assert perms == {"broker-a": 4, "broker-b": 6}
+    resp = await _call(
+        p,
+        FakeConn(1),
+        RemotingCommand.request(RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"}),
+    )
+    assert resp.ext_fields == {"addTopicCount": "2"}
+    route = p.route_table.pick_route("U")
+    assert route is not None
+    assert route.queue_datas[0].perm == 6
