@@ -7,6 +7,8 @@ import struct
 import zlib
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from remoting.protocol.route import (
     BrokerData,
@@ -238,3 +240,49 @@ def test_producer_queue_list_order_topic_conf() -> None:
         RouteQueue("T", "bA", 1),
         RouteQueue("T", "bB", 0),
     ]
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(_json_values)
+def test_quote_numeric_keys_is_identity_on_standard_json(value: object) -> None:
+    for text in (json.dumps(value), json.dumps(value, separators=(",", ":"))):
+        assert quote_numeric_keys(text) == text
+
+
+def _fastjson(value: object) -> str:
+    """Render like fastjson does for Map<Integer, ...>: integer keys unquoted."""
+    if isinstance(value, dict):
+        items = ",".join(
+            f"{k}:{_fastjson(v)}" if isinstance(k, int) else f"{json.dumps(k)}:{_fastjson(v)}"
+            for k, v in value.items()
+        )
+        return "{" + items + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_fastjson(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+@given(
+    st.dictionaries(
+        st.integers(min_value=-(2**40), max_value=2**40),
+        st.text(max_size=8)
+        | st.integers()
+        | st.dictionaries(st.integers(0, 99), st.text(max_size=4)),
+        max_size=6,
+    )
+)
+def test_loads_tolerant_reads_fastjson_integer_keys(value: dict[int, object]) -> None:
+    def stringify(v: object) -> object:
+        if isinstance(v, dict):
+            return {str(k): stringify(x) for k, x in v.items()}
+        return v
+
+    assert loads_tolerant(_fastjson(value)) == stringify(value)
