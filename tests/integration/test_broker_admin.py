@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import trio
@@ -287,3 +288,50 @@ async def test_lock_and_unlock_batch(namesrv: NamesrvProc, start_broker: StartBr
         resp = await client.invoke(broker.addr, req(RequestCode.UNLOCK_BATCH_MQ, None, body))
         assert resp.code == ResponseCode.SUCCESS
         assert await lock("c2") == mqs[:1]
+
+
+async def test_two_namesrvs_fed_and_auto_create_off(
+    start_namesrv: Callable[..., NamesrvProc], start_broker: StartBroker
+) -> None:
+    ns1: NamesrvProc = start_namesrv()
+    ns2: NamesrvProc = start_namesrv()
+    broker = start_broker(f"{ns1.addr};{ns2.addr}", env=SMALL_STORE, auto_create_topic=False)
+    async with RemotingClient(serialize_type=SerializeType.JSON) as client:
+        resp = await client.invoke(broker.addr, send_request("NoAuto", b"x"))
+        assert resp.code == ResponseCode.TOPIC_NOT_EXIST
+        assert resp.ext_fields is not None
+        assert resp.ext_fields["TRACE_ON"] == "true"
+        create = {
+            "topic": "Made",
+            "defaultTopic": "TBW102",
+            "readQueueNums": "3",
+            "writeQueueNums": "3",
+            "perm": "6",
+            "topicFilterType": "SINGLE_TAG",
+        }
+        resp = await client.invoke(broker.addr, req(RequestCode.UPDATE_AND_CREATE_TOPIC, create))
+        assert resp.code == ResponseCode.SUCCESS
+        for ns in (ns1, ns2):
+
+            async def routed(addr: str = ns.addr) -> bool:
+                r = await client.invoke(
+                    addr, req(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Made"})
+                )
+                return r.code == ResponseCode.SUCCESS
+
+            await wait_until(routed, what=f"route at {ns.addr}")
+            r = await client.invoke(
+                ns.addr, req(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"})
+            )
+            assert r.code == ResponseCode.TOPIC_NOT_EXIST  # auto-create is off
+        resp = await client.invoke(broker.addr, send_request("Made", b"x", queue_id=2))
+        assert resp.code == ResponseCode.SUCCESS
+    # SIGTERM: the broker unregisters from both NameServers.
+    assert await trio.to_thread.run_sync(broker.stop) == 0
+    async with RemotingClient(serialize_type=SerializeType.JSON) as client:
+        for ns in (ns1, ns2):
+            r = await client.invoke(
+                ns.addr, req(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Made"})
+            )
+            assert r.code == ResponseCode.TOPIC_NOT_EXIST
+    assert "broker_stopped" in broker.log_text()
