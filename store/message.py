@@ -501,13 +501,19 @@ def encode_record_template(msg: MessageInner) -> bytearray:
         MessageEncodeError: topic longer than 127 bytes or a bad host address.
         PropertiesSizeExceededError: properties longer than 32767 bytes.
     """
+    return _encode(msg, 0, 0, 0)
+
+
+def _encode(msg: MessageInner, queue_offset: int, physical_offset: int, store_ts: int) -> bytearray:
     topic_b = msg.topic.encode("utf-8")
-    if len(topic_b) > MAX_TOPIC_SIZE:
-        raise MessageEncodeError(f"topic is {len(topic_b)} bytes, V1 records allow 127")
+    topic_len = len(topic_b)
+    if topic_len > MAX_TOPIC_SIZE:
+        raise MessageEncodeError(f"topic is {topic_len} bytes, V1 records allow 127")
     props_b = msg.encoded_properties().encode("utf-8")
-    if len(props_b) > MAX_PROPERTIES_SIZE:
+    props_len = len(props_b)
+    if props_len > MAX_PROPERTIES_SIZE:
         raise PropertiesSizeExceededError(
-            f"properties are {len(props_b)} bytes, the limit is {MAX_PROPERTIES_SIZE}"
+            f"properties are {props_len} bytes, the limit is {MAX_PROPERTIES_SIZE}"
         )
     body = msg.body
     born_ip, born_port = msg.born_host
@@ -522,7 +528,8 @@ def encode_record_template(msg: MessageInner) -> bytearray:
     fixed = _FIXED[sys_flag & _HOST_MASK]
     body_len = len(body)
     pos = fixed.size
-    total = pos + body_len + 1 + len(topic_b) + 2 + len(props_b)
+    end = pos + body_len
+    total = end + 3 + topic_len + props_len
     buf = bytearray(total)
     try:
         fixed.pack_into(
@@ -533,13 +540,13 @@ def encode_record_template(msg: MessageInner) -> bytearray:
             zlib.crc32(body) & 0x7FFFFFFF,
             msg.queue_id,
             msg.flag,
-            0,
-            0,
+            queue_offset,
+            physical_offset,
             sys_flag,
             msg.born_timestamp,
             born_raw,
             born_port,
-            0,
+            store_ts,
             store_raw,
             store_port,
             msg.reconsume_times,
@@ -548,13 +555,12 @@ def encode_record_template(msg: MessageInner) -> bytearray:
         )
     except struct.error as exc:
         raise MessageEncodeError(f"field out of range: {exc}") from None
-    end = pos + body_len
     buf[pos:end] = body
-    buf[end] = len(topic_b)
+    buf[end] = topic_len
     end += 1
-    buf[end : end + len(topic_b)] = topic_b
-    end += len(topic_b)
-    _I16.pack_into(buf, end, len(props_b))
+    buf[end : end + topic_len] = topic_b
+    end += topic_len
+    _I16.pack_into(buf, end, props_len)
     buf[end + 2 :] = props_b
     return buf
 
@@ -598,9 +604,7 @@ def encode_record(
         MessageEncodeError: topic longer than 127 bytes or a bad host address.
         PropertiesSizeExceededError: properties longer than 32767 bytes.
     """
-    buf = encode_record_template(msg)
-    patch_record(buf, 0, queue_offset, physical_offset, store_timestamp)
-    return buf
+    return _encode(msg, queue_offset, physical_offset, store_timestamp)
 
 
 def encode_blank(remaining: int) -> bytes:
