@@ -286,3 +286,16 @@ def test_many_small_frames_in_one_feed_and_a_leftover() -> None:
     assert decoder.buffered > 0
     assert decoder.feed(stream[-3:]) == cmds[-1:]
     assert decoder.buffered == 0
+
+
+def test_example_e_json_response() -> None:
+    request = FrameDecoder().feed(EXAMPLE_A)[0]
+    response = request.make_response(body=b"{}")
+    response.language = LanguageCode.JAVA
+    response.version = 409
+    header = (
+        b'{"code":0,"flag":1,"language":"JAVA","opaque":1,'
+        b'"serializeTypeCurrentRPC":"JSON","version":409}'
+    )
+    expected = struct.pack(">iI", 4 + len(header) + 2, len(header)) + header + b"{}"
+    assert encode_frame(response) == expected
