@@ -335,3 +335,24 @@ async def test_two_namesrvs_fed_and_auto_create_off(
             )
             assert r.code == ResponseCode.TOPIC_NOT_EXIST
     assert "broker_stopped" in broker.log_text()
+
+
+async def test_broker_tolerates_a_namesrv_that_is_down(
+    start_namesrv: Callable[..., NamesrvProc], start_broker: StartBroker
+) -> None:
+    ns_port = free_port()
+    env = {**SMALL_STORE, "TRIMQ_REGISTER_NAME_SERVER_PERIOD_MS": "300"}
+    broker = start_broker(f"127.0.0.1:{ns_port}", env=env)
+    async with RemotingClient(serialize_type=SerializeType.JSON) as client:
+        resp = await client.invoke(broker.addr, send_request("Early", b"x"))
+        assert resp.code == ResponseCode.SUCCESS
+        ns = start_namesrv(port=ns_port)
+
+        async def routed() -> bool:
+            r = await client.invoke(
+                ns.addr, req(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Early"})
+            )
+            return r.code == ResponseCode.SUCCESS
+
+        await wait_until(routed, what="registration once the NameServer is up")
+    assert "register_broker_failed" in broker.log_text()
