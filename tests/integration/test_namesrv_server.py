@@ -302,3 +302,44 @@ async def test_garbage_frame_closes_only_that_connection(namesrv: NamesrvProc) -
         # And new connections still work.
         async with RemotingClient() as client:
             assert await get_route(client, namesrv.addr, "T") is not None
+
+
+async def test_many_brokers_register_concurrently(namesrv: NamesrvProc) -> None:
+    brokers = 20
+    topics = {f"Topic{i}": 8 for i in range(100)}
+
+    async with RemotingClient() as client:
+
+        async def one(i: int) -> None:
+            async with RemotingClient() as broker:
+                cmd = register_cmd(
+                    topics, name=f"broker-{i}", addr=f"127.0.1.{i}:10911", compressed=i % 2 == 0
+                )
+                (await broker.invoke(namesrv.addr, cmd)).raise_for_code()
+                # Keep the connection (and so the registration) until every broker is checked.
+                await done.wait()
+
+        done = trio.Event()
+        async with trio.open_nursery() as nursery:
+            for i in range(brokers):
+                nursery.start_soon(one, i)
+
+            async def all_in() -> bool:
+                resp = await client.invoke(
+                    namesrv.addr, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+                )
+                ci = ClusterInfo.from_json(resp.raise_for_code().body_bytes())
+                return len(ci.broker_addr_table) == brokers
+
+            await wait_until(all_in, total=20, what="all brokers registered")
+            route = await get_route(client, namesrv.addr, "Topic99")
+            assert route is not None
+            assert len(route.queue_datas) == brokers
+            assert {q.write_queue_nums for q in route.queue_datas} == {8}
+            done.set()
+
+        # Every broker's connection closed: all gone.
+        async def none_left() -> bool:
+            return await get_route(client, namesrv.addr, "Topic0") is None
+
+        await wait_until(none_left, total=20, what="all brokers removed")
