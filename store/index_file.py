@@ -243,11 +243,20 @@ class IndexFile:
         count = self.index_count
         if max_num <= 0 or count <= 1:
             return result
+        try:
+            self._select(result, key, max_num, begin_ms, end_ms, count)
+        except ValueError:  # unmapped by a concurrent delete_expired: the file is gone
+            pass
+        return result
+
+    def _select(
+        self, result: list[int], key: str, max_num: int, begin_ms: int, end_ms: int, count: int
+    ) -> None:
         mm = self._mm
         h = key_hash(key)
         (nxt,) = _I32.unpack_from(mm, HEADER_SIZE + (h % self.slot_num) * SLOT_SIZE)
         if nxt <= 0 or nxt >= count:
-            return result
+            return
         begin_ts = self.begin_timestamp
         entries = self._entries_pos
         while len(result) < max_num:
@@ -261,7 +270,6 @@ class IndexFile:
             if prev <= 0 or prev >= nxt or t < begin_ms:
                 break
             nxt = prev
-        return result
 
     def flush(self) -> None:
         """msync the mapping (blocking: the caller runs it in a worker thread)."""

@@ -150,6 +150,7 @@ def test_reopen_gives_same_answers(tmp_path: Path) -> None:
     counts = (f.hash_slot_count, f.index_count)
     f.close()
     assert f.closed
+    assert f.select_phy_offsets("T#k0", 10, 0, 2**62) == []  # unmapped: nothing, no error
     g = IndexFile(path, slot_num=11, index_num=200)
     assert (g.begin_timestamp, g.end_timestamp, g.begin_phy_offset, g.end_phy_offset) == header
     assert (g.hash_slot_count, g.index_count) == counts
@@ -365,3 +366,35 @@ def test_truncate_after_commitlog_cut(tmp_path: Path) -> None:
     assert svc2.truncate(0) == 3
     assert svc2.files == []
     svc2.close()
+
+
+def test_flush_and_delete_in_a_thread_while_indexing(tmp_path: Path) -> None:
+    import threading
+
+    svc = IndexService(tmp_path / "index", slot_num=7, index_num=50)
+    svc.load(True, 0)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def background() -> None:
+        try:
+            while not stop.is_set():
+                svc.flush()
+                svc.delete_expired(0)  # nothing is below offset 0: exercises the lock only
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    t = threading.Thread(target=background)
+    t.start()
+    try:
+        _fill(svc, 400)
+    finally:
+        stop.set()
+        t.join()
+    assert errors == []
+    assert svc.query("T", "U0399", 10, 0, 2**62)[0] == [39900]
+    assert svc.query("T", "U0000", 10, 0, 2**62)[0] == [0]
+    assert svc.delete_expired(20_000) > 0
+    assert svc.query("T", "U0000", 10, 0, 2**62)[0] == []
+    assert svc.query("T", "U0399", 10, 0, 2**62)[0] == [39900]
+    svc.close()
