@@ -250,11 +250,11 @@ class Connection:
     def _fail_pending(self) -> None:
         if not self._pending:
             return
-        reason = self._close_reason or "connection closed"
-        error = RemotingConnectionLost(f"connection to {self.remote_address} lost: {reason}")
+        message = f"connection to {self.remote_address} lost: {self._close_reason or 'closed'}"
         pending, self._pending = self._pending, {}
         for waiter in pending.values():
-            waiter.error = error
+            # One exception object per waiter: each is raised in a different task.
+            waiter.error = RemotingConnectionLost(message)
             waiter.event.set()
 
     async def _reader(self, nursery: trio.Nursery) -> None:
