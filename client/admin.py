@@ -9,6 +9,7 @@ from typing import Self
 
 import structlog
 
+from client._util import close_stack
 from client.config import ClientConfig
 from client.errors import ClientClosedError, MQClientError, NoRouteError
 from client.instance import ClientInstance, unique_instance_name
@@ -97,7 +98,7 @@ class Admin:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        return await self._stack.__aexit__(exc_type, exc, tb)
+        return await close_stack(self._stack, exc_type, exc, tb)
 
     # -- cluster ----------------------------------------------------------------------
     async def cluster_info(self) -> ClusterInfo:
@@ -335,16 +336,26 @@ class Admin:
         return ""
 
     async def query_msg_by_id(self, msg_id: str, topic: str | None = None) -> list[MessageExt]:
-        """By offset id, or by unique id (UNIQ_KEY) within `topic`."""
+        """By unique id (UNIQ_KEY) within `topic` when given, else by offset id.
+
+        Raises:
+            MQClientError: nothing found, or not an offset id and no topic given.
+        """
+        if topic is not None:
+            found = await self.query_msg_by_key(topic, msg_id, unique_key=True)
+            found = [m for m in found if m.msg_id == msg_id] or found
+            if found:
+                return found
         try:
-            return [await self.view_message(msg_id)]
-        except (MQClientError, RemoteError) as exc:
-            if topic is None:
-                raise MQClientError(
-                    f"{msg_id} is not a valid offset message id ({exc}); "
-                    "give the topic (-t) to look it up as a unique key"
-                ) from None
-        return await self.query_msg_by_key(topic, msg_id, unique_key=True)
+            (_, port), _ = decode_offset_msg_id(msg_id)
+        except MessageDecodeError as exc:
+            raise MQClientError(f"{msg_id} is not an offset message id: {exc}") from None
+        if not 0 < port < 65536:
+            raise MQClientError(
+                f"{msg_id} is not an offset message id (port {port}); "
+                "give the topic (-t) to look it up as a unique key"
+            )
+        return [await self.view_message(msg_id)]
 
     async def query_msg_by_key(
         self,

@@ -20,6 +20,7 @@ import structlog
 import trio
 
 from client._api import MQClientAPI
+from client._util import close_stack
 from client.config import ClientConfig
 from client.errors import ClientClosedError, MQClientError, NoRouteError
 from client.message import MessageQueue
@@ -146,7 +147,7 @@ class ClientInstance:
             scope.shield = True
             await self._unregister_all()
         self._nursery = None
-        result = await self._stack.__aexit__(exc_type, exc, tb)
+        result = await close_stack(self._stack, exc_type, exc, tb)
         self._api = None
         return result
 

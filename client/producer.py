@@ -13,6 +13,7 @@ import structlog
 import trio
 
 from client._api import is_retryable_broker_error, is_transport_error
+from client._util import close_stack
 from client.config import ClientConfig
 from client.errors import ClientClosedError, MessageValidationError, SendFailedError
 from client.fault import FaultStrategy
@@ -176,7 +177,7 @@ class Producer:
             with trio.CancelScope(shield=True):
                 await self._instance.unregister_producer(self.group)
         self._nursery = None
-        return await self._stack.__aexit__(exc_type, exc, tb)
+        return await close_stack(self._stack, exc_type, exc, tb)
 
     # -- preparing ----------------------------------------------------------------
     def _prepare(self, msg: Message) -> _Prepared:

@@ -27,6 +27,7 @@ from client._api import (
     PullStatus,
     is_transport_error,
 )
+from client._util import close_stack
 from client.config import ClientConfig
 from client.consumer.offset_store import (
     LocalFileOffsetStore,
@@ -254,7 +255,7 @@ class ConsumerBase:
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
         self._nursery = None
-        return await self._stack.__aexit__(exc_type, exc, tb)
+        return await close_stack(self._stack, exc_type, exc, tb)
 
     async def _drain(self) -> None:
         """Subclass hook: wait (bounded) for work in flight before the final persist."""
