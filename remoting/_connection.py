@@ -293,14 +293,26 @@ class Connection:
                     waiter.response = cmd
                     waiter.event.set()
                 else:
-                    await inflight.acquire()
+                    # acquire() always yields to the scheduler; only wait when the limit is hit.
+                    try:
+                        inflight.acquire_nowait()
+                    except trio.WouldBlock:
+                        await inflight.acquire()
                     nursery.start_soon(self._handle, cmd)
 
     async def _writer(self) -> None:
         receive = self._receive_channel
         stream = self._stream
         try:
-            async for head, body in receive:
+            while True:
+                # Take what is queued without a scheduler round trip; wait only when empty.
+                try:
+                    head, body = receive.receive_nowait()
+                except trio.WouldBlock:
+                    try:
+                        head, body = await receive.receive()
+                    except trio.EndOfChannel:
+                        return
                 if body is None and len(head) >= _COALESCE_BYTES:
                     await stream.send_all(head)
                     continue
