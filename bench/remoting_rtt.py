@@ -6,7 +6,7 @@ SEND_MESSAGE_V2-like header and a body of the given size, which the server echoe
 send-response-like header. Prints a table of round trips/s with the msgpack/JSON ratio.
 
     python bench/remoting_rtt.py            # 3 s per cell
-    python bench/remoting_rtt.py --quick    # 0.4 s per cell, a few seconds in all
+    python bench/remoting_rtt.py --quick    # 0.25 s per cell, a few seconds in all
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ async def _run_all(addr: str, seconds: float) -> list[tuple[int, int, float, flo
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="0.4 s per cell")
+    parser.add_argument("--quick", action="store_true", help="0.25 s per cell")
     parser.add_argument("--seconds", type=float, default=None, help="time per cell")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -122,7 +122,7 @@ def main() -> None:
     if args.serve:
         trio.run(_serve)
         return
-    seconds = args.seconds or (0.4 if args.quick else 3.0)
+    seconds = args.seconds or (0.25 if args.quick else 3.0)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
