@@ -162,12 +162,23 @@ class SendProcessor:
             return random.randrange(max(1, topic_cfg.write_queue_nums))
         return hdr.queue_id
 
-    def _stored_properties(self, raw: str | None) -> dict[str, str]:
+    def _properties(self, raw: str | None) -> dict[str, str]:
         props = decode_properties(raw) if raw else {}
-        # 4.9.3+ brokers do not store WAIT (it only steers the flush wait).
-        props.pop(PROPERTY_WAIT, None)
         props[PROPERTY_CLUSTER] = self.ctrl.config.broker_cluster_name
         return props
+
+    @staticmethod
+    def _finish(msg: MessageInner) -> int:
+        """Encode the stored properties string; returns its size in bytes.
+
+        WAIT stays in `msg.properties` (the store reads it to decide whether a SYNC_FLUSH put
+        waits) but, as in RocketMQ 4.9.3+, is not stored.
+        """
+        props = msg.properties
+        if PROPERTY_WAIT in props:
+            props = {k: v for k, v in props.items() if k != PROPERTY_WAIT}
+        msg.properties_string = encode_properties(props)
+        return len(msg.properties_string.encode())
 
     def _retry_or_dlq(
         self, cmd: RemotingCommand, hdr: SendMessageRequestHeader, msg: MessageInner
@@ -230,7 +241,7 @@ class SendProcessor:
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"the message properties exceed {ctrl.config.max_properties_size} bytes",
             )
-        props = self._stored_properties(hdr.properties)
+        props = self._properties(hdr.properties)
         sys_flag = hdr.sys_flag
         if topic_cfg.topic_filter_type == "MULTI_TAG":
             sys_flag |= MULTI_TAGS_FLAG
@@ -250,6 +261,12 @@ class SendProcessor:
         if err is not None:
             return err
         self.route_special(msg)
+        if self._finish(msg) > ctrl.config.max_properties_size:
+            return self._response(
+                cmd,
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message properties exceed {ctrl.config.max_properties_size} bytes",
+            )
         result = await ctrl.store.put_message(msg)
         return self._put_response(cmd, result, msg.queue_id)
 
@@ -281,7 +298,7 @@ class SendProcessor:
             return self._response(cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}")
         if not items:
             return self._response(cmd, ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
-        batch_props = self._stored_properties(hdr.properties)
+        batch_props = self._properties(hdr.properties)
         queue_id = self._pick_queue(hdr, topic_cfg)
         sys_flag = hdr.sys_flag
         if topic_cfg.topic_filter_type == "MULTI_TAG":
@@ -294,29 +311,25 @@ class SendProcessor:
                     cmd, ResponseCode.MESSAGE_ILLEGAL, f"batch message {i} has an empty body"
                 )
             props = decode_properties(item.properties) if item.properties else {}
-            props.pop(PROPERTY_WAIT, None)
             props.update(batch_props)
-            props_string = encode_properties(props)
-            if len(props_string.encode()) > ctrl.config.max_properties_size:
+            msg = MessageInner(
+                hdr.topic,
+                item.body,
+                queue_id=queue_id,
+                flag=item.flag,
+                properties=props,
+                sys_flag=sys_flag,
+                born_timestamp=hdr.born_timestamp,
+                born_host=born_host,
+                store_host=ctrl.store_host,
+            )
+            if self._finish(msg) > ctrl.config.max_properties_size:
                 return self._response(
                     cmd,
                     ResponseCode.MESSAGE_ILLEGAL,
                     f"batch message {i}: properties exceed {ctrl.config.max_properties_size} bytes",
                 )
-            msgs.append(
-                MessageInner(
-                    hdr.topic,
-                    item.body,
-                    queue_id=queue_id,
-                    flag=item.flag,
-                    properties=props,
-                    properties_string=props_string,
-                    sys_flag=sys_flag,
-                    born_timestamp=hdr.born_timestamp,
-                    born_host=born_host,
-                    store_host=ctrl.store_host,
-                )
-            )
+            msgs.append(msg)
         result = await ctrl.store.put_messages(msgs)
         return self._put_response(cmd, result, queue_id)
 
