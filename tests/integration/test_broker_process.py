@@ -581,3 +581,37 @@ async def test_long_poll_skips_non_matching_arrivals(broker: BrokerProc) -> None
         assert resp.code == ResponseCode.SUCCESS
         assert [m.body for m in decode_records(resp.body_bytes())] == [b"a1"]
         assert (resp.ext_fields or {})["nextBeginOffset"] == "3"
+
+
+def test_raw_json_frame_with_int_language_and_acl_fields(broker: BrokerProc) -> None:
+    header = {
+        "code": 310,
+        "extFields": {
+            "a": "PG",
+            "b": "AclT",
+            "c": "TBW102",
+            "d": "4",
+            "e": "-1",
+            "f": "0",
+            "g": "1700000000000",
+            "h": "0",
+            "i": "TAGS\u0001TagA",
+            "AccessKey": "",
+            "Signature": "sig",
+            "OnsChannel": "ALIYUN",
+            "bname": "broker-a",
+        },
+        "flag": 0,
+        "language": 3,
+        "opaque": 7,
+        "serializeTypeCurrentRPC": "JSON",
+        "version": 1,
+    }
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    frame = struct.pack(">ii", 4 + len(raw) + 1, len(raw)) + raw + b"z"
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as sock:
+        sock.sendall(frame)
+        resp, _ = _read_frame(sock)
+    assert resp["code"] == 0, resp
+    assert resp["opaque"] == 7
+    assert 0 <= int(resp["extFields"]["queueId"]) < 4  # e=-1: the broker picked a queue
