@@ -20,13 +20,21 @@ from store.commitlog import CommitLog
 from store.message import (
     BLANK_MAGIC_CODE,
     BLANK_RECORD_SIZE,
+    BORNHOST_V6_FLAG,
     DEFAULT_MAX_RECORD_SIZE,
+    STOREHOSTADDRESS_V6_FLAG,
     DispatchRequest,
     DispatchStatus,
     check_record,
 )
 
-__all__ = ["RecordScanner", "RecoveryReport", "choose_scan_start", "recover_commitlog"]
+__all__ = [
+    "RecordScanner",
+    "RecoveryReport",
+    "choose_scan_start",
+    "has_torn_tail",
+    "recover_commitlog",
+]
 
 log = structlog.get_logger()
 
@@ -101,7 +109,11 @@ class RecordScanner:
                 buf, base, i = self._read(pos, max(_WINDOW, total)), pos, 0
             req = check_record(buf, i, check_crc=self._check_crc, max_size=self._max_size)
             if req.status is DispatchStatus.OK:
-                if req.commit_log_offset != self._from + pos or pos + req.size > size:
+                if (
+                    req.commit_log_offset != self._from + pos
+                    or pos + req.size > size
+                    or has_torn_tail(buf, i, req.size, req.sys_flag)
+                ):
                     self.outcome = DispatchStatus.INVALID
                     break
                 pos += req.size
@@ -113,6 +125,27 @@ class RecordScanner:
             )
             break
         self.end = pos
+
+
+def has_torn_tail(buf: bytes, offset: int, size: int, sys_flag: int) -> bool:
+    """True when the topic or properties of the record at `offset` contain NUL bytes.
+
+    The body CRC does not cover topic and properties; a write torn inside them leaves zeros
+    there (a lost page reads as zeros). Topics never contain NUL and property strings produced by
+    clients do not either, so a NUL there means the end of the record never reached the disk.
+    """
+    born = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+    store = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+    body_len_pos = offset + 68 + born + store
+    body_len = int.from_bytes(buf[body_len_pos : body_len_pos + 4], "big", signed=True)
+    tail_start = body_len_pos + 4 + body_len + 1  # after the topic length byte
+    end = offset + size
+    if body_len < 0 or tail_start > end:
+        return True
+    tail = buf[tail_start:end]
+    topic_len = buf[tail_start - 1]
+    # topic, then the int16 properties length (whose high byte may be 0), then the properties
+    return b"\0" in tail[:topic_len] or b"\0" in tail[topic_len + 2 :]
 
 
 def choose_scan_start(
@@ -188,9 +221,12 @@ def recover_commitlog(
     full: bool,
     check_crc: bool,
     max_size: int,
-    dispatch: Callable[[DispatchRequest], None],
+    dispatch: Callable[[DispatchRequest], None] | None,
 ) -> tuple[RecoveryReport, list[MappedFile]]:
     """Scan the commitlog, dispatch every valid record, truncate after the last one.
+
+    `dispatch` is None after a clean shutdown: the consume queues and index were flushed then,
+    and re-dispatching would resurrect the queues of deleted topics from their old records.
 
     Returns the report and the files detached by the truncation (the caller destroys them in a
     worker thread).
@@ -215,7 +251,8 @@ def recover_commitlog(
         for req in scanner:
             records += 1
             last_ts = req.store_timestamp
-            dispatch(req)
+            if dispatch is not None:
+                dispatch(req)
         reason = scanner.outcome.name
         if scanner.outcome is DispatchStatus.BLANK:
             valid_end = mf.file_from_offset + mf.file_size
@@ -243,6 +280,7 @@ def recover_commitlog(
     log.info(
         "commitlog_recovered",
         abnormal=abnormal,
+        redispatched=dispatch is not None,
         scan_from=scan_from,
         valid_end=valid_end,
         records=records,

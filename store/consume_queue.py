@@ -133,6 +133,19 @@ class ConsumeQueue:
         if expected < cur:
             return False
         if expected > cur:
+            per_file = self.mfq.file_size // CQ_UNIT_SIZE
+            if expected - cur > self.mfq.file_size:
+                # Far beyond the end: a corrupt queue offset (the body CRC does not cover it),
+                # not a gap worth filling with gigabytes of gap units.
+                log.error(
+                    "consume_queue_offset_implausible",
+                    topic=self.topic,
+                    queue_id=self.queue_id,
+                    queue_offset=queue_offset,
+                    max_offset=cur // CQ_UNIT_SIZE,
+                    limit=per_file,
+                )
+                return False
             log.warning(
                 "consume_queue_gap_filled",
                 topic=self.topic,

@@ -16,6 +16,7 @@ import collections
 import contextlib
 import fcntl
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -160,6 +161,8 @@ class MessageStore:
         self._running = False
         self._closing = False
         self._crash = False
+        self._flushed_at_close = False
+        self._trash_seq = 0
         self._stats = _Stats()
 
     # ================================================================== lifecycle
@@ -246,7 +249,7 @@ class MessageStore:
             full=full,
             check_crc=cfg.check_crc_on_recover,
             max_size=cfg.max_message_size + 64 * 1024,
-            dispatch=self.dispatcher.recovered,
+            dispatch=self.dispatcher.recovered if abnormal or full else None,
         )
         _destroy_all(dropped)
         if index is not None:
@@ -289,6 +292,10 @@ class MessageStore:
         if not root.is_dir():
             return out
         for topic_dir in sorted(root.iterdir()):
+            if topic_dir.name.startswith(".deleted-"):
+                # Left by delete_topics when the process stopped before removing it.
+                shutil.rmtree(topic_dir, ignore_errors=True)
+                continue
             if not topic_dir.is_dir():
                 continue
             for qdir in sorted(topic_dir.iterdir()):
@@ -316,6 +323,7 @@ class MessageStore:
             if not self._crash:
                 with trio.CancelScope(shield=True):
                     await self.flush_service.flush_all()
+                self._flushed_at_close = True
         finally:
             if self._nursery is not None:
                 self._nursery.cancel_scope.cancel()
@@ -333,7 +341,8 @@ class MessageStore:
 
     def _close_files(self) -> None:
         index = self.dispatcher.index
-        if not self._crash:
+        clean = self._flushed_at_close and not self._crash
+        if clean:
             if index is not None:
                 self.checkpoint.index_msg_timestamp = max(
                     index.flush(), self.checkpoint.index_msg_timestamp
@@ -348,10 +357,10 @@ class MessageStore:
         self.commitlog.mfq.close_all()
         for cq in self.dispatcher.consume_queues.values():
             cq.mfq.close_all()
-        if not self._crash:
+        if clean:
             abort_path(self.root).unlink(missing_ok=True)
             _fsync_path(self.root)
-        log.info("store_closed", clean=not self._crash, max_phy_offset=self.max_phy_offset)
+        log.info("store_closed", clean=clean, max_phy_offset=self.max_phy_offset)
 
     def _on_commitlog_flushed(self, store_timestamp: int) -> None:
         if store_timestamp:
@@ -659,33 +668,45 @@ class MessageStore:
 
     def delete_topics(self, topics: Iterable[str]) -> None:
         """Forget the consume queues of `topics` and delete their files (in the background when
-        the store is running). The commitlog keeps the records until cleanup."""
+        the store is running). The commitlog keeps the records until cleanup.
+
+        Each topic directory is renamed out of the way at once (a metadata-only rename), so a
+        queue of the same name created right after starts from empty files.
+        """
         names = set(topics)
         doomed: list[ConsumeQueue] = []
         for key in [k for k in self.dispatcher.consume_queues if k[0] in names]:
             doomed.append(self.dispatcher.consume_queues.pop(key))
             self.commitlog.topic_queue_table.pop(key, None)
-        if not doomed:
+        cq_root = consume_queue_root(self.root)
+        trash: list[Path] = []
+        for t in sorted(names):
+            src = cq_root / t
+            if src.is_dir():
+                self._trash_seq += 1
+                dst = cq_root / f".deleted-{os.getpid()}-{self._trash_seq}-{t}"
+                os.rename(src, dst)
+                trash.append(dst)
+        if not doomed and not trash:
             return
         log.info("topics_deleted", topics=sorted(names), queues=len(doomed))
         if self._nursery is not None and self._running:
-            self._nursery.start_soon(self._destroy_cqs, doomed, names)
+            self._nursery.start_soon(self._destroy_cqs, doomed, trash)
         else:
-            self._destroy_cqs_sync(doomed, names)
+            self._destroy_cqs_sync(doomed, trash)
 
-    async def _destroy_cqs(self, cqs: list[ConsumeQueue], topics: set[str]) -> None:
+    async def _destroy_cqs(self, cqs: list[ConsumeQueue], trash: list[Path]) -> None:
         async with self.flush_service.cq_lock:
-            # munmap + unlink + rmdir: worker thread.
-            await trio.to_thread.run_sync(self._destroy_cqs_sync, cqs, topics)
+            # munmap + recursive delete: worker thread.
+            await trio.to_thread.run_sync(self._destroy_cqs_sync, cqs, trash)
 
-    def _destroy_cqs_sync(self, cqs: list[ConsumeQueue], topics: set[str]) -> None:
+    @staticmethod
+    def _destroy_cqs_sync(cqs: list[ConsumeQueue], trash: list[Path]) -> None:
         for cq in cqs:
-            _destroy_all(cq.mfq.detach_all())
-            with contextlib.suppress(OSError):
-                cq.mfq.directory.rmdir()
-        for t in topics:
-            with contextlib.suppress(OSError):
-                (consume_queue_root(self.root) / t).rmdir()
+            for mf in cq.mfq.detach_all():
+                mf.close()  # the files moved to `trash`; their old paths may be reused
+        for d in trash:
+            shutil.rmtree(d, ignore_errors=True)
 
     def runtime_info(self) -> dict[str, str]:
         """Counters for GET_BROKER_RUNTIME_INFO (all values are strings)."""

@@ -274,3 +274,17 @@ async def test_message_was_removing(tmp_path: Path) -> None:
         # the records in later files are still served on the next pull
         res2 = await store.get_message("g", "T", 0, res.next_begin_offset, 32, 1 << 20)
         assert res2.status is GetMessageStatus.FOUND
+
+
+async def test_deleted_topic_stays_deleted_after_restart(tmp_path: Path) -> None:
+    async with MessageStore(cfg(tmp_path)) as store:
+        for _ in range(5):
+            await store.put_message(msg("D", 0))
+        store.delete_topics(["D"])
+        r = await store.put_message(msg("D", 0, body=b"new"))
+        assert r.append is not None
+        assert r.append.queue_offset == 0
+    async with MessageStore(cfg(tmp_path)) as store:
+        assert store.get_max_offset_in_queue("D", 0) == 1
+        res = await store.get_message("g", "D", 0, 0, 32, 1 << 20)
+        assert [m.body for m in decode_records(b"".join(res.buffers))] == [b"new"]
