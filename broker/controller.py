@@ -15,6 +15,7 @@ import collections
 import socket
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any, Self
 
@@ -124,7 +125,7 @@ class BrokerController:
         self._stop = trio.Event()
         self._topics_changed = trio.Event()
         self._write_lock = trio.Lock()
-        self._stack_nursery: trio.Nursery | None = None
+        self._exit_stack = AsyncExitStack()
         self.port = 0
         self.addr = config.advertise or config.listen
         self.store_host: tuple[str, int] = ("127.0.0.1", port)
@@ -285,13 +286,11 @@ class BrokerController:
         log.info("broker_stopped", broker_name=cfg.broker_name)
 
     async def __aenter__(self) -> Self:
-        self._cm_nursery_mgr = trio.open_nursery()
-        nursery = await self._cm_nursery_mgr.__aenter__()
-        self._stack_nursery = nursery
+        nursery = await self._exit_stack.enter_async_context(trio.open_nursery())
         try:
             await nursery.start(self.run)
-        except BaseException as exc:
-            await self._cm_nursery_mgr.__aexit__(type(exc), exc, exc.__traceback__)
+        except BaseException:
+            await self._exit_stack.aclose()
             raise
         return self
 
@@ -302,7 +301,7 @@ class BrokerController:
         tb: TracebackType | None,
     ) -> bool | None:
         self.stop()
-        return await self._cm_nursery_mgr.__aexit__(exc_type, exc, tb)
+        return await self._exit_stack.__aexit__(exc_type, exc, tb)
 
     # -- periodic tasks ----------------------------------------------------------------------
     async def _persist_loop(self) -> None:

@@ -203,6 +203,15 @@ class AdminProcessor:
                 "msgGetTotalTodayNow": str(stats.get_count),
                 "putTps": f"{put_tps:.2f} {put_tps:.2f} {put_tps:.2f}",
                 "getTransferedTps": f"{get_tps:.2f} {get_tps:.2f} {get_tps:.2f}",
+                # Java's `mqadmin clusterList` parses these as numbers: never leave them out.
+                "msgPutTotalYesterdayMorning": "0",
+                "msgPutTotalTodayMorning": "0",
+                "msgGetTotalYesterdayMorning": "0",
+                "msgGetTotalTodayMorning": "0",
+                "dispatchBehindBytes": "0",
+                "pageCacheLockTimeMills": "0",
+                "sendThreadPoolQueueSize": "0",
+                "pullThreadPoolQueueSize": "0",
                 "parkedPulls": str(ctrl.long_polling.parked_count),
                 "topicCount": str(len(ctrl.topics)),
             }
