@@ -10,12 +10,13 @@ import trio
 
 from broker.processors._common import error, guarded
 from broker.topic_manager import AUTO_CREATE_TOPIC_KEY, validate_topic
-from remoting import Connection, RemotingCommand, ResponseCode
+from remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from remoting.protocol.bodies import (
     ConsumeStats,
     KVTable,
     MessageQueue,
     OffsetWrapper,
+    ResetOffsetBody,
     SubscriptionGroupConfig,
     TopicOffset,
     TopicStatsTable,
@@ -32,6 +33,7 @@ from remoting.protocol.headers import (
     GetMinOffsetRequestHeader,
     GetMinOffsetResponseHeader,
     GetTopicStatsInfoRequestHeader,
+    ResetOffsetRequestHeader,
     SearchOffsetRequestHeader,
     SearchOffsetResponseHeader,
 )
@@ -272,6 +274,51 @@ class AdminProcessor:
         self, conn: Connection, cmd: RemotingCommand
     ) -> RemotingCommand | None:
         return cmd.make_response(ResponseCode.SUCCESS, body=self.ctrl.offsets.encode())
+
+    @guarded()
+    async def invoke_broker_to_reset_offset(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        """INVOKE_BROKER_TO_RESET_OFFSET (222): move a group's offsets of a topic to a time.
+
+        Per queue the new offset is the first at/after `timestamp` (the max offset for -1);
+        without `isForce` an offset only moves backwards. The broker commits the new offsets
+        and sends RESET_CONSUMER_CLIENT_OFFSET (220) to the group's online consumers, so it
+        works whether or not they are running (RocketMQ 4.9 refuses when none is online).
+        """
+        hdr = ResetOffsetRequestHeader.from_fields(cmd.ext_fields)
+        ctrl = self.ctrl
+        cfg = ctrl.topics.get(hdr.topic)
+        if cfg is None:
+            return error(
+                cmd,
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"[reset-offset] no topic {hdr.topic} in this broker",
+            )
+        table: dict[MessageQueue, int] = {}
+        for qid in range(cfg.write_queue_nums):
+            current = ctrl.offsets.query(hdr.group, hdr.topic, qid)
+            if hdr.timestamp == -1:
+                target = ctrl.store.get_max_offset_in_queue(hdr.topic, qid)
+            else:
+                target = ctrl.store.get_offset_in_queue_by_time(hdr.topic, qid, hdr.timestamp)
+            target = max(0, target)
+            if not hdr.is_force and 0 <= current < target:
+                target = current
+            table[MessageQueue(hdr.topic, ctrl.config.broker_name, qid)] = target
+            ctrl.offsets.commit(hdr.group, hdr.topic, qid, target)
+        body = ResetOffsetBody(table).to_json()
+        told = ctrl.client_manage.send_to_group(
+            hdr.group, RequestCode.RESET_CONSUMER_CLIENT_OFFSET, hdr.to_fields(), body
+        )
+        log.info(
+            "consumer_offset_reset",
+            group=hdr.group,
+            topic=hdr.topic,
+            timestamp=hdr.timestamp,
+            consumers_told=told,
+        )
+        return cmd.make_response(ResponseCode.SUCCESS, body=body)
 
     # -- subscription groups -----------------------------------------------------------------
     @guarded()

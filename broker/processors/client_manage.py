@@ -127,24 +127,37 @@ class ClientManageProcessor:
     # -- notifications -----------------------------------------------------------------------
     def notify_group(self, group: str) -> None:
         """Send NOTIFY_CONSUMER_IDS_CHANGED oneway to every member of `group` (in background)."""
+        fields = NotifyConsumerIdsChangedRequestHeader(consumer_group=group).to_fields()
+        self.send_to_group(group, RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, fields)
+
+    def send_to_group(
+        self, group: str, code: int, fields: dict[str, str], body: bytes | None = None
+    ) -> int:
+        """Send a oneway request to every online member of `group` (in background), each in
+        the serialize type its heartbeat used. Returns the number of members addressed."""
         info = self.ctrl.consumers.get(group)
         if info is None:
-            return
-        fields = NotifyConsumerIdsChangedRequestHeader(consumer_group=group).to_fields()
+            return 0
+        sent = 0
         for member in info.channels.values():
             channel = member.channel
             if isinstance(channel, Connection) and not channel.closed:
                 st = channel.attributes.get(ATTR_SERIALIZE_TYPE, SerializeType.JSON)
                 req = RemotingCommand.request(
-                    RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                    code,
                     fields,
+                    body,
                     oneway=True,
                     serialize_type=int(st) if isinstance(st, int) else SerializeType.JSON,
                 )
                 self.ctrl.spawn(self._send_oneway, channel, req)
+                sent += 1
+        return sent
 
     async def _send_oneway(self, channel: Connection, req: RemotingCommand) -> None:
         try:
             await channel.invoke_oneway(req)
         except Exception as exc:
-            log.info("notify_consumer_failed", peer=channel.remote_address, error=str(exc))
+            log.info(
+                "client_request_failed", code=req.code, peer=channel.remote_address, error=str(exc)
+            )

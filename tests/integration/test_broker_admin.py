@@ -356,3 +356,68 @@ async def test_broker_tolerates_a_namesrv_that_is_down(
 
         await wait_until(routed, what="registration once the NameServer is up")
     assert "register_broker_failed" in broker.log_text()
+
+
+async def test_reset_offset_by_time_commits_and_tells_consumers(
+    namesrv: NamesrvProc, start_broker: StartBroker
+) -> None:
+    from remoting.protocol.bodies import ResetOffsetBody
+
+    broker = start_broker(namesrv.addr, env=SMALL_STORE)
+    told: list[ResetOffsetBody] = []
+
+    async def on_reset(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        assert (cmd.ext_fields or {})["group"] == "RG"
+        told.append(ResetOffsetBody.from_json(cmd.body_bytes()))
+        return None
+
+    async with RemotingClient(serialize_type=SerializeType.JSON) as client:
+        client.register_processor(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, on_reset)
+        for _ in range(3):
+            await client.invoke(broker.addr, send_request("ResetT", b"x", queue_id=0))
+        hb = HeartbeatData(
+            "rc1",
+            consumer_data_set=[
+                ConsumerData("RG", subscription_data_set=[SubscriptionData("ResetT")])
+            ],
+        )
+        await client.invoke(broker.addr, req(RequestCode.HEART_BEAT, None, hb.to_json()))
+        await client.invoke(
+            broker.addr,
+            req(
+                RequestCode.UPDATE_CONSUMER_OFFSET,
+                {"consumerGroup": "RG", "topic": "ResetT", "queueId": "0", "commitOffset": "3"},
+            ),
+        )
+        fields = {"topic": "ResetT", "group": "RG", "timestamp": "0", "isForce": "true"}
+        resp = await client.invoke(
+            broker.addr, req(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields)
+        )
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        table = ResetOffsetBody.from_json(resp.body_bytes()).offset_table
+        assert table[MessageQueue("ResetT", "broker-a", 0)] == 0
+        await wait_until(
+            lambda: len(told) == 1, what="RESET_CONSUMER_CLIENT_OFFSET to the consumer"
+        )
+        assert told[0].offset_table == table
+        r = await client.invoke(
+            broker.addr,
+            req(
+                RequestCode.QUERY_CONSUMER_OFFSET,
+                {"consumerGroup": "RG", "topic": "ResetT", "queueId": "0"},
+            ),
+        )
+        assert (r.ext_fields or {})["offset"] == "0"
+        # To the end (-1), without force: only moves backwards, so it stays at 0.
+        fields = {**fields, "timestamp": "-1", "isForce": "false"}
+        resp = await client.invoke(
+            broker.addr, req(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields)
+        )
+        table = ResetOffsetBody.from_json(resp.body_bytes()).offset_table
+        assert table[MessageQueue("ResetT", "broker-a", 0)] == 0
+        resp = await client.invoke(
+            broker.addr,
+            req(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, {**fields, "isForce": "true"}),
+        )
+        table = ResetOffsetBody.from_json(resp.body_bytes()).offset_table
+        assert table[MessageQueue("ResetT", "broker-a", 0)] == 3
