@@ -225,8 +225,13 @@ class ClientInstance:
 
     def _apply_route(self, topic: str, route: TopicRouteData) -> None:
         self.route_table[topic] = route
+        known = set(self.all_broker_addrs())
         for name, addrs in broker_addr_table(route).items():
             self.broker_addrs[name] = addrs
+        if set(self.all_broker_addrs()) - known and self._nursery is not None:
+            # A broker we never heartbeated: tell it about our groups now, or its
+            # consumer list (used by rebalance) would miss us for up to 30 s.
+            self._nursery.start_soon(self.send_heartbeat_to_all_brokers)
         info = TopicPublishInfo.from_route(topic, route)
         if info.ok() or topic not in self.publish_info:
             self.publish_info[topic] = info

@@ -146,3 +146,20 @@ async def test_unknown_topic_without_auto_create(cluster: str) -> None:
     async with Producer("pg5", cfg) as p:
         with pytest.raises(NoRouteError, match="No route info"):
             await p.send(Message("NoSuchTopic", b"x"))
+
+
+async def test_json_header_serialization(cluster: str) -> None:
+    await create_topic(cluster, "PC6", queues=1)
+    cfg = fast_config(cluster, serialize_type="json")
+    async with Producer("pg6", cfg) as p:
+        r = await p.send(Message("PC6", "json headers", tags="J", keys="k"))
+    async with PullConsumer(
+        "cg6", cfg, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+    ) as c:
+        c.subscribe("PC6", "J")
+        got: list[MessageExt] = []
+        with trio.move_on_after(20):
+            while not got:
+                got.extend(await c.poll(timeout_ms=500))
+    assert [m.msg_id for m in got] == [r.msg_id]
+    assert got[0].body == b"json headers"

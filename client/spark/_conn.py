@@ -1,0 +1,526 @@
+"""Blocking access to a RocketMQ-protocol cluster from Spark's Python processes.
+
+Spark runs our code in plain threads of short- and long-lived Python
+processes (planner workers, the streaming source runner, executor workers that
+are reused across tasks). A `Conn` hosts one `ClientInstance` in a trio loop on
+a daemon thread and exposes the few calls the data source needs as blocking
+methods.
+
+`get_conn(namesrv_addr)` keeps one `Conn` per process and NameServer list.
+This cache is the one documented piece of module-level state in trimq (see
+ARCHITECTURE.md): Spark reuses worker processes, and reconnecting for every
+task would cost a route lookup and a TCP handshake per partition. The cache is
+keyed by pid (a forked child never uses its parent's loop thread) and a `Conn`
+whose loop died is replaced.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+import structlog
+import trio
+
+from client._api import PULL_FLAG_SUBSCRIPTION, PullStatus
+from client.config import ClientConfig
+from client.errors import MQClientError
+from client.instance import ClientInstance, unique_instance_name
+from client.message import Message, MessageQueue
+from client.producer import Producer
+from client.route import subscribe_queues
+from client.spark.offsets import DataLossError, OffsetMap, QueueRange, queue_key
+from remoting import RemotingCommand
+from remoting.codes import RequestCode, ResponseCode
+from remoting.errors import RemoteError
+from remoting.protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
+
+__all__ = ["Conn", "PulledBody", "SendSession", "close_all", "get_conn"]
+
+log = structlog.get_logger()
+
+T = TypeVar("T")
+
+START_TIMEOUT_S = 30.0
+READER_GROUP = "SPARK_ROCKETMQ_READER"
+# How often a pull inside a promised range may find nothing before the read fails.
+NOT_FOUND_RETRIES = 50
+NOT_FOUND_SLEEP_S = 0.1
+PREFETCH = 2
+
+_PULL_STATUS = {
+    ResponseCode.SUCCESS: PullStatus.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+}
+
+
+class PulledBody:
+    """One FOUND pull answer: the raw record bytes (decoded by the caller's thread)."""
+
+    __slots__ = ("body", "offset")
+
+    def __init__(self, offset: int, body: bytes) -> None:
+        self.offset = offset
+        self.body = body
+
+
+class Conn:
+    """A started client instance on its own trio thread, with blocking methods.
+
+    Args:
+        namesrv_addr: NameServer list `host:port;host:port`.
+        timeout_ms: RPC timeout for route and offset calls.
+    """
+
+    def __init__(self, namesrv_addr: str, *, timeout_ms: int = 3000) -> None:
+        self.namesrv_addr = namesrv_addr
+        self.timeout_ms = timeout_ms
+        self.pid = os.getpid()
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._nursery: trio.Nursery | None = None
+        self._inst: ClientInstance | None = None
+        self._producers: dict[str, Producer] = {}
+        self._ready = threading.Event()
+        self._stop: trio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+
+    # -- lifecycle ---------------------------------------------------------------
+    def start(self) -> Conn:
+        self._thread = threading.Thread(target=self._run, name="trimq-spark-conn", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(START_TIMEOUT_S):
+            raise TimeoutError("the trimq Spark connection did not start")
+        if self._error is not None:
+            raise self._error
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return (
+            self._thread is not None
+            and self._thread.is_alive()
+            and self._token is not None
+            and self.pid == os.getpid()
+        )
+
+    def _run(self) -> None:
+        try:
+            trio.run(self._main)
+        except BaseException as exc:
+            self._error = exc
+        finally:
+            self._token = None
+            self._ready.set()
+
+    async def _main(self) -> None:
+        cfg = ClientConfig(
+            namesrv_addr=self.namesrv_addr,
+            instance_name=unique_instance_name(),
+            mq_client_api_timeout_ms=self.timeout_ms,
+        )
+        self._stop = trio.Event()
+        async with ClientInstance(cfg) as inst, trio.open_nursery() as nursery:
+            self._inst = inst
+            self._nursery = nursery
+            self._token = trio.lowlevel.current_trio_token()
+            self._ready.set()
+            await self._stop.wait()
+            for p in list(self._producers.values()):
+                await p.__aexit__(None, None, None)
+            nursery.cancel_scope.cancel()
+
+    def close(self) -> None:
+        token, stop = self._token, self._stop
+        if token is not None and stop is not None:
+            try:
+                trio.from_thread.run_sync(stop.set, trio_token=token)
+            except trio.RunFinishedError:
+                pass
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(START_TIMEOUT_S)
+
+    def run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """`await fn(*args)` in the loop thread; blocks until done."""
+        token = self._token
+        if token is None:
+            raise MQClientError("the trimq Spark connection is closed")
+        return trio.from_thread.run(fn, *args, trio_token=token)
+
+    def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
+        token = self._token
+        if token is None:
+            raise MQClientError("the trimq Spark connection is closed")
+        return trio.from_thread.run_sync(fn, *args, trio_token=token)
+
+    @property
+    def instance(self) -> ClientInstance:
+        assert self._inst is not None
+        return self._inst
+
+    # -- topics and offsets --------------------------------------------------------
+    def topic_list(self) -> list[str]:
+        return self.run(self.instance.api.get_topic_list_from_namesrv)
+
+    def queues(self, topic: str) -> list[tuple[str, int]] | None:
+        """The topic's readable queues `(broker, queue id)`, sorted; None without a route."""
+
+        async def call() -> list[tuple[str, int]] | None:
+            if not await self.instance.update_topic_route(topic):
+                return None
+            route = self.instance.route_table[topic]
+            return sorted((mq.broker_name, mq.queue_id) for mq in subscribe_queues(topic, route))
+
+        return self.run(call)
+
+    def bounds(
+        self,
+        queues: Mapping[str, Sequence[tuple[str, int]]],
+        *,
+        retries: int = 3,
+        retry_interval_ms: int = 10,
+    ) -> dict[str, dict[str, tuple[int, int]]]:
+        """`{topic: {"broker:queue": (min offset, max offset)}}` asked of the masters."""
+
+        async def one(topic: str, broker: str, qid: int, out: dict[str, tuple[int, int]]) -> None:
+            mq = MessageQueue(topic, broker, qid)
+            for attempt in range(retries + 1):
+                try:
+                    addr = await self.instance.find_master_addr(broker, topic)
+                    lo = await self.instance.api.get_min_offset(addr, mq)
+                    hi = await self.instance.api.get_max_offset(addr, mq)
+                except Exception:
+                    if attempt >= retries:
+                        raise
+                    await trio.sleep(retry_interval_ms / 1000)
+                    continue
+                out[queue_key(broker, qid)] = (lo, hi)
+                return
+
+        async def call() -> dict[str, dict[str, tuple[int, int]]]:
+            result: dict[str, dict[str, tuple[int, int]]] = {t: {} for t in queues}
+            async with trio.open_nursery() as nursery:
+                for topic, qs in queues.items():
+                    for broker, qid in qs:
+                        nursery.start_soon(one, topic, broker, qid, result[topic])
+            return result
+
+        return _unwrap(self.run, call)
+
+    def update_offsets(self, group: str, offsets: OffsetMap) -> None:
+        """UPDATE_CONSUMER_OFFSET for every queue (monitoring: `mqadmin consumerProgress`)."""
+        from client.spark.options import parse_queue_key
+
+        async def one(topic: str, key: str, off: int) -> None:
+            broker, qid = parse_queue_key(key)
+            addr = await self.instance.find_master_addr(broker, topic)
+            await self.instance.api.update_consumer_offset(
+                addr, group, MessageQueue(topic, broker, qid), off
+            )
+
+        async def call() -> None:
+            async with trio.open_nursery() as nursery:
+                for topic, qs in offsets.items():
+                    for key, off in qs.items():
+                        nursery.start_soon(one, topic, key, off)
+
+        _unwrap(self.run, call)
+
+    # -- pulling -------------------------------------------------------------------
+    async def _pull(
+        self,
+        addr: str,
+        rng: QueueRange,
+        offset: int,
+        max_nums: int,
+        sub_expression: str,
+        timeout_ms: int,
+    ) -> tuple[PullStatus, PullMessageResponseHeader, bytes]:
+        header = PullMessageRequestHeader(
+            consumer_group=READER_GROUP,
+            topic=rng.topic,
+            queue_id=rng.queue_id,
+            queue_offset=offset,
+            max_msg_nums=max_nums,
+            sys_flag=PULL_FLAG_SUBSCRIPTION,  # never the commit-offset bit: reads are stateless
+            commit_offset=0,
+            suspend_timeout_millis=0,
+            subscription=sub_expression,
+            sub_version=0,
+            expression_type="TAG",
+        )
+        cmd = RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields())
+        remoting = self.instance.remoting
+        assert remoting is not None
+        resp = await remoting.invoke(addr, cmd, timeout_ms)
+        try:
+            status = _PULL_STATUS[ResponseCode(resp.code)]
+        except (KeyError, ValueError):
+            raise RemoteError(resp.code, resp.remark) from None
+        rh = PullMessageResponseHeader.from_fields(resp.ext_fields)
+        body = resp.body_bytes() if status is PullStatus.FOUND else b""
+        return status, rh, body
+
+    async def _pump(
+        self,
+        rng: QueueRange,
+        send: trio.MemorySendChannel[PulledBody | BaseException],
+        batch: int,
+        sub_expression: str,
+        timeout_ms: int,
+        fail_on_data_loss: bool,
+        scope: trio.CancelScope,
+    ) -> None:
+        with scope:
+            async with send:
+                try:
+                    await self._pump_range(
+                        rng, send, batch, sub_expression, timeout_ms, fail_on_data_loss
+                    )
+                except Exception as exc:
+                    await send.send(exc)
+
+    async def _pump_range(
+        self,
+        rng: QueueRange,
+        send: trio.MemorySendChannel[PulledBody | BaseException],
+        batch: int,
+        sub_expression: str,
+        timeout_ms: int,
+        fail_on_data_loss: bool,
+    ) -> None:
+        off = rng.start
+        empty = 0
+        where = f"{rng.topic} {queue_key(rng.broker, rng.queue_id)}"
+        while off < rng.end:
+            addr = await self.instance.find_master_addr(rng.broker, rng.topic)
+            status, rh, body = await self._pull(
+                addr, rng, off, min(batch, rng.end - off), sub_expression, timeout_ms
+            )
+            nxt = rh.next_begin_offset
+            if status is PullStatus.FOUND:
+                if nxt <= off:
+                    raise MQClientError(f"{where}: broker did not advance past offset {off}")
+                await send.send(PulledBody(off, body))
+                off, empty = nxt, 0
+            elif status is PullStatus.NO_MATCHED_MSG:
+                if nxt <= off:
+                    raise MQClientError(f"{where}: broker did not advance past offset {off}")
+                off, empty = nxt, 0
+            elif status is PullStatus.NO_NEW_MSG:
+                if nxt > off:  # a hole in the queue
+                    self._lost(fail_on_data_loss, f"{where}: offsets {off}..{nxt - 1} are missing")
+                    off = nxt
+                    continue
+                empty += 1
+                if empty > NOT_FOUND_RETRIES:
+                    raise MQClientError(
+                        f"{where}: offset {off} is below the end {rng.end} planned for this "
+                        f"batch but the broker has no message there (max offset {rh.max_offset})"
+                    )
+                await trio.sleep(NOT_FOUND_SLEEP_S)
+            else:  # OFFSET_ILLEGAL
+                if off < rh.min_offset:
+                    self._lost(
+                        fail_on_data_loss,
+                        f"{where}: offsets {off}..{rh.min_offset - 1} were deleted "
+                        f"(the queue's min offset is now {rh.min_offset})",
+                    )
+                    off = max(nxt, rh.min_offset)
+                else:
+                    self._lost(
+                        fail_on_data_loss,
+                        f"{where}: offset {off} is beyond the queue's max offset {rh.max_offset} "
+                        "(was the topic deleted and created again?)",
+                    )
+                    return
+
+    @staticmethod
+    def _lost(fail: bool, what: str) -> None:
+        if fail:
+            raise DataLossError(
+                f"rocketmq data source: data loss: {what}. "
+                "Set option failOnDataLoss=false to skip lost offsets."
+            )
+        log.warning("spark_data_loss_skipped", detail=what)
+
+    def iter_range(
+        self,
+        rng: QueueRange,
+        *,
+        batch: int,
+        sub_expression: str,
+        timeout_ms: int,
+        fail_on_data_loss: bool,
+    ) -> Iterator[PulledBody]:
+        """The pull answers covering `[rng.start, rng.end)`, prefetched in the loop thread.
+
+        The next pull is in flight while the caller processes the current one.
+        Closing the generator early cancels the pulls in flight.
+
+        Raises:
+            DataLossError: offsets are gone and `fail_on_data_loss` is set.
+            MQClientError / remoting errors: the broker could not serve the range.
+        """
+
+        def start() -> tuple[
+            trio.MemoryReceiveChannel[PulledBody | BaseException], trio.CancelScope
+        ]:
+            send, recv = trio.open_memory_channel[PulledBody | BaseException](PREFETCH)
+            scope = trio.CancelScope()
+            assert self._nursery is not None
+            self._nursery.start_soon(
+                self._pump, rng, send, batch, sub_expression, timeout_ms, fail_on_data_loss, scope
+            )
+            return recv, scope
+
+        recv, scope = self.run_sync(start)
+        try:
+            while True:
+                try:
+                    item = self.run(recv.receive)
+                except trio.EndOfChannel:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            if self._token is not None:
+                try:
+                    self.run_sync(scope.cancel)
+                    self.run_sync(recv.close)
+                except (trio.RunFinishedError, MQClientError):
+                    pass
+
+    # -- sending -------------------------------------------------------------------
+    def producer(self, group: str) -> Producer:
+        """A started producer of `group` sharing this connection's client instance."""
+        with self._lock:
+            p = self._producers.get(group)
+            if p is None:
+
+                async def make() -> Producer:
+                    prod = Producer(group, instance=self.instance)
+                    await prod.__aenter__()
+                    return prod
+
+                p = self.run(make)
+                self._producers[group] = p
+            return p
+
+    def send_session(self, group: str, *, timeout_ms: int, max_in_flight: int = 4) -> SendSession:
+        return SendSession(self, self.producer(group), timeout_ms, max_in_flight)
+
+
+class SendSession:
+    """Batches sent in the background, at most `max_in_flight` at a time.
+
+    `submit()` blocks only while that many batches are in flight; `finish()`
+    waits for all of them and raises the first error.
+    """
+
+    def __init__(self, conn: Conn, producer: Producer, timeout_ms: int, max_in_flight: int) -> None:
+        self._conn = conn
+        self._producer = producer
+        self._timeout_ms = timeout_ms
+        self._max = max_in_flight
+        self._sem = conn.run_sync(trio.Semaphore, max_in_flight)
+        self.errors: list[BaseException] = []
+        self.sent = 0
+
+    async def _send(self, msgs: list[Message], queue: MessageQueue | None) -> None:
+        try:
+            await self._producer.send_batch(msgs, queue=queue, timeout_ms=self._timeout_ms)
+            self.sent += len(msgs)
+        except Exception as exc:
+            self.errors.append(exc)
+        finally:
+            self._sem.release()
+
+    async def _submit(self, msgs: list[Message], queue: MessageQueue | None) -> None:
+        await self._sem.acquire()
+        nursery = self._conn._nursery
+        assert nursery is not None
+        nursery.start_soon(self._send, msgs, queue)
+
+    def submit(self, msgs: list[Message], queue: MessageQueue | None = None) -> None:
+        """Queue one batch (one topic; `queue` pins it to a queue).
+
+        Raises:
+            Exception: an earlier batch failed (the first error).
+        """
+        if self.errors:
+            raise self.errors[0]
+        self._conn.run(self._submit, msgs, queue)
+
+    def finish(self) -> int:
+        """Wait for every batch; returns how many messages were sent.
+
+        Raises:
+            Exception: a batch failed (the first error).
+        """
+
+        async def drain() -> None:
+            for _ in range(self._max):
+                await self._sem.acquire()
+            for _ in range(self._max):
+                self._sem.release()
+
+        self._conn.run(drain)
+        if self.errors:
+            raise self.errors[0]
+        return self.sent
+
+
+def _unwrap(run: Callable[[Callable[[], Awaitable[T]]], T], fn: Callable[[], Awaitable[T]]) -> T:
+    """Run `fn`; a nursery's group of one error comes out as that error."""
+    try:
+        return run(fn)
+    except BaseExceptionGroup as eg:
+        first: BaseException = eg
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first from eg
+
+
+_CACHE: dict[tuple[int, str], Conn] = {}
+_CACHE_LOCK = threading.Lock()
+_MAX_CACHED = 8
+
+
+def get_conn(namesrv_addr: str, *, timeout_ms: int = 3000) -> Conn:
+    """This process's connection to the cluster behind `namesrv_addr` (started on first use)."""
+    key = (os.getpid(), namesrv_addr)
+    with _CACHE_LOCK:
+        conn = _CACHE.get(key)
+        if conn is not None and conn.alive:
+            return conn
+        for k in [k for k in _CACHE if k[0] != key[0]]:
+            del _CACHE[k]  # inherited through fork: the loop thread is not ours
+        if len(_CACHE) >= _MAX_CACHED:
+            oldest = next(iter(_CACHE))
+            _CACHE.pop(oldest).close()
+        conn = Conn(namesrv_addr, timeout_ms=timeout_ms).start()
+        _CACHE[key] = conn
+        return conn
+
+
+def close_all() -> None:
+    """Close this process's cached connections (also run at exit)."""
+    with _CACHE_LOCK:
+        conns = [c for k, c in _CACHE.items() if k[0] == os.getpid()]
+        _CACHE.clear()
+    for c in conns:
+        try:
+            c.close()
+        except Exception as exc:
+            log.debug("spark_conn_close_failed", error=str(exc))
+
+
+atexit.register(close_all)

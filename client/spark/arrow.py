@@ -1,0 +1,171 @@
+"""Pulled records -> Arrow record batches (read side), Arrow batches -> messages (write side).
+
+Imports pyarrow; only the Spark data source imports this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from client.message import Message
+from store.message import COMPRESSED_FLAG, decode_records
+
+__all__ = [
+    "ARROW_SCHEMA",
+    "READ_SCHEMA_DDL",
+    "WRITE_ID_PROPERTY",
+    "records_to_batch",
+    "rows_to_messages",
+]
+
+READ_SCHEMA_DDL = (
+    "topic STRING, queue_id INT, broker STRING, queue_offset BIGINT, msg_id STRING, "
+    "keys STRING, tags STRING, body BINARY, born_timestamp TIMESTAMP, "
+    "store_timestamp TIMESTAMP, properties MAP<STRING, STRING>"
+)
+
+_TS = pa.timestamp("us", tz="UTC")
+ARROW_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("queue_id", pa.int32()),
+        ("broker", pa.string()),
+        ("queue_offset", pa.int64()),
+        ("msg_id", pa.string()),
+        ("keys", pa.string()),
+        ("tags", pa.string()),
+        ("body", pa.binary()),
+        ("born_timestamp", _TS),
+        ("store_timestamp", _TS),
+        ("properties", pa.map_(pa.string(), pa.string())),
+    ]
+)
+
+WRITE_ID_PROPERTY = "SPARK_WRITE_ID"
+"""Property set on every message the sink writes: `queryId:batchId:partition:row`.
+
+The same rows of a replayed micro-batch get the same ids, so consumers can
+drop duplicates (the sink is at-least-once)."""
+
+
+def _ms_to_ts(values: list[int]) -> pa.Array:
+    return pa.array(values, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(_TS)
+
+
+def records_to_batch(
+    topic: str, broker: str, queue_id: int, body: bytes, end: int
+) -> pa.RecordBatch | None:
+    """The records of one pull body as a RecordBatch, keeping offsets below `end`.
+
+    Returns None when no record is below `end`.
+    """
+    offsets: list[int] = []
+    msg_ids: list[str] = []
+    keys: list[str | None] = []
+    tags: list[str | None] = []
+    bodies: list[bytes | None] = []
+    born: list[int] = []
+    stored: list[int] = []
+    props: list[list[tuple[str, str]]] = []
+    for m in decode_records(body):
+        off = m.queue_offset
+        if off >= end:
+            break
+        offsets.append(off)
+        p = m.properties
+        msg_ids.append(m.uniq_key or m.msg_id)
+        keys.append(p.get("KEYS"))
+        tags.append(p.get("TAGS"))
+        bodies.append(m.decompressed_body() if m.sys_flag & COMPRESSED_FLAG else m.body)
+        born.append(m.born_timestamp)
+        stored.append(m.store_timestamp)
+        props.append(list(p.items()))
+    n = len(offsets)
+    if n == 0:
+        return None
+    columns = [
+        pa.array([topic] * n, pa.string()),
+        pa.array([queue_id] * n, pa.int32()),
+        pa.array([broker] * n, pa.string()),
+        pa.array(offsets, pa.int64()),
+        pa.array(msg_ids, pa.string()),
+        pa.array(keys, pa.string()),
+        pa.array(tags, pa.string()),
+        pa.array(bodies, pa.binary()),
+        _ms_to_ts(born),
+        _ms_to_ts(stored),
+        pa.array(props, pa.map_(pa.string(), pa.string())),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
+def _as_bytes(v: Any) -> bytes | None:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return v.encode()
+    return bytes(v)
+
+
+def rows_to_messages(
+    columns: Mapping[str, Sequence[Any]],
+    n: int,
+    *,
+    default_topic: str | None,
+    write_id_prefix: str,
+    first_row: int,
+) -> Iterator[tuple[Message, tuple[str, int] | None]]:
+    """Messages for `n` rows given column-wise (`{name: values}`), with their pinned queue.
+
+    Args:
+        columns: `body` (required) and optionally `topic`, `keys`, `tags`,
+            `properties` (a map as a dict or a list of pairs), `broker` + `queue_id`.
+        n: number of rows.
+        default_topic: the `topic` option; it overrides a `topic` column.
+        write_id_prefix: `queryId:batchId:partition`; the row number is appended.
+        first_row: row number of the first row within the task.
+
+    Raises:
+        ValueError: a row has no body or no topic.
+    """
+    body_col = columns["body"]
+    topic_col = columns.get("topic")
+    keys_col = columns.get("keys")
+    tags_col = columns.get("tags")
+    props_col = columns.get("properties")
+    broker_col = columns.get("broker")
+    qid_col = columns.get("queue_id")
+    for i in range(n):
+        body = _as_bytes(body_col[i])
+        if body is None:
+            raise ValueError(f"rocketmq sink: row {first_row + i} has a null body")
+        topic = default_topic or (topic_col[i] if topic_col is not None else None)
+        if not topic:
+            raise ValueError(
+                f"rocketmq sink: row {first_row + i} has no topic "
+                "(set the 'topic' option or a non-null 'topic' column)"
+            )
+        props: dict[str, str] = {}
+        if props_col is not None and props_col[i] is not None:
+            raw = props_col[i]
+            items = raw.items() if isinstance(raw, Mapping) else raw
+            for k, v in items:
+                if k is not None and v is not None:
+                    props[str(k)] = str(v)
+        props[WRITE_ID_PROPERTY] = f"{write_id_prefix}:{first_row + i}"
+        msg = Message(
+            topic,
+            body,
+            tags=tags_col[i] if tags_col is not None else None,
+            keys=keys_col[i] if keys_col is not None else None,
+            properties=props,
+        )
+        pinned: tuple[str, int] | None = None
+        if broker_col is not None and qid_col is not None:
+            b, q = broker_col[i], qid_col[i]
+            if b is not None and q is not None:
+                pinned = (str(b), int(q))
+        yield msg, pinned
