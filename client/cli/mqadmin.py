@@ -511,6 +511,11 @@ def reset_offset_by_time(
 def _parse_time(text: str) -> int:
     if text == "now":
         return int(time.time() * 1000)
+    if text.isdigit() and len(text) == 14:  # yyyyMMddHHmmss, RocketMQ's consumeTimestamp
+        try:
+            return int(datetime.strptime(text, "%Y%m%d%H%M%S").timestamp() * 1000)
+        except ValueError:
+            pass
     if text.lstrip("-").isdigit():
         return int(text)
     for fmt in ("%Y-%m-%d#%H:%M:%S:%f", "%Y-%m-%d#%H:%M:%S", "%Y%m%d%H%M%S"):

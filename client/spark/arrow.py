@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from client.message import Message
+from client.message import SYSTEM_PROPERTIES, Message
 from store.message import COMPRESSED_FLAG, decode_records
 
 __all__ = [
@@ -122,7 +122,8 @@ def rows_to_messages(
 
     Args:
         columns: `body` (required) and optionally `topic`, `keys`, `tags`,
-            `properties` (a map as a dict or a list of pairs), `broker` + `queue_id`.
+            `properties` (a map as a dict or a list of pairs; system property
+            names such as KEYS or UNIQ_KEY are ignored), `broker` + `queue_id`.
         n: number of rows.
         default_topic: the `topic` option; it overrides a `topic` column.
         write_id_prefix: `queryId:batchId:partition`; the row number is appended.
@@ -153,7 +154,9 @@ def rows_to_messages(
             raw = props_col[i]
             items = raw.items() if isinstance(raw, Mapping) else raw
             for k, v in items:
-                if k is not None and v is not None:
+                # System properties (KEYS, TAGS, UNIQ_KEY...) come from columns or the
+                # producer; dropping them lets a read DataFrame be written back as is.
+                if k is not None and v is not None and k not in SYSTEM_PROPERTIES:
                     props[str(k)] = str(v)
         props[WRITE_ID_PROPERTY] = f"{write_id_prefix}:{first_row + i}"
         msg = Message(
