@@ -81,14 +81,19 @@ class BrokerConfig(BaseModel):
     mapped_file_size_consume_queue: int = 300_000 * 20
     flush_interval_commitlog_ms: int = 500
     flush_commitlog_least_pages: int = 4
+    flush_commitlog_thorough_interval_ms: int = 10_000
+    flush_interval_consume_queue_ms: int = 1000
     sync_flush_timeout_ms: int = 5000
     file_reserved_hours: int = 72
     delete_when: str = "04"
     disk_max_used_ratio: float = 0.75
+    disk_hard_ratio: float = 0.90
     clean_resource_interval_ms: int = 10_000
     max_hash_slot_num: int = 5_000_000
     max_index_num: int = 20_000_000
     message_index_enable: bool = True
+    check_crc_on_recover: bool = True
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
     # -- topics and groups ---------------------------------------------------------------
     auto_create_topic_enable: bool = True

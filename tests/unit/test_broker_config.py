@@ -91,3 +91,17 @@ def test_cli_bad_config_exits_2(tmp_path: Path) -> None:
     assert result.exit_code == 2
     result = runner.invoke(cli, ["--flush", "sometimes"])
     assert result.exit_code == 2
+
+
+def test_every_store_setting_can_be_set_through_the_broker() -> None:
+    from store.config import StoreConfig
+
+    missing = (
+        set(StoreConfig.model_fields) - {"store_path_root_dir"} - set(BrokerConfig.model_fields)
+    )
+    assert missing == set()
+    # And the defaults agree.
+    store_defaults = StoreConfig()
+    broker = BrokerConfig()
+    for name in set(StoreConfig.model_fields) - {"store_path_root_dir"}:
+        assert getattr(broker, name) == getattr(store_defaults, name), name
