@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import structlog
 
@@ -13,6 +13,13 @@ from remoting import Connection, HeaderError, RemotingCommand, ResponseCode
 log = structlog.get_logger()
 
 S = TypeVar("S")
+
+
+class _SendFamily(Protocol):
+    def region_fields(self) -> dict[str, str]: ...
+
+
+SP = TypeVar("SP", bound=_SendFamily)
 MethodHandler = Callable[[S, Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
 
 
@@ -30,23 +37,42 @@ def guarded(
     """
 
     def deco(fn: MethodHandler[S]) -> MethodHandler[S]:
-        @functools.wraps(fn)
-        async def wrapper(
-            self: S, conn: Connection, cmd: RemotingCommand
-        ) -> RemotingCommand | None:
-            try:
-                return await fn(self, conn, cmd)
-            except HeaderError as exc:
-                return error(cmd, header_error_code, f"bad request header: {exc}")
-            except ValueError as exc:
-                return error(cmd, ResponseCode.SYSTEM_ERROR, f"bad request: {exc}")
-            except Exception as exc:
-                log.exception("handler_failed", code=cmd.code, peer=conn.remote_address)
-                return error(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
-
-        return wrapper
+        return _guard(fn, header_error_code, None)
 
     return deco
+
+
+def guarded_send(fn: MethodHandler[SP]) -> MethodHandler[SP]:
+    """`guarded` for the send family: a bad header is MESSAGE_ILLEGAL, and every error
+    response still carries `self.region_fields()` (MSG_REGION, TRACE_ON)."""
+
+    def extra(self: SP) -> dict[str, str]:
+        return self.region_fields()
+
+    return _guard(fn, ResponseCode.MESSAGE_ILLEGAL, extra)
+
+
+def _guard(
+    fn: MethodHandler[S],
+    header_error_code: int,
+    extra_fields: Callable[[S], dict[str, str]] | None,
+) -> MethodHandler[S]:
+    @functools.wraps(fn)
+    async def wrapper(self: S, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        try:
+            return await fn(self, conn, cmd)
+        except HeaderError as exc:
+            resp = error(cmd, header_error_code, f"bad request header: {exc}")
+        except ValueError as exc:
+            resp = error(cmd, ResponseCode.SYSTEM_ERROR, f"bad request: {exc}")
+        except Exception as exc:
+            log.exception("handler_failed", code=cmd.code, peer=conn.remote_address)
+            resp = error(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        if extra_fields is not None:
+            resp.ext_fields = extra_fields(self)
+        return resp
+
+    return wrapper
 
 
 def split_addr(addr: str) -> tuple[str, int]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from broker.processors._common import guarded, split_addr
+from broker.processors._common import guarded_send, split_addr
 from broker.topic_manager import (
     DLQ_GROUP_TOPIC_PREFIX,
     NOT_ALLOWED_SEND_TOPICS,
@@ -88,18 +88,15 @@ class SendProcessor:
     def __init__(self, ctrl: BrokerController) -> None:
         self.ctrl = ctrl
 
+    def region_fields(self) -> dict[str, str]:
+        """extFields of every send response (Java producers read them without a null check)."""
+        cfg = self.ctrl.config
+        return {"MSG_REGION": cfg.region_id, "TRACE_ON": "true" if cfg.trace_on else "false"}
+
     def _response(
         self, cmd: RemotingCommand, code: int, remark: str | None = None
     ) -> RemotingCommand:
-        cfg = self.ctrl.config
-        return cmd.make_response(
-            code,
-            remark,
-            ext_fields={
-                "MSG_REGION": cfg.region_id,
-                "TRACE_ON": "true" if cfg.trace_on else "false",
-            },
-        )
+        return cmd.make_response(code, remark, ext_fields=self.region_fields())
 
     # -- checks shared by single and batch sends ---------------------------------------------
     def _check(
@@ -212,7 +209,7 @@ class SendProcessor:
         """
 
     # -- handlers -------------------------------------------------------------------------
-    @guarded(ResponseCode.MESSAGE_ILLEGAL)
+    @guarded_send
     async def send_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         """SEND_MESSAGE (10) and SEND_MESSAGE_V2 (310); 320 goes to `send_batch`."""
         if cmd.code == RequestCode.SEND_BATCH_MESSAGE:
@@ -270,7 +267,7 @@ class SendProcessor:
         result = await ctrl.store.put_message(msg)
         return self._put_response(cmd, result, msg.queue_id)
 
-    @guarded(ResponseCode.MESSAGE_ILLEGAL)
+    @guarded_send
     async def send_batch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         """SEND_BATCH_MESSAGE (320): many messages of one topic and queue, one put."""
         hdr = SendMessageRequestHeader.from_command(cmd)

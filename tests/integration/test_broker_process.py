@@ -358,7 +358,8 @@ async def test_bad_input_gets_error_codes_and_broker_keeps_serving(broker: Broke
         del req.ext_fields["b"]
         resp = await send(req)
         assert resp.code == ResponseCode.MESSAGE_ILLEGAL
-        assert "b" in (resp.remark or "")
+        assert "'b'" in (resp.remark or "")
+        assert (resp.ext_fields or {}).get("MSG_REGION") == "DefaultRegion"
         resp = await send(RemotingCommand.request(9999, {"x": "y"}))
         assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
         resp = await send(pull_request("NoSuchTopic", 0))
