@@ -164,6 +164,14 @@ class _Held(Generic[A]):
         self._loop.stop()
 
 
+def _in_loop(held: _Held[Any], fn: Callable[..., Any], *args: Any) -> None:
+    """Call a sync method of the async object: in its loop thread once started."""
+    if held._started:
+        held.loop.run_sync(fn, *args)
+    else:
+        fn(*args)
+
+
 class _Facade(Generic[A]):
     _held: _Held[A]
 
@@ -293,7 +301,7 @@ class PushConsumer(_Facade[AsyncPushConsumer]):
         self.listener = listener
 
     def subscribe(self, topic: str, expression: str = "*") -> None:
-        self.inner.subscribe(topic, expression)
+        _in_loop(self._held, self.inner.subscribe, topic, expression)
 
     async def _call_listener(self, msgs: list[MessageExt]) -> ConsumeStatus:
         listener = self.listener
@@ -328,7 +336,7 @@ class PullConsumer(_Facade[AsyncPullConsumer]):
         self._held = _Held(f"trimq-pull-{group}", self.inner)
 
     def subscribe(self, topic: str, expression: str = "*") -> None:
-        self.inner.subscribe(topic, expression)
+        _in_loop(self._held, self.inner.subscribe, topic, expression)
 
     def assign(self, mqs: Iterable[MessageQueue]) -> None:
         mq_list = list(mqs)
@@ -382,7 +390,7 @@ class Admin(_Facade[AsyncAdmin]):
     def __getattr__(self, name: str) -> Callable[..., Any]:
         target = getattr(self.inner, name)
         if not callable(target):
-            raise AttributeError(name)  # noqa: TRY004 (attribute protocol)
+            return target  # type: ignore[no-any-return]
 
         def call(*args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
             async def run() -> Any:

@@ -132,8 +132,6 @@ class Conn:
             self._token = trio.lowlevel.current_trio_token()
             self._ready.set()
             await self._stop.wait()
-            for p in list(self._producers.values()):
-                await p.__aexit__(None, None, None)
             nursery.cancel_scope.cancel()
 
     def close(self) -> None:
@@ -405,9 +403,16 @@ class Conn:
             p = self._producers.get(group)
             if p is None:
 
+                async def hold(
+                    task_status: trio.TaskStatus[Producer] = trio.TASK_STATUS_IGNORED,
+                ) -> None:
+                    async with Producer(group, instance=self.instance) as prod:
+                        task_status.started(prod)
+                        await trio.sleep_forever()
+
                 async def make() -> Producer:
-                    prod = Producer(group, instance=self.instance)
-                    await prod.__aenter__()
+                    assert self._nursery is not None
+                    prod: Producer = await self._nursery.start(hold)
                     return prod
 
                 p = self.run(make)
