@@ -1,0 +1,77 @@
+"""Blocking cluster helper for the Spark tests (topics, sends, offsets), on `client.sync`."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from client.config import ClientConfig
+from client.message import Message, MessageQueue
+from client.spark._conn import Conn
+from client.sync import Admin
+from tests.helpers import wait_until_sync
+
+BROKERS = ("broker-a", "broker-b")
+
+
+class MQ:
+    def __init__(self, namesrv_addr: str) -> None:
+        self.namesrv_addr = namesrv_addr
+        cfg = ClientConfig(namesrv_addr=namesrv_addr)
+        self.admin = Admin(cfg).start()
+        self.conn = Conn(namesrv_addr).start()
+        self.producer = self.conn.producer("spark_tests_pg")
+
+    def close(self) -> None:
+        self.conn.close()
+        self.admin.close()
+
+    def create_topic(self, topic: str, queues: int = 2, brokers: tuple[str, ...] = BROKERS) -> None:
+        """Create `topic` with `queues` queues on each broker and wait for its route."""
+        masters = self.admin.master_addrs(timeout=10)
+        for b in brokers:
+            self.admin.create_topic(
+                topic,
+                broker_addr=masters[b],
+                read_queue_nums=queues,
+                write_queue_nums=queues,
+                timeout=10,
+            )
+
+        def routed() -> bool:
+            try:
+                route = self.admin.topic_route(topic, timeout=5)
+            except Exception:
+                return False
+            names = {qd.broker_name for qd in route.queue_datas}
+            return names >= set(brokers)
+
+        wait_until_sync(routed, total=20, what=f"route of {topic}")
+
+    def send(
+        self,
+        topic: str,
+        broker: str,
+        queue_id: int,
+        n: int,
+        *,
+        start: int = 0,
+        tags: str | None = None,
+        size: int = 0,
+    ) -> None:
+        """Send `n` messages (bodies `m<i>`, key `k<i>`) into one queue, in batches."""
+        mq = MessageQueue(topic, broker, queue_id)
+        batch: list[Message] = []
+        for i in range(start, start + n):
+            body = f"m{i}".encode()
+            if size:
+                body = body.ljust(size, b".")
+            batch.append(Message(topic, body, tags=tags, keys=f"k{i}"))
+            if len(batch) == 200:
+                self.conn.run(partial(self.producer.send_batch, batch, queue=mq))
+                batch = []
+        if batch:
+            self.conn.run(partial(self.producer.send_batch, batch, queue=mq))
+
+    def max_offsets(self, topic: str) -> dict[str, int]:
+        got = self.admin.max_offsets(topic, timeout=10)
+        return {f"{mq.broker_name}:{mq.queue_id}": off for mq, off in got.items()}
