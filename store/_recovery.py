@@ -10,6 +10,8 @@ the last valid record.
 
 from __future__ import annotations
 
+import struct
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -22,6 +24,8 @@ from store.message import (
     BLANK_RECORD_SIZE,
     BORNHOST_V6_FLAG,
     DEFAULT_MAX_RECORD_SIZE,
+    MESSAGE_MAGIC_CODE,
+    MIN_RECORD_SIZE,
     STOREHOSTADDRESS_V6_FLAG,
     DispatchRequest,
     DispatchStatus,
@@ -33,6 +37,7 @@ __all__ = [
     "RecoveryReport",
     "choose_scan_start",
     "has_torn_tail",
+    "light_check",
     "recover_commitlog",
 ]
 
@@ -54,11 +59,15 @@ class RecordScanner:
         start: Where to begin.
         check_crc: Verify body CRCs.
         max_size: Largest acceptable record.
+        light: Validate only the layout (lengths, CRC, offsets, torn tails) and yield requests
+            with size, commit_log_offset, store_timestamp and sys_flag only (no properties
+            parsing): enough to find the valid end when nothing needs re-dispatching.
     """
 
     __slots__ = (
         "_check_crc",
         "_from",
+        "_light",
         "_max_size",
         "_read",
         "end",
@@ -76,7 +85,9 @@ class RecordScanner:
         *,
         check_crc: bool = True,
         max_size: int = DEFAULT_MAX_RECORD_SIZE,
+        light: bool = False,
     ) -> None:
+        self._light = light
         self._read = read
         self._from = file_from_offset
         self.file_size = file_size
@@ -107,7 +118,10 @@ class RecordScanner:
                 break
             if 0 < total <= self._max_size and len(buf) - i < total and base + len(buf) < size:
                 buf, base, i = self._read(pos, max(_WINDOW, total)), pos, 0
-            req = check_record(buf, i, check_crc=self._check_crc, max_size=self._max_size)
+            if self._light:
+                req = light_check(buf, i, self._check_crc, self._max_size)
+            else:
+                req = check_record(buf, i, check_crc=self._check_crc, max_size=self._max_size)
             if req.status is DispatchStatus.OK:
                 if (
                     req.commit_log_offset != self._from + pos
@@ -127,6 +141,57 @@ class RecordScanner:
         self.end = pos
 
 
+_HEAD = struct.Struct(">iIiiiqqi")  # total, magic, crc, queue id, flag, queue off, phy, sys flag
+_I64 = struct.Struct(">q")
+_LIGHT_INVALID = DispatchRequest(DispatchStatus.INVALID)
+_LIGHT_END = DispatchRequest(DispatchStatus.END)
+
+
+def light_check(buf: bytes, offset: int, check_crc: bool, max_size: int) -> DispatchRequest:
+    """Layout-only validation of the message record at `offset` (see `RecordScanner`).
+
+    Checks the magic code, that TOTALSIZE is sane and within `buf`, that body / topic /
+    properties lengths add up exactly, and with `check_crc` the body CRC. Never raises.
+    """
+    end = len(buf)
+    if end - offset < MIN_RECORD_SIZE:
+        return _LIGHT_END if not any(buf[offset:end]) else _LIGHT_INVALID
+    total, magic, crc, _qid, _flag, _qoff, phy, sys_flag = _HEAD.unpack_from(buf, offset)
+    if magic != MESSAGE_MAGIC_CODE:
+        return _LIGHT_END if total == 0 and magic == 0 else _LIGHT_INVALID
+    rec_end = offset + total
+    if total < MIN_RECORD_SIZE or total > max_size or rec_end > end:
+        return _LIGHT_INVALID
+    born = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+    store = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+    body_len_pos = offset + 68 + born + store
+    if body_len_pos + 4 > rec_end:
+        return _LIGHT_INVALID
+    body_len = int.from_bytes(buf[body_len_pos : body_len_pos + 4], "big", signed=True)
+    body_start = body_len_pos + 4
+    body_end = body_start + body_len
+    if body_len < 0 or body_end + 3 > rec_end:
+        return _LIGHT_INVALID
+    topic_end = body_end + 1 + buf[body_end]
+    if topic_end + 2 > rec_end:
+        return _LIGHT_INVALID
+    props_len = int.from_bytes(buf[topic_end : topic_end + 2], "big", signed=True)
+    if props_len < 0 or topic_end + 2 + props_len != rec_end:
+        return _LIGHT_INVALID
+    if check_crc:
+        with memoryview(buf) as view:
+            if zlib.crc32(view[body_start:body_end]) & 0x7FFFFFFF != crc:
+                return _LIGHT_INVALID
+    (store_ts,) = _I64.unpack_from(buf, offset + 48 + born)
+    return DispatchRequest(
+        DispatchStatus.OK,
+        total,
+        commit_log_offset=phy,
+        store_timestamp=store_ts,
+        sys_flag=sys_flag,
+    )
+
+
 def has_torn_tail(buf: bytes, offset: int, size: int, sys_flag: int) -> bool:
     """True when the topic or properties of the record at `offset` contain NUL bytes.
 
@@ -142,10 +207,9 @@ def has_torn_tail(buf: bytes, offset: int, size: int, sys_flag: int) -> bool:
     end = offset + size
     if body_len < 0 or tail_start > end:
         return True
-    tail = buf[tail_start:end]
-    topic_len = buf[tail_start - 1]
+    topic_end = tail_start + buf[tail_start - 1]
     # topic, then the int16 properties length (whose high byte may be 0), then the properties
-    return b"\0" in tail[:topic_len] or b"\0" in tail[topic_len + 2 :]
+    return buf.find(b"\0", tail_start, topic_end) >= 0 or buf.find(b"\0", topic_end + 2, end) >= 0
 
 
 def choose_scan_start(
@@ -246,7 +310,13 @@ def recover_commitlog(
     stop_file: MappedFile | None = None
     for mf in files[idx:]:
         scanner = RecordScanner(
-            mf.read, mf.file_from_offset, mf.file_size, 0, check_crc=check_crc, max_size=max_size
+            mf.read,
+            mf.file_from_offset,
+            mf.file_size,
+            0,
+            check_crc=check_crc,
+            max_size=max_size,
+            light=dispatch is None,
         )
         for req in scanner:
             records += 1

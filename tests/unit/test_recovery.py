@@ -256,3 +256,33 @@ def test_scanner_statuses() -> None:
     s2 = RecordScanner(lambda p, n: bad[p : p + n] + bytes(1024), 0, 1024)
     assert list(s2) == []
     assert s2.outcome is DispatchStatus.INVALID
+
+
+def test_light_check_agrees_with_check_record() -> None:
+    from store._recovery import has_torn_tail, light_check
+    from store.message import check_record
+
+    m = mk(3)
+    rec = bytes(encode_record(m, 7, 4096, 5))
+    cases = {
+        "ok": rec,
+        "crc": rec[:100] + bytes([rec[100] ^ 1]) + rec[101:],
+        "short": rec[:-5],
+        "zeros": bytes(200),
+        "garbage": b"\x7f" * 200,
+    }
+    for name, buf in cases.items():
+        full = check_record(buf, 0)
+        light = light_check(buf, 0, True, 1 << 20)
+        assert light.status is full.status, name
+        if full.status is DispatchStatus.OK:
+            assert (light.size, light.commit_log_offset, light.store_timestamp) == (
+                full.size,
+                4096,
+                5,
+            )
+    # a torn (zeroed) end of the properties passes the lengths but not the torn-tail check
+    torn = rec[:-3] + b"\0\0\0"
+    assert light_check(torn, 0, True, 1 << 20).status is DispatchStatus.OK
+    assert has_torn_tail(torn, 0, len(torn), 0)
+    assert not has_torn_tail(rec, 0, len(rec), 0)
