@@ -111,21 +111,25 @@ class CommitLog:
         first_queue_offset = -1
         wrote = 0
         mfq = self.mfq
-        for msg, rec in zip(msgs, records, strict=True):
+        ok = DispatchStatus.OK
+        for idx, msg in enumerate(msgs):
+            rec = records[idx]
             size = len(rec)
             mf = mfq.file_for_append()
-            if size + BLANK_RECORD_SIZE > mf.remaining:
+            if size + BLANK_RECORD_SIZE > mf.file_size - mf.wrote_position:
                 self._pad(mf)
                 mf = mfq.file_for_append()
-            key = (msg.topic, msg.queue_id)
-            if is_not_queued(msg.sys_flag):
+            sys_flag = msg.sys_flag
+            t = sys_flag & TRANSACTION_TYPE_MASK
+            if t in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
                 queue_offset = 0
             else:
+                key = (msg.topic, msg.queue_id)
                 queue_offset = table.get(key, 0)
                 table[key] = queue_offset + 1
             if first_queue_offset < 0:
                 first_queue_offset = queue_offset
-            phy = mf.end_offset
+            phy = mf.file_from_offset + mf.wrote_position
             patch_record(rec, 0, queue_offset, phy, now_ms)
             mf.append(rec)
             wrote += size
@@ -134,7 +138,7 @@ class CommitLog:
             props = msg.properties
             requests.append(
                 DispatchRequest(
-                    DispatchStatus.OK,
+                    ok,
                     size,
                     msg.topic,
                     msg.queue_id,
@@ -142,7 +146,7 @@ class CommitLog:
                     phy,
                     msg.tags_code,
                     now_ms,
-                    msg.sys_flag,
+                    sys_flag,
                     props.get(PROPERTY_KEYS, ""),
                     props.get(PROPERTY_UNIQ_KEY),
                     msg.prepared_transaction_offset,
@@ -152,13 +156,13 @@ class CommitLog:
             )
         self.last_store_timestamp = now_ms
         result = AppendMessageResult(
-            wrote_offset=phy_offsets[0] if phy_offsets else self.max_offset,
-            wrote_bytes=wrote,
-            msg_ids=msg_ids,
-            queue_offset=max(first_queue_offset, 0),
-            msg_num=len(phy_offsets),
-            store_timestamp=now_ms,
-            phy_offsets=phy_offsets,
+            phy_offsets[0] if phy_offsets else self.max_offset,
+            wrote,
+            msg_ids,
+            max(first_queue_offset, 0),
+            len(phy_offsets),
+            now_ms,
+            phy_offsets,
         )
         return result, requests
 
