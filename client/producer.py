@@ -238,6 +238,27 @@ class Producer:
         retries: int,
     ) -> SendResult:
         timeout_s = (timeout_ms or self.config.send_timeout_ms) / 1000
+        with trio.move_on_after(timeout_s):
+            return await self._attempts(
+                topic, body, sys_flag, flag, properties, msg_id, batch, timeout_s, fixed, retries
+            )
+        raise RemotingTimeoutError(
+            f"sendDefaultImpl call timeout: {timeout_s * 1000:.0f} ms for topic {topic}"
+        )
+
+    async def _attempts(
+        self,
+        topic: str,
+        body: bytes,
+        sys_flag: int,
+        flag: int,
+        properties: str,
+        msg_id: str,
+        batch: bool,
+        timeout_s: float,
+        fixed: Callable[[TopicPublishInfo], MessageQueue] | None,
+        retries: int,
+    ) -> SendResult:
         deadline = trio.current_time() + timeout_s
         info = await self.instance.get_publish_info(topic)
         attempts = 1 if fixed is not None else 1 + retries

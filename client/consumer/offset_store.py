@@ -155,6 +155,7 @@ class LocalFileOffsetStore(_MemoryTable):
         super().__init__()
         self.group = group
         self.path = Path(base_dir) / instance_name / group / "offsets.json"
+        self._last_written: bytes | None = None
 
     async def load(self) -> None:
         # Small file read off the event loop: the disk may be slow.
@@ -195,5 +196,8 @@ class LocalFileOffsetStore(_MemoryTable):
         if not table:
             return
         data = encode_offsets(table)
+        if data == self._last_written:
+            return
         # fsync + rename + directory fsync block: run them in a worker thread.
         await trio.to_thread.run_sync(_write_atomically, self.path, data)
+        self._last_written = data

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
 import trio
 
 from client import (
+    Admin,
     ConsumeFromWhere,
     ConsumeStatus,
     Message,
@@ -163,3 +165,69 @@ async def test_json_header_serialization(cluster: str) -> None:
                 got.extend(await c.poll(timeout_ms=500))
     assert [m.msg_id for m in got] == [r.msg_id]
     assert got[0].body == b"json headers"
+
+
+async def test_reset_offset_by_time_then_consume(cluster: str) -> None:
+    # A brand-new group would start at offset 0 here whatever consume_from_where says: the
+    # broker answers QUERY_CONSUMER_OFFSET with 0 while a queue's first messages are still in
+    # memory (RocketMQ's rule). Resetting the group's offsets by time is how to skip them.
+    await create_topic(cluster, "PC7", queues=2)
+    cfg = fast_config(cluster)
+    async with Producer("pg7", cfg) as p:
+        for i in range(5):
+            await p.send(Message("PC7", f"old{i}"))
+        await trio.sleep(0.3)
+        cut = int(time.time() * 1000)
+        await trio.sleep(0.3)
+        new = {(await p.send(Message("PC7", f"new{i}"))).msg_id for i in range(5)}
+    async with Admin(cfg) as admin:
+        table = await admin.reset_offset_by_time("cg7", "PC7", cut)
+    assert sum(table.values()) == 5  # the five old messages are skipped
+    got: list[MessageExt] = []
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        got.extend(msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = PushConsumer(
+        "cg7",
+        cfg,
+        listener=listener,
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_TIMESTAMP,
+        consume_timestamp=cut,
+    )
+    c.subscribe("PC7")
+    async with c:
+        await wait_until(lambda: {m.msg_id for m in got} >= new, total=20, what="new messages")
+        await trio.sleep(0.5)
+    assert {m.msg_id for m in got} == new
+
+
+async def test_flow_control_pauses_pulling_while_the_listener_is_slow(cluster: str) -> None:
+    await create_topic(cluster, "PC8", queues=1)
+    cfg = fast_config(cluster, pull_threshold_for_queue=5, pull_batch_size=4)
+    async with Producer("pg8", cfg) as p:
+        for i in range(60):
+            await p.send(Message("PC8", f"f{i}"))
+    release = trio.Event()
+    done: list[int] = []
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        await release.wait()
+        done.extend(m.queue_offset for m in msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = PushConsumer(
+        "cg8", cfg, listener=listener, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+    )
+    c.subscribe("PC8")
+    async with c:
+        await wait_until(lambda: bool(c.queues), total=20, what="queue assigned")
+        (st,) = c.queues.values()
+        await wait_until(lambda: st.pq.msg_count > 0, total=20, what="first pull")
+        await trio.sleep(1.5)
+        # Pulling stopped once more than 5 messages were cached (plus at most one batch).
+        assert 5 < st.pq.msg_count <= 5 + 4
+        release.set()
+        await wait_until(lambda: len(done) >= 60, total=30, what="all consumed")
+    assert sorted(done) == list(range(60))

@@ -72,3 +72,15 @@ async def test_local_store_ignores_garbage(tmp_path: Path) -> None:
     st.path.write_text("{not json")
     await st.load()
     assert st.table() == {}
+
+
+async def test_local_store_skips_unchanged_writes(tmp_path: Path) -> None:
+    st = LocalFileOffsetStore(tmp_path, "inst", "g")
+    st.update(MQ0, 1)
+    await st.persist_all([MQ0])
+    st.path.write_text("sentinel")  # a rewrite would replace this
+    await st.persist_all([MQ0])
+    assert st.path.read_text() == "sentinel"
+    st.update(MQ0, 2)
+    await st.persist_all([MQ0])
+    assert json.loads(st.path.read_text())["offsetTable"][0]["offset"] == 2
