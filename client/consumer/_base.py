@@ -126,6 +126,13 @@ class ConsumerBase:
         check_group(group)
         self.group = group
         self.config = config or (instance.config if instance else ClientConfig())
+        # Local (broadcasting) offsets live under the instance name the user chose, or
+        # under "DEFAULT" (as RocketMQ does), so that they survive a restart.
+        self._offsets_dir_name = (
+            self.config.instance_name
+            if "instance_name" in self.config.model_fields_set
+            else "DEFAULT"
+        )
         if instance is None and "instance_name" not in self.config.model_fields_set:
             self.config = self.config.model_copy(update={"instance_name": unique_instance_name()})
         self.message_model = message_model
@@ -207,7 +214,7 @@ class ConsumerBase:
                 self._instance = await self._stack.enter_async_context(ClientInstance(self.config))
             if self.message_model is MessageModel.BROADCASTING:
                 self._offset_store = LocalFileOffsetStore(
-                    self.config.offset_store_dir, self.config.instance_name, self.group
+                    self.config.offset_store_dir, self._offsets_dir_name, self.group
                 )
             else:
                 self._offset_store = RemoteOffsetStore(self.group, _BrokerOffsets(self._instance))

@@ -84,3 +84,17 @@ async def test_local_store_skips_unchanged_writes(tmp_path: Path) -> None:
     st.update(MQ0, 2)
     await st.persist_all([MQ0])
     assert json.loads(st.path.read_text())["offsetTable"][0]["offset"] == 2
+
+
+def test_broadcasting_offsets_dir_survives_restarts() -> None:
+    from client import ClientConfig, MessageModel, PushConsumer
+
+    default = PushConsumer("g", ClientConfig(), message_model=MessageModel.BROADCASTING)
+    again = PushConsumer("g", ClientConfig(), message_model=MessageModel.BROADCASTING)
+    # Each process-local client gets a unique instance name (client id) ...
+    assert default.config.instance_name != again.config.instance_name
+    # ... but the offsets file path is stable: "DEFAULT", or the name the user chose.
+    assert default._offsets_dir_name == again._offsets_dir_name == "DEFAULT"
+    named = PushConsumer("g", ClientConfig(instance_name="svc-1"))
+    assert named._offsets_dir_name == "svc-1"
+    assert named.config.instance_name == "svc-1"
