@@ -74,7 +74,11 @@ class Dispatcher:
         and in the index; tell listeners."""
         if not is_not_queued(req.sys_flag):
             cq = self.get_cq(req.topic, req.queue_id)
-            if cq.put(req.commit_log_offset, req.size, req.tags_code, req.queue_offset) and notify:
+            if (
+                cq.put(req.commit_log_offset, req.size, req.tags_code, req.queue_offset)
+                and notify
+                and self.listeners
+            ):
                 new_max = cq.max_offset_in_queue
                 for listener in self.listeners:
                     try:
