@@ -286,3 +286,25 @@ def test_light_check_agrees_with_check_record() -> None:
     assert light_check(torn, 0, True, 1 << 20).status is DispatchStatus.OK
     assert has_torn_tail(torn, 0, len(torn), 0)
     assert not has_torn_tail(rec, 0, len(rec), 0)
+
+
+async def test_abnormal_recovery_starts_from_checkpoint_file(tmp_path: Path) -> None:
+    """After a crash, the scan starts at the last file whose first record is older than the
+    checkpoint (minus 3 s), not at the first file."""
+    now = [1_700_000_000.0]
+    config = cfg(tmp_path)
+    async with MessageStore(config, clock=lambda: now[0]) as store:
+        for i in range(60):
+            now[0] += 10  # 10 s between messages: each file starts well apart
+            await store.put_message(mk(i))
+        await store.flush_service.flush_commitlog()
+        await store.flush_service.flush_consume_queues()  # writes the checkpoint
+        for i in range(60, 70):
+            now[0] += 10
+            await store.put_message(mk(i))
+        store.simulate_crash()
+    async with MessageStore(config, clock=lambda: now[0]) as store:
+        assert store.recovery is not None
+        assert store.recovery.scan_from > 0
+        assert store.recovery.records < 70
+        assert store.get_max_offset_in_queue("T", 0) == len([i for i in range(70) if i % 3 == 0])

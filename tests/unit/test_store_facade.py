@@ -288,3 +288,30 @@ async def test_deleted_topic_stays_deleted_after_restart(tmp_path: Path) -> None
         assert store.get_max_offset_in_queue("D", 0) == 1
         res = await store.get_message("g", "D", 0, 0, 32, 1 << 20)
         assert [m.body for m in decode_records(b"".join(res.buffers))] == [b"new"]
+
+
+async def test_async_flush_and_checkpoint_in_background(tmp_path: Path) -> None:
+    from store.checkpoint import StoreCheckpoint
+    from tests.helpers import wait_until
+
+    config = cfg(
+        tmp_path,
+        flush_commitlog_least_pages=0,
+        flush_interval_commitlog_ms=20,
+        flush_interval_consume_queue_ms=20,
+    )
+    async with MessageStore(config) as store:
+        r = await store.put_message(msg())
+        assert r.status is PutMessageStatus.PUT_OK
+        await wait_until(
+            lambda: store.commitlog.mfq.flushed_where == store.max_phy_offset,
+            what="async commitlog flush",
+        )
+        cq = store.dispatcher.find_cq("T", 0)
+        assert cq is not None
+        await wait_until(lambda: cq.mfq.flushed_where == cq.mfq.max_offset, what="cq flush")
+        await wait_until(
+            lambda: StoreCheckpoint(tmp_path / "checkpoint").logics_msg_timestamp > 0,
+            what="checkpoint written",
+        )
+        assert store.flush_service.flush_rounds >= 1
