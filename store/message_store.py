@@ -492,7 +492,11 @@ class MessageStore:
             max_msgs: Most records to return.
             max_bytes: Stop before the total size passes this (at least one record is returned).
             tag_filter: Tags code -> keep?; None keeps everything.
+
+        Raises:
+            StoreClosedError: The store is not open.
         """
+        self._require_open()
         self._stats.get_total += 1
         res = self._get(topic, queue_id, offset, max_msgs, max_bytes, tag_filter)
         if res.message_count:
@@ -569,7 +573,12 @@ class MessageStore:
 
     # ================================================================== lookups
     def read_record(self, phy_offset: int, size: int | None = None) -> bytes | None:
-        """Raw record at a commitlog offset (size read from the record when None)."""
+        """Raw record at a commitlog offset (size read from the record when None).
+
+        Raises:
+            StoreClosedError: The store is not open (its files are unmapped).
+        """
+        self._require_open()
         if size is None:
             return self.commitlog.read_record(phy_offset)
         return self.commitlog.read(phy_offset, size)
@@ -589,6 +598,7 @@ class MessageStore:
     ) -> QueryMessageResult:
         """Records of `topic` whose KEYS or UNIQ_KEY contains `key`, stored in
         [begin_ts, end_ts], through the index (at most `max_num`)."""
+        self._require_open()
         res = QueryMessageResult()
         index = self.dispatcher.index
         if index is None or max_num <= 0:
@@ -619,6 +629,7 @@ class MessageStore:
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """First logical offset stored at or after `timestamp_ms` (max offset if none; 0
         without a queue)."""
+        self._require_open()
         cq = self.dispatcher.find_cq(topic, queue_id)
         if cq is None:
             return 0
@@ -636,6 +647,7 @@ class MessageStore:
 
     def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
         """Store timestamp of the message at a logical offset, -1 when there is none."""
+        self._require_open()
         cq = self.dispatcher.find_cq(topic, queue_id)
         if cq is None or offset < cq.min_offset_in_queue:
             return -1

@@ -11,6 +11,7 @@ from store import (
     GetMessageStatus,
     MessageStore,
     PutMessageStatus,
+    StoreClosedError,
     StoreConfig,
     StoreLockedError,
 )
@@ -209,6 +210,10 @@ async def test_lock_and_refusal_after_close(tmp_path: Path) -> None:
     r = await store.put_message(msg())
     assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
     assert "not running" in r.remark
+    with pytest.raises(StoreClosedError):
+        await store.get_message("g", "T", 0, 0, 1, 1024)
+    with pytest.raises(StoreClosedError):
+        store.read_record(0)
 
 
 async def test_sync_flush_group_commit(tmp_path: Path) -> None:
