@@ -1,0 +1,362 @@
+"""Failover scenarios against the compose cluster (deploy/docker-compose.yml).
+
+Each scenario creates its own topic (4 queues on each of broker-a/b/c), starts consumer host
+processes of its own group, runs a steady producer load (4 senders; a failed send is retried
+by the application with the same key), breaks something, heals it, stops the load, and waits
+until every acknowledged message has been consumed. It asserts lost == 0 (acknowledged but
+never consumed) plus the scenario's own bounds, and prints its row of the table: scenario,
+sent, acked, consumed (distinct), duplicates, lost, seconds to recover, failed send attempts.
+
+Bounds are generous multiples of the configured timings (send timeout 3 s, registration every
+2 s, NameServer expiry 6 s, scan 1 s, rebalance 2 s); the measured values are printed.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from client import Admin, Producer
+from remoting import RemotingClient
+from tests.cluster.support import (
+    BROKER_EXPIRED_MS,
+    BROKERS,
+    CLUSTER_NAME,
+    NAMESRV_SCAN_MS,
+    NAMESRVS,
+    REBALANCE_MS,
+    REGISTER_PERIOD_MS,
+    SEND_TIMEOUT_MS,
+    Cluster,
+    ConsumerProcs,
+    Load,
+    Row,
+    account,
+    client_config,
+    ns_brokers,
+    ns_route_brokers,
+)
+from tests.helpers import wait_until
+
+SEND_TIMEOUT_S = SEND_TIMEOUT_MS / 1000
+REGISTER_PERIOD_S = REGISTER_PERIOD_MS / 1000
+WARMUP_S = 3.0
+DRAIN_TIMEOUT_S = 90.0
+
+
+@dataclass
+class Ctx:
+    cluster: Cluster
+    load: Load
+    consumers: ConsumerProcs
+    rc: RemotingClient
+    topic: str
+    name: str
+
+
+Fault = Callable[[Ctx], Awaitable[tuple[float, str]]]
+
+
+async def run_scenario(
+    cluster: Cluster,
+    tmp_path: Path,
+    rows: list[Row],
+    name: str,
+    fault: Fault,
+    *,
+    consumers: int = 2,
+) -> Row:
+    """Run one scenario; `fault(ctx)` breaks and heals, returning (recover_s, note)."""
+    await cluster.await_healthy()
+    suffix = uuid.uuid4().hex[:8]
+    topic = f"cluster_{name}_{suffix}"
+    group = f"cg_{name}_{suffix}"
+    async with Admin(client_config(cluster)) as admin:
+        created = await admin.create_topic(
+            topic, cluster=CLUSTER_NAME, read_queue_nums=4, write_queue_nums=4
+        )
+    assert len(created) == 3, created
+    procs = ConsumerProcs(cluster, tmp_path, topic, group)
+    try:
+        procs.start(consumers)
+        await wait_until(procs.ready, total=30, interval=0.2, what="consumer processes ready")
+        async with (
+            Producer(f"pg_{name}_{suffix}", client_config(cluster)) as producer,
+            RemotingClient() as rc,
+        ):
+            load = Load(producer, topic, tag=f"{name}-{suffix}")
+            ctx = Ctx(cluster, load, procs, rc, topic, name)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(load.run)
+                await trio.sleep(WARMUP_S)
+                try:
+                    recover_s, note = await fault(ctx)
+                finally:
+                    load.stop()
+
+        def drained() -> bool:
+            consumed = {r.key for r in procs.records()}
+            return set(load.acked) <= consumed
+
+        try:
+            await wait_until(drained, total=DRAIN_TIMEOUT_S, interval=0.5, what="drain")
+        except AssertionError:
+            pass  # counted as lost below, with the keys in the message
+        row, lost = account(name, load, procs.records(), recover_s, note)
+    finally:
+        procs.stop_all()
+    rows.append(row)
+    print(f"\n{Row.HEADER}\n{row.line()}")
+    assert row.lost == 0, f"{row.lost} acknowledged messages never consumed: {sorted(lost)[:20]}"
+    assert row.acked > 100, f"too little load to judge: {row}"
+    return row
+
+
+async def wait_for(
+    predicate: Callable[[], Awaitable[bool]], *, total: float, what: str, interval: float = 0.2
+) -> float:
+    """Poll an async predicate; the seconds it took (AssertionError after `total`)."""
+    start = time.time()
+    await wait_until(predicate, total=total, interval=interval, what=what)
+    return time.time() - start
+
+
+async def _all_ns_lack(ctx: Ctx, broker: str) -> bool:
+    for ns in NAMESRVS:
+        brokers = await ns_brokers(ctx.rc, ctx.cluster.ns_addr(ns))
+        if brokers is None or broker in brokers:
+            return False
+    return True
+
+
+async def _all_ns_list(ctx: Ctx, broker: str) -> bool:
+    for ns in NAMESRVS:
+        brokers = await ns_brokers(ctx.rc, ctx.cluster.ns_addr(ns))
+        if brokers is None or brokers.get(broker) != ctx.cluster.broker_addr(broker):
+            return False
+    return True
+
+
+async def test_kill_broker_a(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+    """SIGKILL broker-a under load: sends go on via b/c at once; after restart all it
+    acknowledged is consumed."""
+
+    async def fault(ctx: Ctx) -> tuple[float, str]:
+        load = ctx.load
+        t0 = time.time()
+        await ctx.cluster.run("kill", "-s", "SIGKILL", "broker-a")
+        t_killed = time.time()
+        dropped = await wait_for(
+            lambda: _all_ns_lack(ctx, "broker-a"), total=20, what="NameServers drop broker-a"
+        )
+        await trio.sleep(6)
+        t_down_end = time.time()
+        during = load.acks_by_broker(t_killed, t_down_end)
+        assert "broker-a" not in during, during
+        assert sum(during.values()) > 50, f"sends did not go on during the outage: {during}"
+        gap = load.max_ack_gap(t0, t_down_end)
+        acked_on_a = sum(1 for _, b in load.acked.values() if b == "broker-a")
+        await ctx.cluster.run("start", "broker-a")
+        await ctx.cluster.await_healthy(["broker-a"])
+        back = time.time() - t_down_end
+        await trio.sleep(3)
+        # Sends never stalled beyond one send timeout (with slack).
+        assert gap <= SEND_TIMEOUT_S + 2, f"sends stalled {gap:.2f}s after the kill"
+        return gap, (
+            f"ns dropped a {dropped:.1f}s after kill; a had acked {acked_on_a}; "
+            f"restart->healthy {back:.1f}s"
+        )
+
+    await run_scenario(cluster, tmp_path, rows, "kill_broker_a", fault)
+
+
+async def test_pause_broker_b(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+    """Freeze broker-b: sends time out only for one send timeout, then go elsewhere; after
+    unpause it is registered and used again."""
+
+    async def fault(ctx: Ctx) -> tuple[float, str]:
+        load = ctx.load
+        t0 = time.time()
+        await ctx.cluster.run("pause", "broker-b")
+        t_paused = time.time()
+        await trio.sleep(8)
+        t_unpause = time.time()
+        await ctx.cluster.run("unpause", "broker-b")
+        late = [t - t_paused for t, _ in load.errors if t >= t0]
+        window = SEND_TIMEOUT_S + 2
+        assert all(d <= window for d in late), f"send errors after the window: {late}"
+        settled = load.acks_by_broker(t_paused + window, t_unpause)
+        assert "broker-b" not in settled, settled
+        gap = load.max_ack_gap(t0, t_unpause)
+        assert gap <= window, f"sends stalled {gap:.2f}s while broker-b was frozen"
+        # Used again: registered, and a producer without broker-b in its fault table sends
+        # to it (the load's producer keeps avoiding it for RocketMQ's not-available duration).
+        back = await wait_for(
+            lambda: _all_ns_list(ctx, "broker-b"), total=30, what="broker-b registered again"
+        )
+        used_at = None
+        async with Producer(f"pg2_{ctx.name}", client_config(ctx.cluster)) as fresh:
+            for _ in range(30):
+                if await load.send_one(fresh, load._next_key()) == "broker-b":
+                    used_at = time.time() - t_unpause
+                    break
+        assert used_at is not None, "a fresh producer never picked broker-b after unpause"
+        return gap, (
+            f"{len(late)} timed-out sends, last {max(late, default=0):.1f}s after pause; "
+            f"registered again {back:.1f}s, used again {used_at:.1f}s after unpause"
+        )
+
+    await run_scenario(cluster, tmp_path, rows, "pause_broker_b", fault)
+
+
+async def test_stop_one_namesrv(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+    """Stop namesrv1: brokers and clients go on with namesrv2; restarted, namesrv1 knows all
+    brokers again after one registration round."""
+
+    async def fault(ctx: Ctx) -> tuple[float, str]:
+        load = ctx.load
+        ns2 = ctx.cluster.ns_addr("namesrv2")
+        t0 = time.time()
+        await ctx.cluster.run("stop", "-t", "5", "namesrv1")
+        # Three registration rounds with one NameServer down: namesrv2 keeps every broker.
+        for _ in range(12):
+            brokers = await ns_brokers(ctx.rc, ns2)
+            assert brokers is not None
+            assert set(brokers) == set(BROKERS), brokers
+            await trio.sleep(0.5)
+        await ctx.cluster.run("start", "namesrv1")
+        ns1 = ctx.cluster.ns_addr("namesrv1")
+
+        async def full() -> bool:
+            brokers = await ns_brokers(ctx.rc, ns1)
+            return brokers is not None and set(brokers) == set(BROKERS)
+
+        full_s = await wait_for(full, total=30, what="namesrv1 full again")
+        errors = [t for t, _ in load.errors if t >= t0]
+        assert not errors, f"send errors while a NameServer was down: {load.errors[-5:]}"
+        # Started container -> listening takes a moment, then one registration period.
+        assert full_s <= 2 * REGISTER_PERIOD_S + 4, f"namesrv1 full only after {full_s:.1f}s"
+        return full_s, f"namesrv1 full {full_s:.1f}s after start (period {REGISTER_PERIOD_S}s)"
+
+    await run_scenario(cluster, tmp_path, rows, "stop_namesrv1", fault)
+
+
+async def test_disconnect_broker_c(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+    """Cut broker-c off the network: the NameServers drop it after the expiry interval and
+    routes no longer list it; reconnected, it is back."""
+
+    async def fault(ctx: Ctx) -> tuple[float, str]:
+        load = ctx.load
+        net = await trio.to_thread.run_sync(ctx.cluster.network)
+        cid = await trio.to_thread.run_sync(lambda: ctx.cluster.container("broker-c"))
+        t0 = time.time()
+        await trio.to_thread.run_sync(lambda: ctx.cluster.docker("network", "disconnect", net, cid))
+        expiry_s = (BROKER_EXPIRED_MS + NAMESRV_SCAN_MS) / 1000
+        dropped = await wait_for(
+            lambda: _all_ns_lack(ctx, "broker-c"),
+            total=expiry_s + 20,
+            what="NameServers drop broker-c",
+        )
+        for ns in NAMESRVS:
+            route = await ns_route_brokers(ctx.rc, ctx.cluster.ns_addr(ns), ctx.topic)
+            assert route == {"broker-a", "broker-b"}, (ns, route)
+        assert dropped <= expiry_s + 4, f"dropped only after {dropped:.1f}s"
+        await trio.sleep(2)
+        await trio.to_thread.run_sync(lambda: ctx.cluster.docker("network", "connect", net, cid))
+        back = await wait_for(
+            lambda: _all_ns_list(ctx, "broker-c"), total=60, what="broker-c registered again"
+        )
+        for ns in NAMESRVS:
+            route = await ns_route_brokers(ctx.rc, ctx.cluster.ns_addr(ns), ctx.topic)
+            assert route == set(BROKERS), (ns, route)
+        await ctx.cluster.await_healthy(["broker-c"])
+        gap = load.max_ack_gap(t0, time.time())
+        assert gap <= SEND_TIMEOUT_S + 2, f"sends stalled {gap:.2f}s"
+        return gap, (
+            f"ns dropped c {dropped:.1f}s after disconnect (expiry {expiry_s:.0f}s); "
+            f"back in routes {back:.1f}s after reconnect"
+        )
+
+    await run_scenario(cluster, tmp_path, rows, "disconnect_broker_c", fault)
+
+
+async def test_kill_one_consumer(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+    """SIGKILL one of three consumer processes: its queues move to the other two within a
+    rebalance interval and consumption resumes from the committed offsets."""
+
+    async def fault(ctx: Ctx) -> tuple[float, str]:
+        procs = ctx.consumers
+
+        def each_consumed() -> bool:
+            return {r.consumer for r in procs.records()} == {0, 1, 2}
+
+        await wait_until(each_consumed, total=30, interval=0.2, what="all consumers consuming")
+        await trio.sleep(2)  # let a committed offset reach the brokers
+        before = [r for r in procs.records() if r.consumer == 0]
+        owned = {(r.broker, r.queue_id) for r in before}
+        last_off = {q: max(r.offset for r in before if (r.broker, r.queue_id) == q) for q in owned}
+        t_kill = time.time()
+        procs.kill(0)
+
+        def moved() -> bool:
+            got = {
+                (r.broker, r.queue_id)
+                for r in procs.records()
+                if r.consumer != 0 and r.at >= t_kill
+            }
+            return owned <= got
+
+        await wait_until(moved, total=30, interval=0.2, what="queues moved to the others")
+        after = [r for r in procs.records() if r.consumer != 0 and r.at >= t_kill]
+        takeover = 0.0
+        redelivered = 0
+        for q in owned:
+            on_q = [r for r in after if (r.broker, r.queue_id) == q]
+            takeover = max(takeover, min(r.at for r in on_q) - t_kill)
+            first = min(r.offset for r in on_q)
+            # Resumed from the committed offset: no gap after what the killed one consumed ...
+            assert first <= last_off[q] + 1, (q, first, last_off[q])
+            redelivered += sum(1 for r in on_q if r.offset <= last_off[q])
+        # ... and not from the start of the queues.
+        assert redelivered < len(before), (redelivered, len(before))
+        assert takeover <= REBALANCE_MS / 1000 + 5, f"queues moved only after {takeover:.1f}s"
+        await trio.sleep(2)
+        return takeover, (
+            f"{len(owned)} queues moved in {takeover:.1f}s (rebalance {REBALANCE_MS / 1000:.0f}s);"
+            f" {redelivered} redelivered of {len(before)} consumed by the killed one"
+        )
+
+    await run_scenario(cluster, tmp_path, rows, "kill_one_consumer", fault, consumers=3)
+
+
+async def test_rolling_restart(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+    """Restart broker-a, -b, -c one at a time under load: nothing acknowledged is lost and
+    send errors happen only inside the restart windows."""
+
+    async def fault(ctx: Ctx) -> tuple[float, str]:
+        load = ctx.load
+        windows: list[tuple[float, float]] = []
+        t0 = time.time()
+        for broker in BROKERS:
+            start = time.time()
+            await ctx.cluster.run("restart", "-t", "20", broker)
+            await ctx.cluster.await_healthy([broker])
+            windows.append((start, time.time()))
+            await trio.sleep(2)
+        outside = [
+            (t, e)
+            for t, e in load.errors
+            if t >= t0 and not any(a <= t <= b + SEND_TIMEOUT_S for a, b in windows)
+        ]
+        assert not outside, f"send errors outside the restart windows: {outside[:5]}"
+        gap = load.max_ack_gap(t0, time.time())
+        assert gap <= SEND_TIMEOUT_S + 2, f"sends stalled {gap:.2f}s"
+        spans = ", ".join(f"{b - a:.1f}s" for a, b in windows)
+        return gap, f"restart->healthy {spans}"
+
+    await run_scenario(cluster, tmp_path, rows, "rolling_restart", fault)
