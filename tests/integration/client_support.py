@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from client import Admin, ClientConfig
+from client import Admin, ClientConfig, MQClientError
 from tests.helpers import wait_until
 
 
@@ -39,7 +39,10 @@ async def create_topic(
     async with Admin(cfg) as admin:
 
         async def cluster_ready() -> bool:
-            return len(await admin.master_addrs(cluster)) >= brokers
+            try:
+                return len(await admin.master_addrs(cluster)) >= brokers
+            except MQClientError:  # the cluster appears with its first broker
+                return False
 
         await wait_until(cluster_ready, total=20, what="brokers registered")
         await admin.create_topic(
