@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from client import sync
+from client import MQClientError, sync
 from tests.helpers import wait_until_sync
 from tests.integration.client_support import fast_config
 from tests.integration.procs import BrokerProc, NamesrvProc
@@ -24,11 +24,14 @@ def ns(namesrv: NamesrvProc, start_broker: StartBroker) -> str:
 def test_blocking_facade_from_several_threads(ns: str) -> None:
     cfg = fast_config(ns)
     with sync.Admin(cfg) as admin:
-        wait_until_sync(
-            lambda: bool(admin.master_addrs("DefaultCluster", timeout=5)),
-            total=20,
-            what="broker registered",
-        )
+
+        def registered() -> bool:
+            try:
+                return bool(admin.master_addrs("DefaultCluster", timeout=5))
+            except MQClientError:  # no cluster until the first broker registers
+                return False
+
+        wait_until_sync(registered, total=20, what="broker registered")
         admin.create_topic("SY1", cluster="DefaultCluster", read_queue_nums=4, write_queue_nums=4)
         wait_until_sync(
             lambda: "SY1" in admin.topic_list(timeout=5), total=20, what="topic registered"
