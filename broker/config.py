@@ -127,6 +127,17 @@ class BrokerConfig(BaseModel):
     channel_idle_timeout_ms: int = 120_000
     client_scan_interval_ms: int = 10_000
 
+    # -- delayed delivery and transactions ------------------------------------------------
+    max_delay_timestamp_ahead_ms: int = 7 * 24 * 3_600_000
+    """How far ahead an exact delivery time (TIMER_DELIVER_MS, ...) may be; later sends are
+    refused with MESSAGE_ILLEGAL."""
+    transaction_check_interval_ms: int = 60_000
+    """Period of the transaction check-back pass."""
+    transaction_timeout_ms: int = 6000
+    """A half message is checked once older than this (or its CHECK_IMMUNITY_TIME_IN_SECONDS)."""
+    transaction_check_max: int = 15
+    """Checks before a half message moves to TRANS_CHECK_MAX_TIME_TOPIC."""
+
     # -- logging ---------------------------------------------------------------------------
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool = False
@@ -170,6 +181,22 @@ class BrokerConfig(BaseModel):
                 parse_host_port(addr, what="namesrv address")
         return v
 
+    @field_validator("message_delay_level")
+    @classmethod
+    def _check_delay_levels(cls, v: str) -> str:
+        from broker.schedule import parse_delay_levels
+
+        if not parse_delay_levels(v):
+            raise ValueError("needs at least one level")
+        return v
+
+    @field_validator("transaction_check_interval_ms")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v <= 0:
+            raise ValueError("must be positive")
+        return v
+
     @field_validator("broker_name", "broker_cluster_name")
     @classmethod
     def _check_name(cls, v: str) -> str:
@@ -191,6 +218,9 @@ class BrokerConfig(BaseModel):
         "client_scan_interval_ms",
         "mapped_file_size_commitlog",
         "mapped_file_size_consume_queue",
+        "max_delay_timestamp_ahead_ms",
+        "transaction_timeout_ms",
+        "transaction_check_max",
     )
     @classmethod
     def _non_negative(cls, v: int) -> int:

@@ -30,14 +30,18 @@ from broker.offset_manager import OffsetManager
 from broker.processors.admin import AdminProcessor
 from broker.processors.client_manage import ClientManageProcessor
 from broker.processors.consumer_manage import ConsumerManageProcessor
+from broker.processors.end_transaction import EndTransactionProcessor
 from broker.processors.pull import PullProcessor
 from broker.processors.query import QueryProcessor
 from broker.processors.send import SendProcessor
+from broker.processors.send_back import SendBackProcessor
 from broker.producer_manager import ProducerManager
 from broker.queue_locks import QueueLockManager
 from broker.registration import RegistrationService
+from broker.schedule import ScheduleService, parse_delay_levels
 from broker.subscription_manager import SubscriptionManager
 from broker.topic_manager import TopicManager
+from broker.transaction import TransactionService
 from remoting import Connection, RemotingClient, RemotingServer, SerializeType
 from remoting.codes import RequestCode as R
 from store import MessageStore
@@ -114,7 +118,22 @@ class BrokerController:
             period_ms=config.register_name_server_period_ms,
             timeout_ms=config.register_timeout_ms,
         )
+        self.schedule = ScheduleService(
+            store_dir,
+            parse_delay_levels(config.message_delay_level),
+            lambda: self.store_host,
+        )
+        self.transactions = TransactionService(
+            self.offsets,
+            self.producers,
+            lambda: self.store_host,
+            check_interval_ms=config.transaction_check_interval_ms,
+            timeout_ms=config.transaction_timeout_ms,
+            check_max=config.transaction_check_max,
+        )
         self.send = SendProcessor(self)
+        self.send_back = SendBackProcessor(self)
+        self.end_transaction = EndTransactionProcessor(self)
         self.pull = PullProcessor(self)
         self.consumer_manage = ConsumerManageProcessor(self)
         self.client_manage = ClientManageProcessor(self)
@@ -140,6 +159,9 @@ class BrokerController:
         reg(R.SEND_MESSAGE, self.send.send_message)
         reg(R.SEND_MESSAGE_V2, self.send.send_message)
         reg(R.SEND_BATCH_MESSAGE, self.send.send_batch)
+        # retry / DLQ and transactions (issue 6)
+        reg(R.CONSUMER_SEND_MSG_BACK, self.send_back.consumer_send_msg_back)
+        reg(R.END_TRANSACTION, self.end_transaction.end_transaction)
         # pull
         reg(R.PULL_MESSAGE, self.pull.pull_message)
         # offsets and consumer lists
@@ -234,6 +256,7 @@ class BrokerController:
         await trio.to_thread.run_sync(self.topics.load)
         await trio.to_thread.run_sync(self.offsets.load)
         await trio.to_thread.run_sync(self.subscriptions.load)
+        await trio.to_thread.run_sync(self.schedule.load)
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the broker until `stop()`; `task_status.started(port)` once listening and after
@@ -243,6 +266,8 @@ class BrokerController:
         async with MessageStore(cfg.store_config()) as store:
             self._store = store
             store.add_arrival_listener(self._on_arrival)
+            store.add_arrival_listener(self.schedule.on_arrival)
+            self.transactions.attach(store)
             async with self.client:
                 try:
                     async with trio.open_nursery() as nursery:
@@ -260,6 +285,8 @@ class BrokerController:
                         nursery.start_soon(self._topic_persist_loop)
                         nursery.start_soon(self._scan_loop)
                         nursery.start_soon(self._stats_loop)
+                        await nursery.start(self.schedule.run, store)
+                        nursery.start_soon(self.transactions.run)
                         log.info(
                             "broker_started",
                             broker_name=cfg.broker_name,
@@ -283,6 +310,7 @@ class BrokerController:
                         with trio.move_on_after(3):
                             await self.registration.unregister_all()
                         await self.persist_all()
+                        await self.schedule.persist()
             self._store = None
         log.info("broker_stopped", broker_name=cfg.broker_name)
 

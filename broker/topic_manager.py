@@ -33,6 +33,7 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+TIMER_TOPIC = "rmq_sys_trimq_timer"  # exact delivery timestamps (broker.schedule)
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
@@ -46,6 +47,7 @@ NOT_ALLOWED_SEND_TOPICS = frozenset(
         TRANS_CHECK_MAX_TIME_TOPIC,
         SELF_TEST_TOPIC,
         OFFSET_MOVED_EVENT,
+        TIMER_TOPIC,
     }
 )
 
@@ -131,6 +133,12 @@ class TopicManager:
         self._add_system(TopicConfig(broker_name, 1, 1, broker_perm))
         self._add_system(TopicConfig(OFFSET_MOVED_EVENT, 1, 1))
         self._add_system(TopicConfig(SCHEDULE_TOPIC, 18, 18))
+        # Half, op and timer records are the broker's own: write-only, so no consumer can
+        # pull them (the broker reads them from the store directly).
+        self._add_system(TopicConfig(TRANS_HALF_TOPIC, 1, 1, PERM_WRITE))
+        self._add_system(TopicConfig(TRANS_OP_HALF_TOPIC, 1, 1, PERM_WRITE))
+        self._add_system(TopicConfig(TIMER_TOPIC, 1, 1, PERM_WRITE))
+        self._add_system(TopicConfig(TRANS_CHECK_MAX_TIME_TOPIC, 1, 1))
 
     def _add_system(self, cfg: TopicConfig) -> None:
         self._table[cfg.topic_name] = cfg
@@ -252,7 +260,10 @@ class TopicManager:
     def create_in_send_back(
         self, topic: str, queue_nums: int, perm: int = PERM_READ | PERM_WRITE, sys_flag: int = 0
     ) -> TopicConfig:
-        """The config of a retry/DLQ topic, creating it with `queue_nums` queues if missing."""
+        """The config of a retry/DLQ topic, creating it with `queue_nums` queues if missing.
+
+        Retry topics are created readable and writable; DLQ topics (`%DLQ%<group>`) write-only
+        (perm 2), as RocketMQ does: update the perm to 6 to read one."""
         existing = self._table.get(topic)
         if existing is not None:
             return existing

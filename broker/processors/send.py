@@ -6,7 +6,9 @@ permission, queue id, body and properties size; then %RETRY% -> %DLQ% routing, M
 CLUSTER property, WAIT stripped from the stored properties, and the put. The response always
 carries extFields with MSG_REGION and TRACE_ON, plus msgId/queueId/queueOffset once stored.
 
-Transactions and delay levels (issue 6) plug in at `SendProcessor.route_special`.
+`SendProcessor.route_special` then reroutes, in this order: TRAN_MSG=true -> half message
+(`broker.transaction`); an exact delivery time (TIMER_DELIVER_MS and friends) -> the timer
+topic; DELAY > 0 -> SCHEDULE_TOPIC_XXXX (`broker.schedule`). Batches are never rerouted.
 """
 
 from __future__ import annotations
@@ -17,15 +19,16 @@ from typing import TYPE_CHECKING
 import structlog
 
 from broker.processors._common import guarded_send, split_addr
+from broker.schedule import exact_delivery_ms, strip_timer_properties
 from broker.topic_manager import (
     DLQ_GROUP_TOPIC_PREFIX,
     NOT_ALLOWED_SEND_TOPICS,
-    PERM_READ,
     PERM_WRITE,
     RETRY_GROUP_TOPIC_PREFIX,
     is_writeable,
     validate_topic,
 )
+from broker.transaction import is_transactional, prepare
 from remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from remoting.protocol.headers import SendMessageRequestHeader
 from remoting.protocol.route import TopicConfig
@@ -33,6 +36,8 @@ from store.message import (
     MULTI_TAGS_FLAG,
     PROPERTY_CLUSTER,
     PROPERTY_WAIT,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
     MessageDecodeError,
     MessageInner,
     decode_batch_body,
@@ -177,6 +182,8 @@ class SendProcessor:
         msg.properties_string = encode_properties(props)
         return len(msg.properties_string.encode())
 
+    finish = _finish
+
     def _retry_or_dlq(
         self, cmd: RemotingCommand, hdr: SendMessageRequestHeader, msg: MessageInner
     ) -> RemotingCommand | None:
@@ -196,17 +203,45 @@ class SendProcessor:
             max_times = hdr.max_reconsume_times
         if (hdr.reconsume_times or 0) >= max_times:
             dlq = DLQ_GROUP_TOPIC_PREFIX + group_name
-            self.ctrl.topics.create_in_send_back(dlq, 1, PERM_READ | PERM_WRITE)
-            self.ctrl.on_topics_changed()
+            if self.ctrl.topics.get(dlq) is None:
+                # Write-only, as RocketMQ's DLQs (perm 6 via updateTopic to read them).
+                self.ctrl.topics.create_in_send_back(dlq, 1, PERM_WRITE)
+                self.ctrl.on_topics_changed()
             msg.topic = dlq
             msg.queue_id = 0
         return None
 
-    def route_special(self, msg: MessageInner) -> None:
-        """Seam for issue 6: transactional half messages and delay levels reroute here.
+    def route_special(self, msg: MessageInner) -> str | None:
+        """Reroute a transactional, timed or delayed message (in place).
 
-        Today messages with TRAN_MSG or DELAY are stored as plain messages of their topic.
+        Returns:
+            None, or why the message is illegal (answered MESSAGE_ILLEGAL).
         """
+        props = msg.properties
+        tran_type = msg.sys_flag & TRANSACTION_TYPE_MASK
+        if is_transactional(props):
+            prepare(msg)
+            return None
+        if tran_type == TRANSACTION_ROLLBACK_TYPE:
+            return None
+        schedule = self.ctrl.schedule
+        now = schedule.now_ms()
+        try:
+            deliver_ms = exact_delivery_ms(props, now)
+        except ValueError:
+            return "the delivery time property is not an integer"
+        if deliver_ms is not None:
+            ahead = deliver_ms - now
+            limit = self.ctrl.config.max_delay_timestamp_ahead_ms
+            if ahead > limit:
+                return f"the delivery time is {ahead} ms ahead, more than the {limit} ms allowed"
+            if ahead > 0:
+                schedule.route_timer(msg, deliver_ms)
+                return None
+            strip_timer_properties(props)  # due already: deliver now
+            msg.properties_string = None
+        schedule.route_delay(msg)
+        return None
 
     # -- handlers -------------------------------------------------------------------------
     @guarded_send
@@ -257,7 +292,9 @@ class SendProcessor:
         err = self._retry_or_dlq(cmd, hdr, msg)
         if err is not None:
             return err
-        self.route_special(msg)
+        reason = self.route_special(msg)
+        if reason is not None:
+            return self._response(cmd, ResponseCode.MESSAGE_ILLEGAL, reason)
         if self._finish(msg) > ctrl.config.max_properties_size:
             return self._response(
                 cmd,
