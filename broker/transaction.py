@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, cast
 
 import structlog
 import trio
@@ -31,7 +31,7 @@ import trio
 from broker.consumer_manager import ClientChannelInfo
 from broker.schedule import real_message
 from broker.topic_manager import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from remoting import Connection, RemotingCommand, RequestCode
+from remoting import RemotingCommand, RequestCode
 from remoting.protocol.headers import CheckTransactionStateRequestHeader
 from store.message import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
@@ -67,6 +67,15 @@ MAX_HALF_AGE_MS = 72 * 3_600_000
 
 _BATCH = 32
 _READ_BYTES = 4 * 1024 * 1024
+
+
+class _CheckChannel(Protocol):
+    """What check-back needs of a producer's channel (`remoting.Connection` has it)."""
+
+    @property
+    def remote_address(self) -> str: ...
+
+    async def invoke_oneway(self, cmd: RemotingCommand) -> None: ...
 
 
 def wall_ms() -> int:
@@ -251,10 +260,12 @@ class TransactionService:
         if new_op_progress != op_off:
             self.offsets.commit(TRANS_SYS_GROUP, TRANS_OP_HALF_TOPIC, 0, new_op_progress)
 
-    def _pick_producer(self, group: str) -> Connection | None:
+    def _pick_producer(self, group: str) -> _CheckChannel | None:
         members: list[ClientChannelInfo] = self.producers.members(group)
         live = [
-            m.channel for m in members if isinstance(m.channel, Connection) and not m.channel.closed
+            cast("_CheckChannel", m.channel)
+            for m in members
+            if hasattr(m.channel, "invoke_oneway") and not getattr(m.channel, "closed", False)
         ]
         return random.choice(live) if live else None
 
