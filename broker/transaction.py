@@ -31,7 +31,7 @@ import trio
 from broker.consumer_manager import ClientChannelInfo
 from broker.schedule import real_message
 from broker.topic_manager import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from remoting import RemotingCommand, RequestCode
+from remoting import RemotingCommand, RequestCode, SerializeType
 from remoting.protocol.headers import CheckTransactionStateRequestHeader
 from store.message import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
@@ -368,7 +368,12 @@ class TransactionService:
             )
             return True
         try:
-            await conn.invoke_oneway(check_request(new_half, host))
+            cmd = check_request(new_half, host)
+            # Speak the producer's header format (Java clients cannot read msgpack headers).
+            attrs = getattr(conn, "attributes", None)
+            st = attrs.get("serialize_type") if isinstance(attrs, dict) else None
+            cmd.serialize_type = st if isinstance(st, int) else SerializeType.JSON
+            await conn.invoke_oneway(cmd)
             self.checks_sent += 1
             log.info(
                 "transaction_check_sent",
