@@ -171,7 +171,7 @@ def _chunks(data: bytes, rnd: random.Random) -> list[bytes]:
     return out
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(st.lists(frames(), min_size=1, max_size=5), st.integers(0, 2**32))
 def test_frames_round_trip_in_random_chunks(cmds: list[RemotingCommand], seed: int) -> None:
     stream = b"".join(encode_frame(c) for c in cmds)
@@ -219,7 +219,7 @@ def test_random_headers_in_valid_frames_raise_only_frame_error(
         pass
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(frames(), st.data())
 def test_truncated_and_corrupted_frames(cmd: RemotingCommand, data: st.DataObject) -> None:
     frame = encode_frame(cmd)
