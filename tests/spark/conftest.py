@@ -45,14 +45,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(mark)
 
 
+LOSSY_BROKER_ENV = {
+    # Tiny commitlog files, deleted as soon as a newer one exists (disk "always full").
+    "TRIMQ_MAPPED_FILE_SIZE_COMMITLOG": str(64 * 1024),
+    "TRIMQ_MAPPED_FILE_SIZE_CONSUME_QUEUE": str(20 * 50),
+    "TRIMQ_DISK_MAX_USED_RATIO": "0.0001",
+    "TRIMQ_CLEAN_RESOURCE_INTERVAL_MS": "200",
+    "TRIMQ_MESSAGE_INDEX_ENABLE": "false",
+}
+
+
 class Cluster:
-    def __init__(self, namesrv: NamesrvProc, brokers: list[BrokerProc]) -> None:
+    def __init__(self, namesrv: NamesrvProc, brokers: list[BrokerProc], root: Path) -> None:
         self.namesrv = namesrv
         self.brokers = brokers
+        self.root = root
+        self._lossy: BrokerProc | None = None
 
     @property
     def namesrv_addr(self) -> str:
         return self.namesrv.addr
+
+    def lossy_broker(self) -> str:
+        """Name of a third broker that deletes old commitlog files at once (started lazily)."""
+        if self._lossy is None:
+            b = BrokerProc(
+                self.root / "broker-lossy",
+                self.namesrv.addr,
+                name="broker-lossy",
+                env=LOSSY_BROKER_ENV,
+            )
+            b.start()
+            self.brokers.append(b)
+            self._lossy = b
+        return self._lossy.broker_name
 
 
 @pytest.fixture(scope="session")
@@ -60,6 +86,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("spark-cluster")
     ns = NamesrvProc(root / "namesrv")
     started: list[Any] = []
+    cl: Cluster | None = None
     try:
         ns.start()
         started.append(ns)
@@ -69,9 +96,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             b.start()
             started.append(b)
             brokers.append(b)
-        yield Cluster(ns, brokers)
+        cl = Cluster(ns, brokers, root)
+        yield cl
     finally:
-        for p in reversed(started):
+        extra = [b for b in cl.brokers if b not in started] if cl is not None else []
+        for p in reversed(started + extra):
             try:
                 p.stop()
             except Exception:

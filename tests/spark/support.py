@@ -72,6 +72,10 @@ class MQ:
         if batch:
             self.conn.run(partial(self.producer.send_batch, batch, queue=mq))
 
+    def min_offset(self, topic: str, broker: str, queue_id: int) -> int:
+        bounds = self.conn.bounds({topic: [(broker, queue_id)]})
+        return bounds[topic][f"{broker}:{queue_id}"][0]
+
     def max_offsets(self, topic: str) -> dict[str, int]:
         got = self.admin.max_offsets(topic, timeout=10)
         return {f"{mq.broker_name}:{mq.queue_id}": off for mq, off in got.items()}
