@@ -319,6 +319,17 @@ def encode_header(cmd: RemotingCommand) -> bytes:
     encoder = _ENCODERS.get(cmd.serialize_type)
     if encoder is None:
         raise ValueError(f"unknown serialize type {cmd.serialize_type}")
+    ext = cmd.ext_fields
+    if ext:
+        # Catch a non-string value here, at the sender, rather than have the peer reject the
+        # frame (and drop the connection) or misread it.
+        for key, value in ext.items():
+            if not isinstance(value, str) or not isinstance(key, str):
+                raise ValueError(  # noqa: TRY004 - every encode failure is a ValueError
+                    f"extFields must map str to str; got {key!r:.40}: {type(value).__name__}"
+                )
+    if cmd.remark is not None and not isinstance(cmd.remark, str):
+        raise ValueError(f"remark must be a str, not {type(cmd.remark).__name__}")
     return encoder(cmd)
 
 

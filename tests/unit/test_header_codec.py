@@ -232,3 +232,16 @@ def test_unknown_serialize_type() -> None:
 def test_binary_encode_rejects_code_outside_int16() -> None:
     with pytest.raises(ValueError, match="ROCKETMQ"):
         encode_header(RemotingCommand(200050, serialize_type=SerializeType.ROCKETMQ))
+
+
+@pytest.mark.parametrize("serialize_type", [0, 1, 0x6D])
+@pytest.mark.parametrize(
+    "ext",
+    [{"queueId": 3}, {"flag": True}, {"k": None}, {"k": b"bytes"}, {5: "v"}],
+)
+def test_non_string_ext_fields_are_rejected_at_encode(
+    serialize_type: int, ext: dict[object, object]
+) -> None:
+    cmd = RemotingCommand(1, ext_fields=ext, serialize_type=serialize_type)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="extFields"):
+        encode_header(cmd)
