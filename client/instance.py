@@ -232,9 +232,7 @@ class ClientInstance:
             # A broker we never heartbeated: tell it about our groups now, or its
             # consumer list (used by rebalance) would miss us for up to 30 s.
             self._nursery.start_soon(self.send_heartbeat_to_all_brokers)
-        info = TopicPublishInfo.from_route(topic, route)
-        if info.ok() or topic not in self.publish_info:
-            self.publish_info[topic] = info
+        self.publish_info[topic] = TopicPublishInfo.from_route(topic, route)
 
     async def update_topic_route(self, topic: str, *, use_default: bool = False) -> bool:
         """Fetch the topic's route from the NameServer and cache it.
@@ -257,6 +255,7 @@ class ClientInstance:
             default = await self.api.get_topic_route(self.config.create_topic_key)
             if default is None:
                 return False
+            self.route_table[self.config.create_topic_key] = default
             for qd in default.queue_datas:
                 n = min(self.config.default_topic_queue_nums, qd.read_queue_nums)
                 qd.read_queue_nums = n
@@ -324,11 +323,25 @@ class ClientInstance:
         return topics
 
     async def refresh_routes(self) -> None:
-        for topic in sorted(self._topics_in_use()):
+        """Refresh every route in use, then forget brokers no route mentions any more."""
+        ok = True
+        in_use = self._topics_in_use()
+        for topic in sorted(in_use):
             try:
                 await self.update_topic_route(topic)
             except Exception as exc:
+                ok = False
                 log.warning("route_refresh_failed", topic=topic, error=str(exc))
+        routes = [
+            r
+            for t, r in self.route_table.items()
+            if t in in_use or t == self.config.create_topic_key
+        ]
+        if ok and routes:
+            live: dict[str, dict[int, str]] = {}
+            for route in routes:
+                live.update(broker_addr_table(route))
+            self.broker_addrs = live
 
     # -- heartbeats ---------------------------------------------------------------
     def heartbeat_data(self) -> bodies.HeartbeatData:
