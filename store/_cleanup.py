@@ -106,38 +106,42 @@ class CleanupService:
     async def _delete_commitlog_files(self, now: float, force: bool) -> int:
         reserved_s = self._cfg.file_reserved_hours * 3600
         deleted = 0
-        async with self._flush.commitlog_lock:
-            mfq = self._cl.mfq
-            while deleted < MAX_FILES_PER_RUN and len(mfq.files) > 1:
+        mfq = self._cl.mfq
+        while deleted < MAX_FILES_PER_RUN and len(mfq.files) > 1:
+            # Detach under the lock (no fsync of that file is in flight, and no later flush
+            # plan includes it), then unmap and unlink without holding up group commit.
+            async with self._flush.commitlog_lock:
+                if len(mfq.files) <= 1:
+                    break
                 first = mfq.files[0]
                 expired = first.mtime() + reserved_s <= now
                 if not expired and not force:
                     break
-                if force and not expired:
-                    log.warning(
-                        "commitlog_deleted_for_disk_space",
-                        file=first.path.name,
-                        disk_ratio=round(self.disk_ratio, 3),
-                    )
                 gone = mfq.detach_first(1)
-                # munmap + unlink of a big file block: worker thread.
-                await trio.to_thread.run_sync(_destroy_all, gone)
-                deleted += 1
-                log.info("commitlog_file_deleted", file=first.path.name, expired=expired)
-                if force and not expired and self.check_disk() <= self._cfg.disk_max_used_ratio:
-                    force = False
+            if not expired:
+                log.warning(
+                    "commitlog_deleted_for_disk_space",
+                    file=first.path.name,
+                    disk_ratio=round(self.disk_ratio, 3),
+                )
+            # munmap + unlink of a big file block: worker thread.
+            await trio.to_thread.run_sync(_destroy_all, gone)
+            deleted += 1
+            log.info("commitlog_file_deleted", file=first.path.name, expired=expired)
+            if force and not expired and self.check_disk() <= self._cfg.disk_max_used_ratio:
+                force = False
         self.deleted_files += deleted
         return deleted
 
     async def _follow_commitlog(self) -> None:
         min_phy = self._cl.min_offset
+        gone: list[MappedFile] = []
         async with self._flush.cq_lock:
-            gone: list[MappedFile] = []
             for cq in list(self._dispatcher.consume_queues.values()):
                 gone.extend(cq.expired_files(min_phy))
                 cq.correct_min_offset(min_phy)
-            # unlink: worker thread.
-            await trio.to_thread.run_sync(_destroy_all, gone)
+        # unlink: worker thread (the files are detached, no flush can touch them).
+        await trio.to_thread.run_sync(_destroy_all, gone)
         index = self._dispatcher.index
         if index is not None:
             # unlink of index files: worker thread.
