@@ -101,6 +101,8 @@ class SendBackProcessor:
                 delay_level = 3 + ext.reconsume_times
             props[PROPERTY_DELAY] = str(delay_level)
         if created:
+            # Durable before the message that needs it is acknowledged (once per group).
+            await ctrl.persist_topics()
             ctrl.on_topics_changed()
         msg = MessageInner(
             topic,
