@@ -1,0 +1,138 @@
+"""Producer retries and latency fault tolerance, over a scripted broker transport."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from client._api import MQClientAPI
+from client.config import ClientConfig
+from client.errors import SendFailedError
+from client.fault import FaultStrategy
+from client.message import Message, MessageQueue
+from client.producer import Producer
+from client.route import TopicPublishInfo
+from remoting import RemotingCommand
+from remoting.codes import ResponseCode
+from remoting.errors import RemoteError, RemotingConnectError, RemotingTimeoutError
+
+ADDRS = {"broker-a": "10.0.0.1:10911", "broker-b": "10.0.0.2:10911"}
+
+
+class Broker:
+    """Answers sends per address: ok, refuse (connection error), a code, or hang."""
+
+    def __init__(self) -> None:
+        self.mode = dict.fromkeys(ADDRS.values(), "ok")
+        self.calls: list[str] = []
+
+    async def invoke(
+        self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000
+    ) -> RemotingCommand:
+        self.calls.append(addr)
+        mode = self.mode[addr]
+        if mode == "refuse":
+            raise RemotingConnectError(f"connect to {addr} failed")
+        if mode == "hang":
+            await trio.sleep(timeout_ms / 1000)
+            raise RemotingTimeoutError("timeout")
+        if mode.isdigit():
+            return cmd.make_response(int(mode), "broker says no")
+        assert cmd.ext_fields is not None
+        return cmd.make_response(
+            ext_fields={"msgId": "X", "queueId": cmd.ext_fields["e"], "queueOffset": "0"}
+        )
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        self.calls.append(addr)
+
+
+class FakeInstance:
+    """The parts of ClientInstance a producer uses, with a fixed two-broker route."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.config = ClientConfig(namesrv_addr="ns:1", client_ip="127.0.0.1")
+        self.api = MQClientAPI(broker, ["ns:1"])
+        queues = [MessageQueue("T", b, i) for b in ADDRS for i in range(2)]
+        self.publish_info = {"T": TopicPublishInfo("T", queues)}
+        self.running = True
+
+    async def get_publish_info(self, topic: str) -> TopicPublishInfo:
+        return self.publish_info[topic]
+
+    async def find_master_addr(self, broker_name: str, topic: str | None = None) -> str:
+        return ADDRS[broker_name]
+
+    async def update_topic_route(self, topic: str, *, use_default: bool = False) -> bool:
+        return True
+
+
+class Clock:
+    now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _producer(broker: Broker, clock: Clock) -> Producer:
+    inst = FakeInstance(broker)
+    p = Producer("pg", inst.config, instance=inst)  # type: ignore[arg-type]
+    p.fault = FaultStrategy(True, clock)
+    return p
+
+
+async def test_failed_broker_is_retried_elsewhere_then_avoided_until_it_recovers() -> None:
+    broker, clock = Broker(), Clock()
+    broker.mode[ADDRS["broker-b"]] = "refuse"
+    p = _producer(broker, clock)
+    results = [await p.send(Message("T", b"x")) for _ in range(10)]
+    assert {r.message_queue.broker_name for r in results} == {"broker-a"}
+    # broker-b was tried at most once: afterwards it is isolated (not available).
+    assert broker.calls.count(ADDRS["broker-b"]) == 1
+    assert not p.fault.is_available("broker-b")
+    broker.mode[ADDRS["broker-b"]] = "ok"
+    clock.now += 599_999  # an isolating failure counts as 30 s latency -> 600 s
+    assert {(await p.send(Message("T", b"x"))).message_queue.broker_name for _ in range(6)} == {
+        "broker-a"
+    }
+    clock.now += 1
+    used = {(await p.send(Message("T", b"x"))).message_queue.broker_name for _ in range(6)}
+    assert used == {"broker-a", "broker-b"}
+
+
+async def test_all_brokers_failing_raises_after_the_configured_attempts() -> None:
+    broker, clock = Broker(), Clock()
+    for addr in ADDRS.values():
+        broker.mode[addr] = "refuse"
+    p = _producer(broker, clock)
+    with pytest.raises(SendFailedError, match=r"Send \[3\] times") as info:
+        await p.send(Message("T", b"x"))
+    assert isinstance(info.value.__cause__, RemotingConnectError)
+    assert len(broker.calls) == 3  # 1 + retry_times_when_send_failed (2)
+
+
+async def test_retryable_broker_code_moves_on_and_other_codes_do_not() -> None:
+    broker, clock = Broker(), Clock()
+    broker.mode[ADDRS["broker-a"]] = str(int(ResponseCode.SYSTEM_BUSY))
+    p = _producer(broker, clock)
+    for _ in range(4):
+        assert (await p.send(Message("T", b"x"))).message_queue.broker_name == "broker-b"
+    broker.mode[ADDRS["broker-b"]] = str(int(ResponseCode.MESSAGE_ILLEGAL))
+    broker.calls.clear()
+    with pytest.raises(RemoteError) as info:
+        await p.send(Message("T", b"x"), queue=MessageQueue("T", "broker-b", 0))
+    assert info.value.code == ResponseCode.MESSAGE_ILLEGAL
+    assert broker.calls == [ADDRS["broker-b"]]
+
+
+async def test_total_time_is_bounded_by_the_send_timeout(autojump_clock: trio.abc.Clock) -> None:
+    broker, clock = Broker(), Clock()
+    for addr in ADDRS.values():
+        broker.mode[addr] = "hang"
+    p = _producer(broker, clock)
+    start = trio.current_time()
+    with pytest.raises((RemotingTimeoutError, SendFailedError)):
+        await p.send(Message("T", b"x"), timeout_ms=3000)
+    assert trio.current_time() - start == pytest.approx(3.0, abs=0.01)
+    # The first attempt used up the whole budget: no second broker was tried.
+    assert len(broker.calls) == 1
