@@ -231,3 +231,64 @@ async def test_flow_control_pauses_pulling_while_the_listener_is_slow(cluster: s
         release.set()
         await wait_until(lambda: len(done) >= 60, total=30, what="all consumed")
     assert sorted(done) == list(range(60))
+
+
+async def test_tag_hash_collision_is_filtered_on_the_client(cluster: str) -> None:
+    # "Aa" and "BB" have the same Java hashCode (2112): the broker's filter by tag code lets
+    # both through; the consumer must drop "BB" by comparing the tag strings.
+    await create_topic(cluster, "PC9", queues=1)
+    cfg = fast_config(cluster)
+    async with Producer("pg9", cfg) as p:
+        wanted = set()
+        for i in range(6):
+            r = await p.send(Message("PC9", f"c{i}", tags="Aa" if i % 2 else "BB"))
+            if i % 2:
+                wanted.add(r.msg_id)
+    got: list[MessageExt] = []
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        got.extend(msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = PushConsumer(
+        "cg9", cfg, listener=listener, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+    )
+    c.subscribe("PC9", "Aa")
+    async with c:
+        await wait_until(lambda: len(got) >= 3, total=20, what="Aa messages")
+        # The filtered-out messages still advance the committed offset.
+        mq = next(iter(c.queues))
+        await wait_until(
+            lambda: c.offset_store.table().get(mq) == 6, total=20, what="offset past BB"
+        )
+    assert {m.msg_id for m in got} == wanted
+    assert {m.tags for m in got} == {"Aa"}
+
+
+async def test_offset_beyond_the_queue_is_corrected(cluster: str) -> None:
+    await create_topic(cluster, "PC10", queues=1)
+    cfg = fast_config(cluster)
+    async with Producer("pg10", cfg) as p:
+        old = {(await p.send(Message("PC10", f"old{i}"))).msg_id for i in range(3)}
+        mq = (await p.fetch_publish_queues("PC10"))[0]
+        addr = await p.instance.find_master_addr(mq.broker_name, "PC10")
+        # A stale committed offset far past the end of the queue.
+        await p.instance.api.update_consumer_offset(addr, "cg10", mq, 100)
+        got: list[MessageExt] = []
+
+        async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+            got.extend(msgs)
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        c = PushConsumer("cg10", cfg, listener=listener)
+        c.subscribe("PC10")
+        async with c:
+            # PULL_OFFSET_MOVED: the consumer restarts where the broker says. With the queue's
+            # min offset at 0 that is 0 (RocketMQ's rule), so the old messages come again;
+            # without the correction it would wait at offset 100 forever.
+            await wait_until(
+                lambda: c.offset_store.table().get(mq) == 3, total=20, what="offset corrected"
+            )
+            new = {(await p.send(Message("PC10", f"new{i}"))).msg_id for i in range(2)}
+            await wait_until(lambda: len(got) >= 5, total=20, what="all messages")
+    assert {m.msg_id for m in got} == old | new
