@@ -5,6 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 RUN_STAMP  := $(VENV)/.stamp-run
 TEST_STAMP := $(VENV)/.stamp-test
+BENCH_STAMP := $(VENV)/.stamp-bench
 
 NAMESRV_ADDR ?= 127.0.0.1:9876
 BROKER_LISTEN ?= 127.0.0.1:10911
@@ -39,9 +40,27 @@ test: lint
 unit: $(TEST_STAMP)
 	$(BIN)/python -m pytest -m unit
 
-bench: $(TEST_STAMP)
-	$(BIN)/python bench/remoting_rtt.py
-	$(BIN)/python bench/store_append.py
+$(BENCH_STAMP): pyproject.toml | $(TEST_STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark,bench]'
+	touch $@
+
+# The peers (Debian's nats-server and redis-server) are installed when missing; apt enables
+# their systemd units, which are disabled again: bench/peers starts its own instances.
+.PHONY: bench-peers-install
+bench-peers-install:
+	@if ! command -v nats-server >/dev/null || ! command -v redis-server >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nats-server redis-server; \
+		(systemctl disable --now nats-server redis-server >/dev/null 2>&1 || true); \
+	fi
+
+# Quick mode (< 2 minutes for the peers harness) unless FULL=1.
+BENCH_MODE := $(if $(FULL),,--quick)
+
+bench: $(BENCH_STAMP) bench-peers-install
+	$(BIN)/python bench/remoting_rtt.py $(BENCH_MODE)
+	$(BIN)/python bench/store_append.py $(BENCH_MODE)
+	$(BIN)/python bench/broker_send_pull.py $(BENCH_MODE)
+	$(BIN)/python -m bench.peers $(BENCH_MODE)
 
 clean:
 	rm -rf $(VENV) .trimq .pytest_cache .mypy_cache .ruff_cache build dist
