@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 import trio
 
@@ -65,6 +67,12 @@ class FakeInstance:
 
     async def update_topic_route(self, topic: str, *, use_default: bool = False) -> bool:
         return True
+
+    def register_producer(self, group: str, producer: object) -> None:
+        self.registered = group
+
+    async def unregister_producer(self, group: str) -> None:
+        self.registered = ""
 
 
 class Clock:
@@ -136,3 +144,39 @@ async def test_total_time_is_bounded_by_the_send_timeout(autojump_clock: trio.ab
     assert trio.current_time() - start == pytest.approx(3.0, abs=0.01)
     # The first attempt used up the whole budget: no second broker was tried.
     assert len(broker.calls) == 1
+
+
+async def test_selector_and_given_queue() -> None:
+    broker, clock = Broker(), Clock()
+    p = _producer(broker, clock)
+
+    def last_queue(mqs: Sequence[MessageQueue], msg: Message, arg: object) -> MessageQueue:
+        assert arg == "hint"
+        return mqs[-1]
+
+    r = await p.send(Message("T", b"x"), selector=last_queue, arg="hint")
+    assert r.message_queue == MessageQueue("T", "broker-b", 1)
+    r = await p.send(Message("T", b"x"), queue=MessageQueue("T", "broker-a", 1))
+    assert r.message_queue == MessageQueue("T", "broker-a", 1)
+
+
+async def test_send_async_future_and_callback() -> None:
+    broker, clock = Broker(), Clock()
+    broker.mode[ADDRS["broker-a"]] = "refuse"
+    broker.mode[ADDRS["broker-b"]] = "refuse"
+    p = _producer(broker, clock)
+    seen: list[tuple[object, object]] = []
+    async with p:
+        fut = p.send_async(Message("T", b"x"), lambda r, e: seen.append((r, e)))
+        with pytest.raises(SendFailedError):
+            await fut
+        broker.mode[ADDRS["broker-a"]] = "ok"
+        broker.mode[ADDRS["broker-b"]] = "ok"
+        p.fault = FaultStrategy(False)
+        ok = p.send_async(Message("T", b"y"))
+        result = await ok
+        assert ok.done
+    assert result.msg_id
+    assert len(seen) == 1
+    assert seen[0][0] is None
+    assert isinstance(seen[0][1], SendFailedError)
