@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from tests.integration.client_support import create_topic, fast_config
 from tests.integration.procs import BrokerProc, NamesrvProc
 
 StartBroker = Callable[..., BrokerProc]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -166,3 +169,80 @@ async def test_producer_avoids_dead_broker_then_fails_when_none_left(
         await trio.to_thread.run_sync(a.kill)
         with pytest.raises(MQClientError, match="still failed"):
             await p.send(Message("FO1", b"z"))
+
+
+async def test_killed_consumer_hands_over_without_loss(
+    two_brokers: tuple[str, BrokerProc, BrokerProc], tmp_path: Path
+) -> None:
+    ns, _, _ = two_brokers
+    await create_topic(ns, "RB2", queues=2, brokers=2)
+    script = tmp_path / "victim.py"
+    script.write_text(
+        "import trio\n"
+        "from client import ConsumeFromWhere, ConsumeStatus, PushConsumer\n"
+        "from remoting.logs import configure_logging\n"
+        "from tests.integration.client_support import fast_config\n"
+        "configure_logging('warning')\n"
+        "async def main():\n"
+        "    async def listener(msgs):\n"
+        "        for m in msgs:\n"
+        "            print('id', m.msg_id, flush=True)\n"
+        "        return ConsumeStatus.CONSUME_SUCCESS\n"
+        f"    cfg = fast_config({ns!r}, instance_name='victim')\n"
+        "    c = PushConsumer('rbg2', cfg, listener=listener,\n"
+        "                     consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)\n"
+        "    c.subscribe('RB2')\n"
+        "    async with c:\n"
+        "        await trio.sleep(120)\n"
+        "trio.run(main)\n"
+    )
+    cfg = fast_config(ns)
+    col = Collector()
+    survivor = PushConsumer(
+        "rbg2",
+        cfg.model_copy(update={"instance_name": "survivor"}),
+        listener=col,
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+    )
+    survivor.subscribe("RB2")
+    all_mqs = {MessageQueue("RB2", b, q) for b in ("broker-a", "broker-b") for q in range(2)}
+    victim_ids: list[str] = []
+    async with trio.open_nursery() as nursery:
+        victim = await trio.lowlevel.open_process(
+            [sys.executable, str(script)], cwd=str(ROOT), stdout=subprocess.PIPE
+        )
+
+        async def read_victim() -> None:
+            assert victim.stdout is not None
+            buf = b""
+            async for chunk in victim.stdout:
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                victim_ids.extend(
+                    line.split()[1].decode() for line in lines if line.startswith(b"id ")
+                )
+
+        nursery.start_soon(read_victim)
+        try:
+            async with survivor, Producer("rbp2", cfg) as p:
+                await wait_until(
+                    lambda: 0 < len(survivor.queues) < 4, total=20, what="queues shared"
+                )
+                sent = await _send(p, "RB2", 40, "before")
+                await wait_until(lambda: len(victim_ids) > 0, total=20, what="victim consumed")
+                victim.kill()
+                await victim.wait()
+                # The broker sees the connection drop and tells the group: the survivor
+                # takes every queue (at once, not after a 120 s channel expiry).
+                await wait_until(
+                    lambda: set(survivor.queues) == all_mqs, total=10, what="survivor owns all"
+                )
+                sent |= await _send(p, "RB2", 40, "after")
+                # No loss: what the victim had not committed is delivered to the survivor.
+                await wait_until(
+                    lambda: sent <= set(col.ids) | set(victim_ids), total=30, what="no loss"
+                )
+        finally:
+            if victim.returncode is None:
+                victim.kill()
+                await victim.wait()
