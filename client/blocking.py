@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
+import structlog
 import trio
 
 from client.admin import Admin as AsyncAdmin
@@ -32,6 +33,8 @@ from client.errors import ClientClosedError
 from client.message import Message, MessageExt, MessageQueue, SendResult
 from client.producer import Producer as AsyncProducer
 from client.producer import QueueSelector
+
+log = structlog.get_logger()
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -245,16 +248,20 @@ class Producer(_Facade[AsyncProducer]):
         fut: concurrent.futures.Future[SendResult] = concurrent.futures.Future()
 
         async def call() -> None:
+            result: SendResult | None = None
+            error: Exception | None = None
             try:
                 result = await self.inner.send(msg)
             except Exception as exc:
+                error = exc
                 fut.set_exception(exc)
-                if callback is not None:
-                    callback(None, exc)
-                return
-            fut.set_result(result)
+            else:
+                fut.set_result(result)
             if callback is not None:
-                callback(result, None)
+                try:
+                    callback(result, error)
+                except Exception as cb_exc:  # never let user code stop the client's loop
+                    log.warning("send_callback_failed", error=repr(cb_exc))
 
         self._held.loop.start_soon(call)
         return fut
