@@ -1,0 +1,5 @@
+"""`python -m bench.peers`: run the peers harness."""
+
+from .run import main
+
+main()

@@ -1,0 +1,148 @@
+"""Processes for the peers harness: servers started and stopped by PID, clients timed, CPU read.
+
+CPU seconds come from /proc/<pid>/stat (utime + stime, all threads) for servers, read before
+and after each workload, and from `os.wait4`'s rusage for client processes (the whole process,
+interpreter start included; `run.py` subtracts the start-up cost measured once per client).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 30.0) -> None:
+    """Until 127.0.0.1:`port` accepts a connection; RuntimeError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"port {port} did not open within {timeout} s")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process (all its threads), from /proc/<pid>/stat."""
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    # The command name (field 2) may hold spaces: split after its closing parenthesis.
+    fields = raw[raw.rindex(")") + 2 :].split()
+    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5)
+    return (utime + stime) / _TICKS
+
+
+@dataclass
+class Server:
+    """One server process of a system under test."""
+
+    name: str
+    args: list[str]
+    log: IO[bytes]
+    port: int
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            self.args, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        try:
+            wait_port(self.port)
+        except RuntimeError:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}") from None
+            raise
+
+    def cpu(self) -> float:
+        assert self.proc is not None
+        return cpu_seconds(self.proc.pid)
+
+    def stop(self) -> None:
+        """SIGTERM by PID, SIGKILL after 15 s."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.kill(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=15)
+
+
+@dataclass
+class System:
+    """The servers of one system (trimq: NameServer + broker; a peer: one server)."""
+
+    name: str
+    servers: list[Server] = field(default_factory=list)
+
+    def cpu(self) -> float:
+        return sum(s.cpu() for s in self.servers)
+
+    def stop(self) -> None:
+        for s in reversed(self.servers):
+            s.stop()
+
+
+@dataclass
+class ClientRun:
+    """What a client process printed (its last JSON line) and the CPU it used."""
+
+    result: dict[str, Any]
+    cpu_s: float
+    wall_s: float
+    returncode: int
+    stderr: str
+
+
+def run_client(
+    args: Sequence[str], timeout: float, cwd: Path, env: dict[str, str], scratch: Path
+) -> ClientRun:
+    """Run a client to completion (killed by PID after `timeout` s); parse its last JSON line.
+
+    Its output goes to files in `scratch` (never the repo).
+    """
+    out_path = scratch / "client.out"
+    err_path = scratch / "client.err"
+    t0 = time.monotonic()
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        proc = subprocess.Popen(list(args), stdout=out, stderr=err, cwd=cwd, env=env)
+        deadline = t0 + timeout
+        status, usage = 0, None
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                os.kill(proc.pid, signal.SIGKILL)
+                pid, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.02)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.monotonic() - t0
+    text = out_path.read_text(errors="replace")
+    stderr = err_path.read_text(errors="replace")[-2000:]
+    result: dict[str, Any] = {}
+    for line in reversed(text.strip().splitlines()):
+        if line.startswith("{"):
+            result = json.loads(line)
+            break
+    cpu = (usage.ru_utime + usage.ru_stime) if usage is not None else 0.0
+    return ClientRun(result, cpu, wall, proc.returncode, stderr)

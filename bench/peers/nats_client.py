@@ -1,0 +1,224 @@
+"""NATS JetStream side of W1-W5, with nats-py (the standard Python client), one JSON line out.
+
+    python -m bench.peers.nats_client --url nats://127.0.0.1:4222 --workload W1 --count 100000
+
+Streams use file storage and JetStream's defaults otherwise. W3 is a durable pull consumer
+(fetch 32, AckAll on the last message of each batch: an offset commit); W4 publishes at a fixed
+rate with up to 64 acks pending while a pull consumer on the same process measures
+publish-to-receive latency from the time stamped in the body.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import time
+from typing import Any
+
+import nats
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import api
+
+from ._stats import e2e_body, e2e_latency_ms, random_body, summary
+
+STREAMS = {"W1": "BENCH", "W2": "BENCH", "W3": "BENCH", "W4": "E2E", "W5": "SEQ"}
+
+
+async def _stream(js: Any, name: str) -> str:
+    subject = name.lower()
+    with contextlib.suppress(Exception):  # already there (W3 reads what W1/W2 wrote)
+        await js.add_stream(name=name, subjects=[subject], storage=api.StorageType.FILE)
+    return subject
+
+
+async def w_publish(
+    nc: Any, subject_name: str, count: int, limit: float, window: int
+) -> dict[str, Any]:
+    """W1: publish_async with `window` acks pending; latency = publish to ack."""
+    js = nc.jetstream(publish_async_max_pending=window, timeout=10)
+    subject = await _stream(js, subject_name)
+    body = random_body()
+    lat: list[float] = []
+    errors = [0]
+    last = [0.0]
+
+    def done(fut: asyncio.Future[Any], t0: float) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            errors[0] += 1
+            return
+        now = time.perf_counter()
+        lat.append((now - t0) * 1000.0)
+        last[0] = now
+
+    start = time.perf_counter()
+    deadline = start + limit
+    sent = 0
+    while sent < count and time.perf_counter() < deadline:
+        t0 = time.perf_counter()
+        fut = await js.publish_async(subject, body, wait_stall=limit)
+        fut.add_done_callback(lambda f, t0=t0: done(f, t0))
+        sent += 1
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(
+            js.publish_async_completed(), timeout=max(1.0, deadline - time.perf_counter())
+        )
+    elapsed = (last[0] or time.perf_counter()) - start
+    return summary("nats-publish", len(lat), elapsed, lat, sent - len(lat))
+
+
+async def w_batch(
+    nc: Any, subject_name: str, count: int, limit: float, workers: int = 4, batch: int = 32
+) -> dict[str, Any]:
+    """W2: batches of 32 (publish_async 32, then wait for the 32 acks), 4 batches in flight."""
+    js = nc.jetstream(publish_async_max_pending=workers * batch, timeout=10)
+    subject = await _stream(js, subject_name)
+    body = random_body()
+    lat: list[float] = []
+    state = {"left": count, "done": 0, "errors": 0}
+    start = time.perf_counter()
+    deadline = start + limit
+
+    async def worker() -> None:
+        while state["left"] > 0 and time.perf_counter() < deadline:
+            n = min(batch, state["left"])
+            state["left"] -= n
+            t0 = time.perf_counter()
+            futs = [await js.publish_async(subject, body, wait_stall=limit) for _ in range(n)]
+            results = await asyncio.gather(*futs, return_exceptions=True)
+            bad = sum(1 for r in results if isinstance(r, BaseException))
+            state["errors"] += bad
+            state["done"] += n - bad
+            lat.append((time.perf_counter() - t0) * 1000.0)
+
+    await asyncio.wait_for(asyncio.gather(*(worker() for _ in range(workers))), timeout=limit + 5)
+    return summary("nats-batch", state["done"], time.perf_counter() - start, lat, state["errors"])
+
+
+async def w_consume(nc: Any, subject_name: str, count: int, limit: float) -> dict[str, Any]:
+    """W3: durable pull consumer from the first message, fetch 32, AckAll per batch."""
+    js = nc.jetstream(timeout=10)
+    subject = await _stream(js, subject_name)
+    cfg = api.ConsumerConfig(
+        durable_name="bench_w3",
+        deliver_policy=api.DeliverPolicy.ALL,
+        ack_policy=api.AckPolicy.ALL,
+    )
+    sub = await js.pull_subscribe(subject, durable="bench_w3", stream=subject_name, config=cfg)
+    got = 0
+    start = time.perf_counter()
+    deadline = start + limit
+    while got < count and time.perf_counter() < deadline:
+        try:
+            msgs = await sub.fetch(32, timeout=2)
+        except NatsTimeoutError:
+            continue
+        got += len(msgs)
+        await msgs[-1].ack()
+    elapsed = time.perf_counter() - start
+    await nc.flush()
+    return summary("nats-consume", got, elapsed, [])
+
+
+async def w_e2e(nc: Any, subject_name: str, rate: int, seconds: float) -> dict[str, Any]:
+    """W4: publish at a fixed rate; a pull consumer (fetch 32) measures end-to-end latency."""
+    js = nc.jetstream(publish_async_max_pending=64, timeout=10)
+    subject = await _stream(js, subject_name)
+    cfg = api.ConsumerConfig(
+        durable_name="bench_w4",
+        deliver_policy=api.DeliverPolicy.NEW,
+        ack_policy=api.AckPolicy.ALL,
+    )
+    sub = await js.pull_subscribe(subject, durable="bench_w4", stream=subject_name, config=cfg)
+    pad = random_body(1024 - 16)
+    lat: list[float] = []
+    ready = asyncio.Event()
+    total = int(rate * seconds)
+    stop_at = [time.perf_counter() + seconds + 60]
+
+    async def consume() -> None:
+        seen = 0
+        while seen < total and time.perf_counter() < stop_at[0]:
+            try:
+                msgs = await sub.fetch(32, timeout=0.5)
+            except NatsTimeoutError:
+                continue
+            for m in msgs:
+                seq, ms = e2e_latency_ms(m.data)
+                if seq < 0:
+                    ready.set()
+                else:
+                    lat.append(ms)
+                    seen += 1
+            await msgs[-1].ack()
+
+    consumer = asyncio.create_task(consume())
+    for _ in range(200):  # warm-up probes until the consumer sees one (bounded: 20 s)
+        await js.publish(subject, e2e_body(-1, pad))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(ready.wait(), timeout=0.1)
+            break
+    pending: set[asyncio.Future[Any]] = set()
+    start = time.perf_counter()
+    for i in range(total):
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        fut = await js.publish_async(subject, e2e_body(i, pad), wait_stall=10)
+        pending.add(fut)
+        fut.add_done_callback(pending.discard)
+    stop_at[0] = time.perf_counter() + 10
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(consumer, timeout=11)
+    return summary("nats-e2e", len(lat), seconds, lat, total - len(lat), rate=rate)
+
+
+async def w_sequential(nc: Any, subject_name: str, count: int, limit: float) -> dict[str, Any]:
+    """W5: one publish at a time, each waiting for its ack."""
+    js = nc.jetstream(timeout=10)
+    subject = await _stream(js, subject_name)
+    body = random_body()
+    lat: list[float] = []
+    start = time.perf_counter()
+    deadline = start + limit
+    for _ in range(count):
+        if time.perf_counter() >= deadline:
+            break
+        t0 = time.perf_counter()
+        await js.publish(subject, body)
+        lat.append((time.perf_counter() - t0) * 1000.0)
+    return summary("nats-sequential", len(lat), time.perf_counter() - start, lat)
+
+
+async def run(opts: argparse.Namespace) -> dict[str, Any]:
+    nc = await nats.connect(opts.url, connect_timeout=5, max_reconnect_attempts=0)
+    try:
+        stream = STREAMS[opts.workload]
+        if opts.workload == "W1":
+            return await w_publish(nc, stream, opts.count, opts.limit, 64)
+        if opts.workload == "W2":
+            return await w_batch(nc, stream, opts.count, opts.limit)
+        if opts.workload == "W3":
+            return await w_consume(nc, stream, opts.count, opts.limit)
+        if opts.workload == "W4":
+            return await w_e2e(nc, stream, opts.rate, opts.seconds)
+        return await w_sequential(nc, stream, opts.count, opts.limit)
+    finally:
+        await nc.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--workload", choices=sorted(STREAMS), required=True)
+    ap.add_argument("--count", type=int, default=100_000)
+    ap.add_argument("--limit", type=float, default=120.0, help="seconds at most")
+    ap.add_argument("--rate", type=int, default=2000, help="W4 messages/s")
+    ap.add_argument("--seconds", type=float, default=10.0, help="W4 duration")
+    opts = ap.parse_args()
+    print(json.dumps(asyncio.run(run(opts)), sort_keys=True), flush=True)
+
+
+if __name__ == "__main__":
+    main()

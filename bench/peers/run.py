@@ -1,0 +1,482 @@
+"""trimq against NATS JetStream and Redis Streams: the same workloads, one table.
+
+    .venv/bin/python -m bench.peers            # full: 100,000 messages, median of 3 runs
+    .venv/bin/python -m bench.peers --quick    # small counts, one run, < 2 minutes
+    .venv/bin/python -m bench.peers --only trimq-async,nats --out /tmp/peers.json
+
+Every system runs on 127.0.0.1 with an empty data directory of its own, started here and
+stopped by PID in a `finally`:
+  - trimq-async / trimq-sync: `mqnamesrv` + `mqbroker --flush async|sync`, topics of 8 queues;
+  - nats: Debian's `nats-server -js` (file storage, JetStream's defaults);
+  - redis-everysec / redis-always: `redis-server --appendonly yes --appendfsync everysec|always`.
+Each workload runs in a separate client process with the system's own Python client (trimq:
+`mqbench --json`, and `bench.peers.trimq_e2e` for W4; nats-py; redis-py + hiredis), 1 KiB bodies:
+  W1 durable publish, 64 in flight    W2 batches of 32 (4 in flight)
+  W3 consume from the start, 32 per pull, with commit/ack
+  W4 end-to-end latency at a fixed 2,000 msgs/s for 10 s
+  W5 sequential publish, 1 in flight, 20,000 messages
+Also measured: the disk (MB/s with fdatasync, 1 KiB fsyncs/s) and CPU seconds of the server
+and client processes per workload. trimq-async is compared with nats and redis-everysec,
+trimq-sync with redis-always; ratios are trimq/peer from this run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from . import _disk
+from ._proc import ClientRun, Server, System, free_port, run_client
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+PY = sys.executable
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5")
+CONFIGS = {
+    "trimq-async": ("trimq", "async"),
+    "nats": ("nats", ""),
+    "redis-everysec": ("redis", "everysec"),
+    "trimq-sync": ("trimq", "sync"),
+    "redis-always": ("redis", "always"),
+}
+PAIRS = (("trimq-async", "nats"), ("trimq-async", "redis-everysec"), ("trimq-sync", "redis-always"))
+
+console = Console(width=int(os.environ.get("COLUMNS", "160")))
+
+
+@dataclass(frozen=True)
+class Sizes:
+    w1: int
+    w2: int
+    w3: int
+    w4_rate: int
+    w4_seconds: float
+    w5: int
+    limit: float  # seconds a client may run before it is killed
+
+    @classmethod
+    def for_mode(cls, quick: bool) -> Sizes:
+        if quick:
+            return cls(3_000, 6_000, 6_000, 2_000, 2.0, 500, 60.0)
+        return cls(100_000, 100_000, 100_000, 2_000, 10.0, 20_000, 300.0)
+
+
+# ---- systems --------------------------------------------------------------------------------
+
+
+def _start_trimq(root: Path, flush: str, log: Any) -> System:
+    ns_port, br_port = free_port(), free_port()
+    ns_addr = f"127.0.0.1:{ns_port}"
+    ns = Server(
+        "mqnamesrv",
+        [str(BIN / "mqnamesrv"), "--listen", ns_addr, "--log-level", "warning"],
+        log,
+        ns_port,
+    )
+    br = Server(
+        "mqbroker",
+        [str(BIN / "mqbroker"), "-n", ns_addr, "--listen", f"127.0.0.1:{br_port}",
+         "--store-dir", str(root / "store"), "--flush", flush, "--log-level", "warning"],
+        log,
+        br_port,
+    )  # fmt: skip
+    system = System(f"trimq-{flush}", [ns, br])
+    try:
+        ns.start()
+        br.start()
+        for topic in ("Bench", "BenchE2E", "BenchSeq"):
+            _create_topic(ns_addr, topic)
+    except BaseException:
+        system.stop()
+        raise
+    return system
+
+
+def _create_topic(ns_addr: str, topic: str) -> None:
+    args = [str(BIN / "mqadmin"), "updateTopic", "-n", ns_addr, "-c", "DefaultCluster",
+            "-t", topic, "-r", "8", "-w", "8"]  # fmt: skip
+    last = ""
+    for _ in range(100):  # bounded: the broker registers within a few seconds
+        done = subprocess.run(args, capture_output=True, text=True, check=False, timeout=30)
+        if done.returncode == 0:
+            return
+        last = done.stderr.strip()
+        time.sleep(0.2)
+    raise RuntimeError(f"mqadmin updateTopic {topic} failed: {last}")
+
+
+def _start_nats(root: Path, log: Any) -> System:
+    port = free_port()
+    srv = Server(
+        "nats-server",
+        ["nats-server", "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(root / "nats")],
+        log,
+        port,
+    )
+    system = System("nats", [srv])
+    srv.start()
+    return system
+
+
+def _start_redis(root: Path, fsync: str, log: Any) -> System:
+    port = free_port()
+    data = root / "redis"
+    data.mkdir()
+    srv = Server(
+        "redis-server",
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data),
+         "--appendonly", "yes", "--appendfsync", fsync, "--save", "", "--daemonize", "no"],
+        log,
+        port,
+    )  # fmt: skip
+    system = System(f"redis-{fsync}", [srv])
+    srv.start()
+    return system
+
+
+def start_system(config: str, root: Path, log: Any) -> tuple[System, Callable[[str], list[str]]]:
+    """Start one system; return it and a function mapping a workload to its client command."""
+    kind, mode = CONFIGS[config]
+    if kind == "trimq":
+        system = _start_trimq(root, mode, log)
+        ns = f"127.0.0.1:{system.servers[0].port}"
+        return system, lambda w: _trimq_args(w, ns)
+    if kind == "nats":
+        system = _start_nats(root, log)
+        url = f"nats://127.0.0.1:{system.servers[0].port}"
+        return system, lambda w: [PY, "-m", "bench.peers.nats_client", "--url", url,
+                                  "--workload", w, *_peer_sizes(w)]  # fmt: skip
+    system = _start_redis(root, mode, log)
+    port = str(system.servers[0].port)
+    return system, lambda w: [PY, "-m", "bench.peers.redis_client", "--port", port,
+                              "--workload", w, *_peer_sizes(w)]  # fmt: skip
+
+
+SIZES = Sizes.for_mode(False)
+
+
+def _count(w: str) -> int:
+    return {"W1": SIZES.w1, "W2": SIZES.w2, "W3": SIZES.w3, "W5": SIZES.w5}.get(w, 0)
+
+
+def _peer_sizes(w: str) -> list[str]:
+    return ["--count", str(_count(w)), "--limit", str(SIZES.limit),
+            "--rate", str(SIZES.w4_rate), "--seconds", str(SIZES.w4_seconds)]  # fmt: skip
+
+
+def _trimq_args(w: str, ns: str) -> list[str]:
+    bench = [str(BIN / "mqbench"), "--log-level", "error"]
+    common = ["-n", ns, "-s", "1024", "-c", str(_count(w)), "-d", str(SIZES.limit), "--json"]
+    if w == "W1":
+        return [*bench, "producer", "-t", "Bench", "-w", "64", *common]
+    if w == "W2":
+        return [*bench, "producer", "-t", "Bench", "-w", "4", "-b", "32", *common]
+    if w == "W3":
+        return [*bench, "consumer", "-n", ns, "-t", "Bench", "-g", "bench_w3", "--from", "first",
+                "--batch", "32", "-c", str(SIZES.w3), "-d", str(SIZES.limit), "--json"]  # fmt: skip
+    if w == "W4":
+        return [PY, "-m", "bench.peers.trimq_e2e", "-n", ns, "-t", "BenchE2E",
+                "--rate", str(SIZES.w4_rate), "--seconds", str(SIZES.w4_seconds)]  # fmt: skip
+    return [*bench, "producer", "-t", "BenchSeq", "-w", "1", *common]
+
+
+# ---- one run --------------------------------------------------------------------------------
+
+
+def _startup_cpu(scratch: Path, env: dict[str, str]) -> dict[str, float]:
+    """CPU seconds a client process spends starting (imports), subtracted from client CPU."""
+    probes = {
+        "trimq": "import client.cli.mqbench, bench.peers.trimq_e2e",
+        "nats": "import bench.peers.nats_client",
+        "redis": "import bench.peers.redis_client",
+    }
+    out: dict[str, float] = {}
+    for kind, code in probes.items():
+        runs = [run_client([PY, "-c", code], 60, REPO, env, scratch).cpu_s for _ in range(3)]
+        out[kind] = min(runs)
+    return out
+
+
+def run_config(
+    config: str, scratch: Path, env: dict[str, str], startup: dict[str, float]
+) -> dict[str, Any]:
+    """Start `config`'s system on an empty directory, run W1-W5, stop it."""
+    root = Path(tempfile.mkdtemp(prefix=f"{config}-", dir=scratch))
+    results: dict[str, Any] = {}
+    with open(root / "servers.log", "wb") as log:
+        system, client_args = start_system(config, root, log)
+        try:
+            for w in WORKLOADS:
+                before = system.cpu()
+                cr: ClientRun = run_client(client_args(w), SIZES.limit + 60, REPO, env, root)
+                server_cpu = system.cpu() - before
+                r = cr.result
+                if cr.returncode != 0 or not r:
+                    console.print(f"[red]{config} {w}: client exit {cr.returncode}[/]\n{cr.stderr}")
+                client_cpu = max(0.0, cr.cpu_s - startup[CONFIGS[config][0]])
+                results[w] = {
+                    "result": r,
+                    "server_cpu_s": round(server_cpu, 2),
+                    "client_cpu_s": round(client_cpu, 2),
+                    "wall_s": round(cr.wall_s, 2),
+                }
+                lat = r.get("latency_ms", {})
+                console.print(
+                    f"  {config:15} {w}: {r.get('msgs_per_s', 0):>10,.0f} msg/s  "
+                    f"p50 {lat.get('p50', 0):7.2f}  p99 {lat.get('p99', 0):7.2f} ms  "
+                    f"errors {r.get('errors', '?')}  cpu server {server_cpu:5.2f} s "
+                    f"client {client_cpu:5.2f} s",
+                    highlight=False,
+                )
+        finally:
+            system.stop()
+    return results
+
+
+# ---- table ----------------------------------------------------------------------------------
+
+# (label, workload, path into the client's summary, higher is better)
+METRICS: list[tuple[str, str, tuple[str, ...], bool]] = [
+    ("W1 publish, 64 in flight: msgs/s", "W1", ("msgs_per_s",), True),
+    ("W1 ack latency p50 ms", "W1", ("latency_ms", "p50"), False),
+    ("W1 ack latency p99 ms", "W1", ("latency_ms", "p99"), False),
+    ("W2 batches of 32: msgs/s", "W2", ("msgs_per_s",), True),
+    ("W3 consume, 32 per pull: msgs/s", "W3", ("msgs_per_s",), True),
+    ("W4 e2e at 2,000/s: p50 ms", "W4", ("latency_ms", "p50"), False),
+    ("W4 e2e p99 ms", "W4", ("latency_ms", "p99"), False),
+    ("W4 e2e max ms", "W4", ("latency_ms", "max"), False),
+    ("W5 sequential: msgs/s", "W5", ("msgs_per_s",), True),
+    ("W5 latency p50 ms", "W5", ("latency_ms", "p50"), False),
+    ("W5 latency p99 ms", "W5", ("latency_ms", "p99"), False),
+]
+
+
+def metric(runs: list[dict[str, Any]], w: str, path: tuple[str, ...]) -> float | None:
+    """Median over runs of one figure (None when no run produced it)."""
+    vals = []
+    for run in runs:
+        cur: Any = run.get(w, {}).get("result", {})
+        for key in path:
+            cur = cur.get(key) if isinstance(cur, dict) else None
+        if isinstance(cur, int | float):
+            vals.append(float(cur))
+    return statistics.median(vals) if vals else None
+
+
+def cpu_metric(runs: list[dict[str, Any]], w: str, key: str) -> float | None:
+    vals = [float(r[w][key]) for r in runs if w in r]
+    return statistics.median(vals) if vals else None
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.0f}" if v >= 100 else f"{v:.2f}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or b == 0:
+        return "-"
+    return f"{a / b:.2f}x"
+
+
+def build_table(all_runs: dict[str, list[dict[str, Any]]]) -> Table:
+    configs = [c for c in CONFIGS if c in all_runs]
+    pairs = [p for p in PAIRS if p[0] in all_runs and p[1] in all_runs]
+    table = Table(title="trimq vs peers (medians; ratios = trimq / peer)")
+    table.add_column("metric")
+    for c in configs:
+        table.add_column(c, justify="right")
+    for a, b in pairs:
+        table.add_column(f"{a.split('-')[1]}/{b}", justify="right")
+    for label, w, path, _higher in METRICS:
+        vals = {c: metric(all_runs[c], w, path) for c in configs}
+        table.add_row(
+            label, *(_fmt(vals[c]) for c in configs), *(_ratio(vals[a], vals[b]) for a, b in pairs)
+        )
+    for w in WORKLOADS:
+        for key, name in (("server_cpu_s", "server"), ("client_cpu_s", "client")):
+            vals = {c: cpu_metric(all_runs[c], w, key) for c in configs}
+            table.add_row(
+                f"{w} {name} CPU s",
+                *(_fmt(vals[c]) for c in configs),
+                *(_ratio(vals[a], vals[b]) for a, b in pairs),
+            )
+    return table
+
+
+def targets(all_runs: dict[str, list[dict[str, Any]]]) -> list[tuple[str, bool | None, str]]:
+    """The issue's targets: (description, met (None = not measured), figures)."""
+
+    def m(c: str, w: str, *path: str) -> float | None:
+        return metric(all_runs[c], w, path) if c in all_runs else None
+
+    out: list[tuple[str, bool | None, str]] = []
+
+    def check(desc: str, value: float | None, bound: float | None, higher: bool) -> None:
+        if value is None or bound is None:
+            out.append((desc, None, "not measured"))
+            return
+        ok = value >= bound if higher else value <= bound
+        out.append((desc, ok, f"{_fmt(value)} vs {_fmt(bound)} ({value / bound:.2f}x)"))
+
+    w1 = m("trimq-async", "W1", "msgs_per_s")
+    jn, rd = m("nats", "W1", "msgs_per_s"), m("redis-everysec", "W1", "msgs_per_s")
+    check("W1 >= 1.0x JetStream msgs/s", w1, jn, True)
+    check("W1 >= 0.5x Redis (everysec) msgs/s", w1, rd * 0.5 if rd else None, True)
+    check("W1 p99 <= 5 ms", m("trimq-async", "W1", "latency_ms", "p99"), 5.0, False)
+    check("W2 >= 150,000 msgs/s", m("trimq-async", "W2", "msgs_per_s"), 150_000.0, True)
+    w3 = m("trimq-async", "W3", "msgs_per_s")
+    check("W3 >= 200,000 msgs/s", w3, 200_000.0, True)
+    peers3 = (m("nats", "W3", "msgs_per_s"), m("redis-everysec", "W3", "msgs_per_s"))
+    best = max((v for v in peers3 if v is not None), default=None)
+    check("W3 >= 1.0x the faster peer", w3, best, True)
+    p99 = m("trimq-async", "W4", "latency_ms", "p99")
+    check("W4 p99 <= 5 ms", p99, 5.0, False)
+    peers4 = [m("nats", "W4", "latency_ms", "p99"), m("redis-everysec", "W4", "latency_ms", "p99")]
+    worst_ok = min((v for v in peers4 if v is not None), default=None)
+    check("W4 p99 not worse than either peer", p99, worst_ok, False)
+    sync1 = m("trimq-sync", "W1", "msgs_per_s")
+    check("SYNC_FLUSH W1 >= 0.5x ASYNC_FLUSH W1", sync1, w1 * 0.5 if w1 else None, True)
+    return out
+
+
+def client_bound(all_runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Workloads where the client used >= 85% of a core while the server used less."""
+    notes = []
+    for config, runs in all_runs.items():
+        for w in WORKLOADS:
+            secs = metric(runs, w, ("seconds",))
+            cli, srv = cpu_metric(runs, w, "client_cpu_s"), cpu_metric(runs, w, "server_cpu_s")
+            if not secs or cli is None or srv is None or w == "W4":
+                continue
+            if cli / secs >= 0.85 and cli > srv:
+                notes.append(
+                    f"{config} {w}: client-bound (client {cli / secs:.0%} of a core, "
+                    f"server {srv / secs:.0%})"
+                )
+    return notes
+
+
+# ---- main -----------------------------------------------------------------------------------
+
+
+def _version(args: list[str]) -> str:
+    try:
+        out = subprocess.run(args, capture_output=True, text=True, timeout=10, check=False)
+        return (out.stdout or out.stderr).strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return "?"
+
+
+def machine_info() -> dict[str, Any]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def pkg(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "absent"
+
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "host": platform.platform(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "nats-server": _version(["nats-server", "--version"]),
+        "redis-server": _version(["redis-server", "--version"]),
+        "nats-py": pkg("nats-py"),
+        "redis-py": pkg("redis"),
+        "hiredis": pkg("hiredis"),
+        "trimq": pkg("trimq"),
+        "loadavg_start": os.getloadavg(),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    global SIZES
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small counts, one run (< 2 minutes)")
+    ap.add_argument("--runs", type=int, default=None, help="runs per system (default 3, quick 1)")
+    ap.add_argument("--only", default=None, help="comma-separated configs: " + ",".join(CONFIGS))
+    ap.add_argument("--out", type=Path, default=None, help="write all figures as JSON here")
+    ap.add_argument("--no-disk", action="store_true", help="skip the disk measurements")
+    opts = ap.parse_args(argv)
+    SIZES = Sizes.for_mode(opts.quick)
+    runs = opts.runs or (1 if opts.quick else 3)
+    configs = [c.strip() for c in opts.only.split(",")] if opts.only else list(CONFIGS)
+    for c in configs:
+        if c not in CONFIGS:
+            ap.error(f"unknown config {c!r}")
+    needed = {CONFIGS[c][0] for c in configs}
+    for kind, exe in (("nats", "nats-server"), ("redis", "redis-server")):
+        if kind in needed and shutil.which(exe) is None:
+            ap.error(f"{exe} not found: `make bench` installs it (apt-get install {exe})")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    info = machine_info()
+    console.print(
+        f"[bold]bench.peers[/] {'quick' if opts.quick else 'full'}, {runs} run(s): {info}"
+    )
+    started = time.monotonic()
+    all_runs: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
+    with tempfile.TemporaryDirectory(prefix="trimq-peers-") as tmp:
+        scratch = Path(tmp)
+        disk: dict[str, float] = {}
+        if not opts.no_disk:
+            disk["seq_mb_per_s"] = round(
+                _disk.sequential_mb_per_s(scratch, 64 if opts.quick else 512), 1
+            )
+            disk["fsyncs_per_s"] = round(
+                _disk.fsyncs_per_s(scratch, 1000 if opts.quick else 10000), 1
+            )
+            console.print(
+                f"disk: {disk['seq_mb_per_s']:,.0f} MB/s with fdatasync, "
+                f"{disk['fsyncs_per_s']:,.0f} 1 KiB fsyncs/s"
+            )
+        startup = _startup_cpu(scratch, env)
+        for i in range(runs):
+            for c in configs:
+                console.print(f"[bold]run {i + 1}/{runs}: {c}[/]")
+                all_runs[c].append(run_config(c, scratch, env, startup))
+    info["loadavg_end"] = os.getloadavg()
+    info["elapsed_s"] = round(time.monotonic() - started, 1)
+    console.print(build_table(all_runs))
+    console.print(
+        f"disk: {disk.get('seq_mb_per_s', 0):,.0f} MB/s sequential with fdatasync, "
+        f"{disk.get('fsyncs_per_s', 0):,.0f} fsyncs/s (1 KiB appends); load average "
+        f"{info['loadavg_start'][0]:.1f} at start, {info['loadavg_end'][0]:.1f} at end; "
+        f"client CPU excludes interpreter start-up ({startup})"
+    )
+    for desc, ok, figures in targets(all_runs):
+        mark = "[green]met[/]" if ok else ("[yellow]n/a[/]" if ok is None else "[red]missed[/]")
+        console.print(f"  {mark:18} {desc}: {figures}")
+    for note in client_bound(all_runs):
+        console.print(f"  note: {note}")
+    console.print(f"elapsed {info['elapsed_s']} s")
+    if opts.out:
+        opts.out.write_text(
+            json.dumps(
+                {"machine": info, "disk": disk, "startup_cpu_s": startup, "runs": all_runs},
+                indent=1,
+                sort_keys=True,
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()

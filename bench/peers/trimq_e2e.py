@@ -1,0 +1,108 @@
+"""trimq side of W4 (mqbench has no fixed-rate mode): end-to-end latency at a fixed rate.
+
+    python -m bench.peers.trimq_e2e -n 127.0.0.1:9876 -t BenchE2E --rate 2000 --seconds 10
+
+One process, trimq's own client library: a Producer sends at the fixed rate (up to 64 sends in
+flight, so a slow ack never delays the schedule) while a PushConsumer (long-poll pulls of 32)
+measures publish-to-receive latency from the time stamped in the body. Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any
+
+import trio
+
+from client import (
+    ClientConfig,
+    ConsumeFromWhere,
+    ConsumeStatus,
+    Message,
+    MessageExt,
+    Producer,
+    PushConsumer,
+)
+from remoting.logs import configure_logging
+
+from ._stats import e2e_body, e2e_latency_ms, random_body, summary
+
+
+async def run(opts: argparse.Namespace) -> dict[str, Any]:
+    cfg = ClientConfig(
+        namesrv_addr=opts.namesrv,
+        instance_name=f"bench-e2e-{os.getpid()}",
+        pull_batch_size=32,
+        consume_message_batch_max_size=32,
+    )
+    pad = random_body(1024 - 16)
+    lat: list[float] = []
+    total = int(opts.rate * opts.seconds)
+    ready = trio.Event()
+    all_seen = trio.Event()
+    errors = [0]
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        for m in msgs:
+            seq, ms = e2e_latency_ms(m.body)
+            if seq < 0:
+                ready.set()
+            else:
+                lat.append(ms)
+        if len(lat) >= total:
+            all_seen.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer(
+        "bench_w4",
+        cfg,
+        listener=listener,
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+    )
+    consumer.subscribe(opts.topic, "*")
+    async with Producer("bench_w4_producer", cfg) as producer, consumer:
+        for _ in range(300):  # warm-up probes until the consumer sees one (bounded: 30 s)
+            await producer.send(Message(opts.topic, e2e_body(-1, pad)))
+            with trio.move_on_after(0.1):
+                await ready.wait()
+            if ready.is_set():
+                break
+        limiter = trio.Semaphore(64)
+
+        async def send(i: int) -> None:
+            try:
+                await producer.send(Message(opts.topic, e2e_body(i, pad)))
+            except Exception:
+                errors[0] += 1
+            finally:
+                limiter.release()
+
+        async with trio.open_nursery() as nursery:
+            start = time.perf_counter()
+            for i in range(total):
+                delay = start + i / opts.rate - time.perf_counter()
+                if delay > 0:
+                    await trio.sleep(delay)
+                await limiter.acquire()
+                nursery.start_soon(send, i)
+        with trio.move_on_after(10):
+            await all_seen.wait()
+    return summary("trimq-e2e", len(lat), opts.seconds, lat, total - len(lat), rate=opts.rate)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("-n", "--namesrv", required=True)
+    ap.add_argument("-t", "--topic", default="BenchE2E")
+    ap.add_argument("--rate", type=int, default=2000)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    opts = ap.parse_args()
+    configure_logging("error")
+    print(json.dumps(trio.run(run, opts), sort_keys=True), flush=True)
+
+
+if __name__ == "__main__":
+    main()
