@@ -202,6 +202,7 @@ class ScheduleService:
         self._store: MessageStore | None = None
         self._level_wakeups = [_Wakeup() for _ in range(self.levels)]
         self._persist_wakeup = _Wakeup()
+        self._persist_lock = trio.Lock()  # one writer at a time (they share the .tmp files)
         # Exact-timestamp state.
         self.timer_delivered_offset = 0
         self._timer_marks: set[int] = set()  # delivered offsets >= timer_delivered_offset
@@ -264,6 +265,10 @@ class ScheduleService:
 
     async def persist(self) -> None:
         """Write whatever changed (delay offsets, timer watermark and marks) in a worker thread."""
+        async with self._persist_lock:
+            await self._persist()
+
+    async def _persist(self) -> None:
         if self.dirty:
             data = self.snapshot()
             try:

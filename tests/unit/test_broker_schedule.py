@@ -306,10 +306,15 @@ async def test_timer_restart_skips_delivered_and_keeps_the_rest(
         await wait_until(lambda: store.get_max_offset_in_queue("Real", 0) >= 3, what="3 due")
         await wait_until(lambda: not svc._timer_pending_marks, what="marks written")
         assert svc.timer_delivered_offset == 0
+    marks = (tmp_path / "config" / "timerDelivered.marks").read_bytes()
+    assert sorted(int.from_bytes(marks[i : i + 8], "big") for i in range(0, len(marks), 8)) == [
+        1,
+        3,
+        5,
+    ]
     async with running(tmp_path) as (store, svc):
-        await wait_until(lambda: svc.pending_timer_messages() == 3, what="rebuilt heap")
-        await trio.sleep(2)
-        assert store.get_max_offset_in_queue("Real", 0) == 3  # nothing delivered twice
+        # (The virtual clock may jump far while the store opens, so the later ones may be due
+        # already: what matters is that each of the six arrives exactly once.)
         await wait_until(
             lambda: store.get_max_offset_in_queue("Real", 0) >= 6, total=120, what="the rest"
         )
