@@ -151,17 +151,21 @@ def _encode_rocketmq(cmd: RemotingCommand) -> bytes:
     else:
         out += b"\x00\x00\x00\x00"
     if ext:
-        block = bytearray()
+        parts: list[bytes] = []
+        append = parts.append
+        pack16 = _I16.pack
+        pack32 = _I32.pack
         for key, value in ext.items():
             kb = key.encode("utf-8")
             vb = value.encode("utf-8")
             if len(kb) > 0x7FFF:
                 raise ValueError(f"extFields key longer than 32767 bytes: {key[:40]!r}")
-            block += _I16.pack(len(kb))
-            block += kb
-            block += _I32.pack(len(vb))
-            block += vb
-        out += _I32.pack(len(block))
+            append(pack16(len(kb)))
+            append(kb)
+            append(pack32(len(vb)))
+            append(vb)
+        block = b"".join(parts)
+        out += pack32(len(block))
         out += block
     else:
         out += b"\x00\x00\x00\x00"
@@ -193,22 +197,26 @@ def _decode_rocketmq(data: bytes) -> RemotingCommand:
         if ext_len < 0 or end > size:
             raise FrameError(f"ROCKETMQ header extFields length {ext_len} out of bounds")
         ext = {}
+        unpack32 = _I32.unpack_from
         try:
             while pos < end:
                 if pos + 2 > end:
                     raise FrameError("ROCKETMQ header extFields entry truncated")
-                (klen,) = _I16.unpack_from(data, pos)
+                klen = (data[pos] << 8) | data[pos + 1]
+                if klen & 0x8000:
+                    raise FrameError("ROCKETMQ header extFields key length is negative")
                 pos += 2
-                if klen < 0 or pos + klen + 4 > end:
+                key_end = pos + klen
+                if key_end + 4 > end:
                     raise FrameError(f"ROCKETMQ header extFields key length {klen} out of bounds")
-                key = data[pos : pos + klen].decode("utf-8")
-                pos += klen
-                (vlen,) = _I32.unpack_from(data, pos)
-                pos += 4
-                if vlen < 0 or pos + vlen > end:
+                key = data[pos:key_end].decode("utf-8")
+                (vlen,) = unpack32(data, key_end)
+                pos = key_end + 4
+                value_end = pos + vlen
+                if vlen < 0 or value_end > end:
                     raise FrameError(f"ROCKETMQ header extFields value length {vlen} out of bounds")
-                ext[key] = data[pos : pos + vlen].decode("utf-8")
-                pos += vlen
+                ext[key] = data[pos:value_end].decode("utf-8")
+                pos = value_end
         except UnicodeDecodeError:
             raise FrameError("ROCKETMQ header extFields entry is not UTF-8") from None
     if pos != size:
