@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import random
+
+from hypothesis import given
+from hypothesis import strategies as st
+
 from client.consumer.process_queue import ProcessQueue
 from client.message import MessageExt
 
@@ -45,3 +50,27 @@ def test_clear() -> None:
     pq.clear()
     assert pq.msg_count == 0
     assert pq.commit_offset() == 3
+
+
+@given(
+    offsets=st.lists(st.integers(0, 200), min_size=1, max_size=60, unique=True),
+    order=st.randoms(use_true_random=False),
+)
+def test_commit_offset_never_passes_an_unconsumed_message(
+    offsets: list[int], order: object
+) -> None:
+    assert isinstance(order, random.Random)
+    pq = ProcessQueue()
+    pq.put_messages([_m(o) for o in offsets])
+    pending = sorted(offsets)
+    done = list(offsets)
+    order.shuffle(done)
+    committed = -1
+    for off in done:
+        got = pq.remove([_m(off)])
+        pending.remove(off)
+        expected = pending[0] if pending else max(offsets) + 1
+        assert got == expected
+        # Monotonic, and never beyond the smallest message still in flight.
+        assert got >= committed
+        committed = got
