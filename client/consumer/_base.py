@@ -230,6 +230,8 @@ class ConsumerBase:
             await self._instance.send_heartbeat_to_all_brokers()
             await self.do_rebalance()
         except BaseException:
+            if self._instance is not None and self._instance.consumers.get(self.group) is self:
+                del self._instance.consumers[self.group]
             await self._stack.aclose()
             raise
         return self
