@@ -101,10 +101,27 @@ class Cluster:
         return proc.stdout
 
     def container(self, service: str) -> str:
-        cid = self.compose("ps", "-q", service).strip()
-        if not cid:
-            raise RuntimeError(f"no container for {service}")
-        return cid.splitlines()[0]
+        """The container id of a service (by compose labels: much faster than `compose ps`)."""
+        out = subprocess.run(
+            [
+                "docker",
+                "ps",
+                "-aq",
+                "--no-trunc",
+                "--filter",
+                f"label=com.docker.compose.project={self.project}",
+                "--filter",
+                f"label=com.docker.compose.service={service}",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        )
+        ids = out.stdout.split()
+        if len(ids) != 1:
+            raise RuntimeError(f"expected one container for {service}, found {ids}")
+        return ids[0]
 
     def health(self, service: str) -> str:
         out = subprocess.run(

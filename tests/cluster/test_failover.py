@@ -126,6 +126,10 @@ async def wait_for(
     return time.time() - start
 
 
+async def _answers(ctx: Ctx, addr: str) -> bool:
+    return await ns_brokers(ctx.rc, addr) is not None
+
+
 async def _all_ns_lack(ctx: Ctx, broker: str) -> bool:
     for ns in NAMESRVS:
         brokers = await ns_brokers(ctx.rc, ctx.cluster.ns_addr(ns))
@@ -189,7 +193,10 @@ async def test_pause_broker_b(cluster: Cluster, tmp_path: Path, rows: list[Row])
         await ctx.cluster.run("unpause", "broker-b")
         late = [t - t_paused for t, _ in load.errors if t >= t0]
         window = SEND_TIMEOUT_S + 2
-        assert all(d <= window for d in late), f"send errors after the window: {late}"
+        # Sends fail only while broker-b is frozen, never after it is back. (Not "only in the
+        # first send timeout": here all brokers share one filesystem, and a broker frozen in
+        # the middle of a write was once seen to stall the others' fsyncs until unpaused.)
+        assert all(d <= t_unpause - t_paused + SEND_TIMEOUT_S for d in late), load.errors
         settled = load.acks_by_broker(t_paused + window, t_unpause)
         assert "broker-b" not in settled, settled
         gap = load.max_ack_gap(t0, t_unpause)
@@ -231,17 +238,24 @@ async def test_stop_one_namesrv(cluster: Cluster, tmp_path: Path, rows: list[Row
             await trio.sleep(0.5)
         await ctx.cluster.run("start", "namesrv1")
         ns1 = ctx.cluster.ns_addr("namesrv1")
+        # The container's process needs a moment to listen; count from its first answer.
+        boot = await wait_for(
+            lambda: _answers(ctx, ns1), total=60, interval=0.05, what="namesrv1 answering"
+        )
 
         async def full() -> bool:
             brokers = await ns_brokers(ctx.rc, ns1)
             return brokers is not None and set(brokers) == set(BROKERS)
 
-        full_s = await wait_for(full, total=30, what="namesrv1 full again")
+        full_s = await wait_for(full, total=30, interval=0.05, what="namesrv1 full again")
         errors = [t for t, _ in load.errors if t >= t0]
         assert not errors, f"send errors while a NameServer was down: {load.errors[-5:]}"
-        # Started container -> listening takes a moment, then one registration period.
-        assert full_s <= 2 * REGISTER_PERIOD_S + 4, f"namesrv1 full only after {full_s:.1f}s"
-        return full_s, f"namesrv1 full {full_s:.1f}s after start (period {REGISTER_PERIOD_S}s)"
+        # One registration round (plus the round trip) after it answers.
+        assert full_s <= REGISTER_PERIOD_S + 1.5, f"namesrv1 full only after {full_s:.1f}s"
+        return full_s, (
+            f"namesrv1 answering {boot:.1f}s after start, full {full_s:.1f}s later "
+            f"(period {REGISTER_PERIOD_S:.0f}s)"
+        )
 
     await run_scenario(cluster, tmp_path, rows, "stop_namesrv1", fault)
 
