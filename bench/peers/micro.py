@@ -1,0 +1,264 @@
+"""CPU cost of trimq's hot paths, per message, in microseconds of process CPU time.
+
+    .venv/bin/python -m bench.peers.micro [--quick] [--only NAME,...]
+
+CPU time (not wall time) and the best of several repeats, so figures stay comparable while
+the machine is busy; use it to measure a change to the codecs, the store or the index before
+running the peers harness. Cases:
+  frame_roundtrip     encode a SEND_MESSAGE_V2 request (msgpack header, 1 KiB body) + decode it
+  send_header         SendMessageRequestHeader.from_command on the decoded request
+  response_encode     encode a send response frame (msgpack)
+  java_string_hash    `topic#<32-hex UNIQ_KEY>` hash
+  build_index         IndexService.build_index of a record with a UNIQ_KEY
+  encode_record       encode_record_template of a 1 KiB message with TAGS/UNIQ_KEY/WAIT
+  put_single          MessageStore.put_messages of one message (ASYNC_FLUSH, index on)
+  put_batch32         the same, 32 messages per call (cost per message)
+  get_message32       MessageStore.get_message, 32 per call (cost per message)
+  decode_records32    store.message.decode_records of a 32-message pull body (client side)
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import structlog
+import trio
+
+from remoting import FrameDecoder, RemotingCommand, RequestCode, encode_frame
+from remoting.protocol.headers import SendMessageRequestHeader
+from store import MessageStore, StoreConfig
+from store.index_file import IndexService
+from store.message import (
+    MessageInner,
+    UniqKeyGenerator,
+    decode_records,
+    encode_properties,
+    encode_record_template,
+    java_string_hash,
+)
+
+BODY = bytes(range(256)) * 4
+TOPIC = "BenchTopic"
+UNIQ = UniqKeyGenerator(ip="127.0.0.1", pid=4242, seed=1)
+
+
+def _props() -> dict[str, str]:
+    return {"TAGS": "TagA", "UNIQ_KEY": UNIQ.next(), "WAIT": "true"}
+
+
+def _msg(queue_id: int = 0) -> MessageInner:
+    return MessageInner(
+        TOPIC,
+        BODY,
+        queue_id=queue_id,
+        properties=_props(),
+        born_timestamp=int(time.time() * 1000),
+        born_host=("127.0.0.1", 50000),
+        store_host=("127.0.0.1", 10911),
+    )
+
+
+def _send_request() -> RemotingCommand:
+    hdr = SendMessageRequestHeader(
+        producer_group="PG",
+        topic=TOPIC,
+        default_topic="TBW102",
+        default_topic_queue_nums=8,
+        queue_id=3,
+        sys_flag=0,
+        born_timestamp=int(time.time() * 1000),
+        flag=0,
+        properties=encode_properties(_props()),
+    )
+    cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, hdr.to_fields_v2(), BODY)
+    cmd.opaque = 77
+    return cmd
+
+
+def measure(fn: Callable[[int], Any], n: int, per: int = 1, repeats: int = 5) -> float:
+    """Best CPU µs per item over `repeats` runs of `fn(n)` (`per` items per call unit)."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.process_time()
+        fn(n)
+        best = min(best, time.process_time() - t0)
+    return best / (n * per) * 1e6
+
+
+def case_frame_roundtrip(n: int) -> None:
+    cmd = _send_request()
+    dec = FrameDecoder()
+    for _ in range(n):
+        dec.feed(encode_frame(cmd))
+
+
+def case_send_header(n: int) -> None:
+    frame = encode_frame(_send_request())
+    cmd = FrameDecoder().feed(frame)[0]
+    for _ in range(n):
+        SendMessageRequestHeader.from_command(cmd)
+
+
+def case_response_encode(n: int) -> None:
+    req = _send_request()
+    fields = {
+        "msgId": "7F00000100002A9F0000000000000000",
+        "queueId": "3",
+        "queueOffset": "12345",
+        "MSG_REGION": "DefaultRegion",
+        "TRACE_ON": "true",
+    }
+    for _ in range(n):
+        resp = req.make_response(0, None)
+        resp.ext_fields = dict(fields)
+        encode_frame(resp)
+
+
+def case_java_string_hash(n: int) -> None:
+    keys = [f"{TOPIC}#{UNIQ.next()}" for _ in range(1000)]
+    for i in range(n):
+        java_string_hash(keys[i % 1000])
+
+
+def case_encode_record(n: int) -> None:
+    msgs = [_msg() for _ in range(1000)]
+    for i in range(n):
+        m = msgs[i % 1000]
+        m.properties_string = None
+        encode_record_template(m)
+
+
+class _StoreCase:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    async def put(self, n: int, batch: int) -> float:
+        cfg = StoreConfig(
+            store_path_root_dir=str(self.root / f"put{batch}"),
+            mapped_file_size_commitlog=256 * 1024 * 1024,
+        )
+        msgs = [[_msg(i % 8) for _ in range(batch)] for i in range(64)]
+        for group in msgs:
+            for m in group:
+                m.queue_id = group[0].queue_id
+        async with MessageStore(cfg) as store:
+            best = float("inf")
+            for _ in range(3):
+                t0 = time.process_time()
+                for i in range(n // batch):
+                    group = msgs[i % 64]
+                    for m in group:  # a fresh UNIQ_KEY each time, as real sends have
+                        m.properties["UNIQ_KEY"] = UNIQ.next()
+                        m.properties_string = None
+                    await store.put_messages(group)
+                best = min(best, time.process_time() - t0)
+            return best / n * 1e6
+
+    async def get(self, n: int) -> float:
+        cfg = StoreConfig(
+            store_path_root_dir=str(self.root / "get"),
+            mapped_file_size_commitlog=256 * 1024 * 1024,
+        )
+        async with MessageStore(cfg) as store:
+            group = [_msg(0) for _ in range(32)]
+            for _ in range(n // 32):
+                await store.put_messages(group)
+            best = float("inf")
+            for _ in range(3):
+                t0 = time.process_time()
+                for off in range(0, n, 32):
+                    await store.get_message("G", TOPIC, 0, off, 32, 1 << 20)
+                best = min(best, time.process_time() - t0)
+            return best / n * 1e6
+
+
+def case_build_index(root: Path, n: int) -> float:
+    svc = IndexService(root / "index", slot_num=5_000_000, index_num=20_000_000)
+    reqs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = StoreConfig(store_path_root_dir=tmp, message_index_enable=False)
+
+        async def make() -> None:
+            async with MessageStore(cfg) as store:
+                for _ in range(n):
+                    res = await store.put_messages([_msg()])
+                    assert res.append is not None
+                    reqs.append(res.append.phy_offsets[0])
+
+        trio.run(make)
+    from store.message import DispatchRequest, DispatchStatus
+
+    base = [
+        DispatchRequest(
+            DispatchStatus.OK,
+            1170,
+            TOPIC,
+            0,
+            i,
+            phy,
+            0,
+            int(time.time() * 1000),
+            0,
+            "",
+            UNIQ.next(),
+            0,
+            {},
+            0,
+            0,
+        )
+        for i, phy in enumerate(reqs)
+    ]
+    t0 = time.process_time()
+    for r in base:
+        svc.build_index(r)
+    spent = time.process_time() - t0
+    svc.close()
+    return spent / n * 1e6
+
+
+def case_decode_records(n: int) -> None:
+    from store.message import encode_record
+
+    body = b"".join(bytes(encode_record(_msg(), i, i * 1200, 1)) for i in range(32))
+    for _ in range(n // 32):
+        for m in decode_records(body):
+            m.body  # noqa: B018 (touch what a consumer touches)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", default=None)
+    opts = ap.parse_args()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    n = 5_000 if opts.quick else 30_000
+    only = set(opts.only.split(",")) if opts.only else None
+    results: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="trimq-micro-") as tmp:
+        root = Path(tmp)
+        cases: dict[str, Callable[[], float]] = {
+            "frame_roundtrip": lambda: measure(case_frame_roundtrip, n),
+            "send_header": lambda: measure(case_send_header, n),
+            "response_encode": lambda: measure(case_response_encode, n),
+            "java_string_hash": lambda: measure(case_java_string_hash, n),
+            "build_index": lambda: case_build_index(root, n),
+            "encode_record": lambda: measure(case_encode_record, n),
+            "put_single": lambda: trio.run(_StoreCase(root).put, n, 1),
+            "put_batch32": lambda: trio.run(_StoreCase(root).put, n, 32),
+            "get_message32": lambda: trio.run(_StoreCase(root).get, n),
+            "decode_records32": lambda: measure(case_decode_records, n),
+        }
+        for name, fn in cases.items():
+            if only and name not in only:
+                continue
+            results[name] = fn()
+            print(f"{name:18} {results[name]:8.2f} us/msg", flush=True)
+
+
+if __name__ == "__main__":
+    main()
