@@ -139,7 +139,7 @@ class _StoreCase:
 
     async def put(self, n: int, batch: int) -> float:
         cfg = StoreConfig(
-            store_path_root_dir=str(self.root / f"put{batch}"),
+            store_path_root_dir=self.root / f"put{batch}",
             mapped_file_size_commitlog=256 * 1024 * 1024,
         )
         msgs = [[_msg(i % 8) for _ in range(batch)] for i in range(64)]
@@ -161,7 +161,7 @@ class _StoreCase:
 
     async def get(self, n: int) -> float:
         cfg = StoreConfig(
-            store_path_root_dir=str(self.root / "get"),
+            store_path_root_dir=self.root / "get",
             mapped_file_size_commitlog=256 * 1024 * 1024,
         )
         async with MessageStore(cfg) as store:
@@ -181,7 +181,7 @@ def case_build_index(root: Path, n: int) -> float:
     svc = IndexService(root / "index", slot_num=5_000_000, index_num=20_000_000)
     reqs = []
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = StoreConfig(store_path_root_dir=tmp, message_index_enable=False)
+        cfg = StoreConfig(store_path_root_dir=Path(tmp), message_index_enable=False)
 
         async def make() -> None:
             async with MessageStore(cfg) as store:
