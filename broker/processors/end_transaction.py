@@ -73,20 +73,32 @@ class EndTransactionProcessor:
             return error(cmd, ResponseCode.SYSTEM_ERROR, "The transaction state table offset wrong")
         if half.queue_offset in tx.resolved:
             return cmd.make_response(ResponseCode.SUCCESS)
-        if kind == TRANSACTION_COMMIT_TYPE:
-            msg = committed_message(half, ctrl.store_host)
-            ctrl.schedule.route_delay(msg)
-            ctrl.send.finish(msg)
-            result = await ctrl.store.put_message(msg)
-            if not result.ok:
-                return error(
-                    cmd,
-                    ResponseCode.SYSTEM_ERROR,
-                    f"store the committed message failed: {result.status.name}",
-                )
-            ctrl.stats.put_count += 1
-        op = await tx.write_op(half.queue_offset)
+        # Claim it before the first await: a racing END_TRANSACTION or check pass now sees it
+        # resolved (released again if nothing could be written).
+        tx.resolved.add(half.queue_offset)
+        try:
+            if kind == TRANSACTION_COMMIT_TYPE:
+                msg = committed_message(half, ctrl.store_host)
+                ctrl.schedule.route_delay(msg)
+                ctrl.send.finish(msg)
+                result = await ctrl.store.put_message(msg)
+                if not result.ok:
+                    tx.resolved.discard(half.queue_offset)
+                    return error(
+                        cmd,
+                        ResponseCode.SYSTEM_ERROR,
+                        f"store the committed message failed: {result.status.name}",
+                    )
+                ctrl.stats.put_count += 1
+            op = await tx.write_op(half.queue_offset)
+        except BaseException:
+            tx.resolved.discard(half.queue_offset)
+            raise
         if not op.ok:
+            if kind != TRANSACTION_COMMIT_TYPE:
+                tx.resolved.discard(half.queue_offset)
+            # else: the real message is stored; it stays resolved in memory (after a restart,
+            # without the op record, a check may ask the producer again, as in RocketMQ).
             return error(
                 cmd, ResponseCode.SYSTEM_ERROR, f"store the op record failed: {op.status.name}"
             )
