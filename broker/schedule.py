@@ -500,6 +500,7 @@ class ScheduleService:
             self._timer_wakeup.clear()
             await self._timer_load()
             delivered = False
+            failed = False
             while heap and heap[0][0] <= self.now_ms():
                 due, qoff, phy, size = heap[0]
                 ext = store.look_message_by_offset(phy, size)
@@ -509,6 +510,7 @@ class ScheduleService:
                     self._timer_done(qoff)
                     continue
                 if not await self._put(real_message(ext, self._store_host())):
+                    failed = True
                     break
                 heapq.heappop(heap)
                 lateness = self.now_ms() - due
@@ -519,13 +521,13 @@ class ScheduleService:
                 delivered = True
             if delivered or self._timer_state_dirty:
                 self._persist_wakeup.set()
-            if heap and heap[0][0] <= self.now_ms():
-                await trio.sleep(_RETRY_AFTER_S)  # the put failed: retry later
+            if failed:
+                await trio.sleep(_RETRY_AFTER_S)  # the store refused: retry later
                 continue
             if not heap:
                 await self._timer_wakeup.wait()
                 continue
-            with trio.move_on_after((heap[0][0] - self.now_ms()) / 1000):
+            with trio.move_on_after(max(0, heap[0][0] - self.now_ms()) / 1000):
                 await self._timer_wakeup.wait()
 
     # -- admin -----------------------------------------------------------------------------
