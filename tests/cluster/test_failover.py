@@ -193,9 +193,13 @@ async def test_pause_broker_b(cluster: Cluster, tmp_path: Path, rows: list[Row])
         await ctx.cluster.run("unpause", "broker-b")
         late = [t - t_paused for t, _ in load.errors if t >= t0]
         window = SEND_TIMEOUT_S + 2
-        # Sends fail only while broker-b is frozen, never after it is back. (Not "only in the
-        # first send timeout": here all brokers share one filesystem, and a broker frozen in
-        # the middle of a write was once seen to stall the others' fsyncs until unpaused.)
+        # Sends fail only while broker-b is frozen, never after it is back. The tighter bound
+        # (only within one send timeout of the freeze) does not hold yet: an attempt cut off
+        # by the producer's total send timeout ("sendDefaultImpl call timeout") does not
+        # charge broker-b in the fault table, so when every sender's attempt ends that way
+        # broker-b is picked again and a second wave times out (seen in 2 of 5 runs).
+        for t, err in load.errors:
+            print(f"pause_broker_b: send error {t - t_paused:+.2f}s after pause: {err}")
         assert all(d <= t_unpause - t_paused + SEND_TIMEOUT_S for d in late), load.errors
         settled = load.acks_by_broker(t_paused + window, t_unpause)
         assert "broker-b" not in settled, settled
