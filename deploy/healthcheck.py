@@ -34,8 +34,15 @@ def cluster_info(addr: str) -> dict[str, object]:
     """Ask the NameServer at `addr` for cluster info; the decoded JSON body."""
     host, _, port = addr.strip().rpartition(":")
     header = json.dumps(
-        {"code": GET_BROKER_CLUSTER_INFO, "flag": 0, "language": "PYTHON", "opaque": 1,
-         "serializeTypeCurrentRPC": "JSON", "version": 0, "extFields": {}}
+        {
+            "code": GET_BROKER_CLUSTER_INFO,
+            "flag": 0,
+            "language": "PYTHON",
+            "opaque": 1,
+            "serializeTypeCurrentRPC": "JSON",
+            "version": 0,
+            "extFields": {},
+        }
     ).encode()
     frame = struct.pack(">II", 4 + len(header), len(header)) + header
     with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as sock:
