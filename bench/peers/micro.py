@@ -15,6 +15,8 @@ running the peers harness. Cases:
   put_batch32         the same, 32 messages per call (cost per message)
   get_message32       MessageStore.get_message, 32 per call (cost per message)
   decode_records32    store.message.decode_records of a 32-message pull body (client side)
+  invoke64            RemotingClient.invoke of a 1 KiB echo, 64 in flight, client and server
+                      in this process (CPU per request and response, both sides)
 """
 
 from __future__ import annotations
@@ -230,6 +232,37 @@ def case_decode_records(n: int) -> None:
             m.body  # noqa: B018 (touch what a consumer touches)
 
 
+async def _invoke64(n: int) -> float:
+    from remoting import Connection, RemotingClient, RemotingServer
+
+    async def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(body=cmd.body)
+
+    srv = RemotingServer()
+    srv.register_processor(1, echo)
+    best = float("inf")
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(srv.run)
+        addr = f"127.0.0.1:{port}"
+        async with RemotingClient() as client:
+            await client.invoke(addr, RemotingCommand.request(1, body=BODY))
+            for _ in range(3):
+                left = [n]
+
+                async def worker(left: list[int]) -> None:
+                    while left[0] > 0:
+                        left[0] -= 1
+                        await client.invoke(addr, RemotingCommand.request(1, {"k": "v"}, BODY))
+
+                t0 = time.process_time()
+                async with trio.open_nursery() as workers:
+                    for _ in range(64):
+                        workers.start_soon(worker, left)
+                best = min(best, time.process_time() - t0)
+        nursery.cancel_scope.cancel()
+    return best / n * 1e6
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true")
@@ -252,6 +285,7 @@ def main() -> None:
             "put_batch32": lambda: trio.run(_StoreCase(root).put, n, 32),
             "get_message32": lambda: trio.run(_StoreCase(root).get, n),
             "decode_records32": lambda: measure(case_decode_records, n),
+            "invoke64": lambda: trio.run(_invoke64, n),
         }
         for name, fn in cases.items():
             if only and name not in only:
