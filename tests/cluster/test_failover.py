@@ -314,9 +314,18 @@ async def test_kill_one_consumer(cluster: Cluster, tmp_path: Path, rows: list[Ro
             return {r.consumer for r in procs.records()} == {0, 1, 2}
 
         await wait_until(each_consumed, total=30, interval=0.2, what="all consumers consuming")
-        await trio.sleep(2)  # let a committed offset reach the brokers
-        before = [r for r in procs.records() if r.consumer == 0]
-        owned = {(r.broker, r.queue_id) for r in before}
+        # Let the allocation settle (consumers joined one by one) and offsets be committed.
+        await trio.sleep(REBALANCE_MS / 1000 + 2)
+        # The queues consumer 0 owns now: consumed by it, and by no one else, lately.
+        recent_from = time.time() - 1.5
+        records = procs.records()
+        others_recent = {
+            (r.broker, r.queue_id) for r in records if r.consumer != 0 and r.at >= recent_from
+        }
+        before = [r for r in records if r.consumer == 0]
+        owned = {(r.broker, r.queue_id) for r in before if r.at >= recent_from} - others_recent
+        assert owned, "consumer 0 consumed nothing lately"
+        before = [r for r in before if (r.broker, r.queue_id) in owned]
         last_off = {q: max(r.offset for r in before if (r.broker, r.queue_id) == q) for q in owned}
         t_kill = time.time()
         procs.kill(0)
