@@ -7,7 +7,7 @@ logical offset of a unit is its byte offset / 20. A gap filler unit is (0, 2**31
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import structlog
@@ -186,6 +186,20 @@ class ConsumeQueue:
         n = min(max_units, (mf.wrote_position - rel) // CQ_UNIT_SIZE)
         data = mf.read(rel, n * CQ_UNIT_SIZE)
         return list(_UNIT.iter_unpack(data))
+
+    def iter_units(
+        self, queue_offset: int, max_units: int
+    ) -> tuple[int, Iterator[tuple[int, int, int]]] | None:
+        """Like `read_units`, but ``(count, iterator)``: units are unpacked only as far as the
+        caller iterates (a pull of 32 reads ahead 800 units for tag filtering, and usually
+        needs the first 32)."""
+        pos = queue_offset * CQ_UNIT_SIZE
+        mf = self.mfq.find(pos)
+        if mf is None or pos >= self.mfq.max_offset:
+            return None
+        rel = pos - mf.file_from_offset
+        n = min(max_units, (mf.wrote_position - rel) // CQ_UNIT_SIZE)
+        return n, _UNIT.iter_unpack(mf.read(rel, n * CQ_UNIT_SIZE))
 
     def roll_next_file(self, queue_offset: int) -> int:
         """Logical offset of the first unit of the file after the one holding `queue_offset`."""

@@ -533,8 +533,8 @@ class MessageStore:
             res.next_begin_offset = min_off if min_off == 0 else max_off
             return res
         max_msgs = max(1, max_msgs)
-        units = cq.read_units(offset, max(16000, max_msgs * CQ_UNIT_SIZE) // CQ_UNIT_SIZE)
-        if units is None:
+        found = cq.iter_units(offset, max(16000, max_msgs * CQ_UNIT_SIZE) // CQ_UNIT_SIZE)
+        if found is None:
             res.status = GetMessageStatus.OFFSET_FOUND_NULL
             res.next_begin_offset = cq.roll_next_file(offset)
             return res
@@ -545,6 +545,7 @@ class MessageStore:
         qoffs = res.queue_offsets
         total = 0
         i = 0
+        count, units = found
         for i, (phy, size, tags) in enumerate(units):
             if next_phy_file_start >= 0 and phy < next_phy_file_start:
                 continue
@@ -564,7 +565,7 @@ class MessageStore:
             status = GetMessageStatus.FOUND
             next_phy_file_start = -1
         else:
-            i = len(units)
+            i = count
         res.status = status
         res.next_begin_offset = offset + i
         res.message_count = len(buffers)
