@@ -167,7 +167,8 @@ class BatchReader(DataSourceReader):
         return _partitions(split_ranges(step.start, end, opts.min_partitions))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
+        if not isinstance(partition, RangePartition):
+            return iter(())  # Spark's placeholder partition when there is nothing to read
         return _read_range(self.opts, partition)
 
 
@@ -256,7 +257,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _partitions(split_ranges(full, end, self.opts.min_partitions))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
+        if not isinstance(partition, RangePartition):
+            return iter(())  # Spark's placeholder partition when there is nothing to read
         return _read_range(self.opts, partition)
 
     def commit(self, end: dict[str, Any]) -> None:

@@ -47,6 +47,26 @@ class MQ:
 
         wait_until_sync(routed, total=20, what=f"route of {topic}")
 
+    def add_queues(self, topic: str, broker: str, queues: int) -> None:
+        """Give `topic` `queues` queues on `broker` and wait until its route says so."""
+        masters = self.admin.master_addrs(timeout=10)
+        self.admin.create_topic(
+            topic,
+            broker_addr=masters[broker],
+            read_queue_nums=queues,
+            write_queue_nums=queues,
+            timeout=10,
+        )
+
+        def routed() -> bool:
+            route = self.admin.topic_route(topic, timeout=5)
+            return any(
+                qd.broker_name == broker and qd.read_queue_nums == queues
+                for qd in route.queue_datas
+            )
+
+        wait_until_sync(routed, total=20, what=f"{queues} queues of {topic} on {broker}")
+
     def send(
         self,
         topic: str,

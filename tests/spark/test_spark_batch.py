@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tests.spark.conftest import Cluster
@@ -79,6 +80,10 @@ def test_sub_expression_pattern_assign_and_min_partitions(
 
     assigned = _reader(spark, cluster).option("assign", f'{{"{t}": ["broker-b:1"]}}').load()
     assert sorted(r.queue_offset for r in assigned.collect()) == list(range(10))
+
+    at_end = json.dumps({t: {"broker-a:0": 40, "broker-b:1": 10}})
+    empty = _reader(spark, cluster).option("subscribe", t).option("startingOffsets", at_end)
+    assert empty.load().count() == 0
 
     split = _reader(spark, cluster).option("subscribe", t).option("minPartitions", "6").load()
     assert split.rdd.getNumPartitions() == 6
