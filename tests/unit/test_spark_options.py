@@ -144,3 +144,24 @@ def test_sink_options() -> None:
         parse_sink_options({**NS, "sendBatchSize": "0"})
     with pytest.raises(ValueError, match="producerGroup"):
         parse_sink_options({**NS, "producerGroup": "a b"})
+
+
+def test_only_client_spark_imports_pyspark_and_pyarrow() -> None:
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    allowed = {"client/spark/source.py", "client/spark/sink.py", "client/spark/arrow.py"}
+    offenders: list[str] = []
+    for path in sorted((root / "client").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        names: list[str] = []
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names.extend(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names.append(node.module)
+        bad = [n for n in names if n.split(".")[0] in ("pyspark", "pyarrow")]
+        if bad and rel not in allowed:
+            offenders.append(f"{rel}: {bad}")
+    assert offenders == []
