@@ -10,6 +10,9 @@ from typing import Any
 BODY_SIZE = 1024
 # W4 body head: sequence number (negative for warm-up probes) and send time (time.time()).
 E2E_HEAD = struct.Struct(">qd")
+# W4 sends this many seconds of paced messages (sequence -1, not measured) before measuring, so
+# connection pools, consumers and caches are warm on every system.
+WARMUP_S = 0.5
 
 
 def random_body(size: int = BODY_SIZE) -> bytes:

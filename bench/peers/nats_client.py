@@ -21,7 +21,7 @@ import nats
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import api
 
-from ._stats import e2e_body, e2e_latency_ms, random_body, summary
+from ._stats import WARMUP_S, e2e_body, e2e_latency_ms, random_body, summary
 
 STREAMS = {"W1": "BENCH", "W2": "BENCH", "W3": "BENCH", "W4": "E2E", "W5": "SEQ"}
 
@@ -161,11 +161,12 @@ async def w_e2e(nc: Any, subject_name: str, rate: int, seconds: float) -> dict[s
             break
     pending: set[asyncio.Future[Any]] = set()
     start = time.perf_counter()
-    for i in range(total):
-        delay = start + i / rate - time.perf_counter()
+    warm = int(WARMUP_S * rate)  # paced warm-up (seq -1, not measured)
+    for i in range(-warm, total):
+        delay = start + (i + warm) / rate - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        fut = await js.publish_async(subject, e2e_body(i, pad), wait_stall=10)
+        fut = await js.publish_async(subject, e2e_body(max(i, -1), pad), wait_stall=10)
         pending.add(fut)
         fut.add_done_callback(pending.discard)
     stop_at[0] = time.perf_counter() + 10

@@ -31,8 +31,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _profiled(module: str, out: Path, pyinstrument: bool) -> list[str]:
     if pyinstrument:
-        return [PY, "-m", "pyinstrument", "-r", "html", "-o", str(out.with_suffix(".html")),
-                "-m", module]  # fmt: skip
+        return [PY, "-m", "pyinstrument", "-r", "session", "-o",
+                str(out.with_suffix(".pyisession")), "-m", module]  # fmt: skip
     return [PY, "-m", "cProfile", "-o", str(out), "-m", module]
 
 
@@ -122,7 +122,15 @@ def main() -> None:
         _top(broker_prof, opts.top, opts.count)
         _top(client_prof, opts.top, opts.count)
     else:
-        print(f"flame graphs: {opts.out}/*.html")
+        for prof in (broker_prof, client_prof):
+            session = str(prof.with_suffix(".pyisession"))
+            for renderer, suffix in (("html", ".html"), ("text", ".txt")):
+                subprocess.run(
+                    [PY, "-m", "pyinstrument", "--load", session, "-r", renderer,
+                     "--no-color", "-o", str(prof.with_suffix(suffix))],
+                    check=False,
+                )  # fmt: skip
+        print(f"flame graphs: {opts.out}/*.html, text trees: {opts.out}/*.txt")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from ._stats import e2e_body, e2e_latency_ms, random_body, summary
+from ._stats import WARMUP_S, e2e_body, e2e_latency_ms, random_body, summary
 
 STREAMS = {"W1": "bench", "W2": "bench", "W3": "bench", "W4": "e2e", "W5": "seq"}
 
@@ -120,12 +120,13 @@ async def w_e2e(r: Any, stream: str, rate: int, seconds: float) -> dict[str, Any
             sem.release()
 
     start = time.perf_counter()
-    for i in range(total):
-        delay = start + i / rate - time.perf_counter()
+    warm = int(WARMUP_S * rate)  # paced warm-up (seq -1, not measured)
+    for i in range(-warm, total):
+        delay = start + (i + warm) / rate - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
         await sem.acquire()
-        t = asyncio.create_task(send(i))
+        t = asyncio.create_task(send(max(i, -1)))
         tasks.add(t)
         t.add_done_callback(tasks.discard)
     stop_at[0] = time.perf_counter() + 10

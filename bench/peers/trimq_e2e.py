@@ -28,7 +28,7 @@ from client import (
 )
 from remoting.logs import configure_logging
 
-from ._stats import e2e_body, e2e_latency_ms, random_body, summary
+from ._stats import WARMUP_S, e2e_body, e2e_latency_ms, random_body, summary
 
 
 async def run(opts: argparse.Namespace) -> dict[str, Any]:
@@ -82,12 +82,13 @@ async def run(opts: argparse.Namespace) -> dict[str, Any]:
 
         async with trio.open_nursery() as nursery:
             start = time.perf_counter()
-            for i in range(total):
-                delay = start + i / opts.rate - time.perf_counter()
+            warm = int(WARMUP_S * opts.rate)  # paced warm-up (seq -1, not measured)
+            for i in range(-warm, total):
+                delay = start + (i + warm) / opts.rate - time.perf_counter()
                 if delay > 0:
                     await trio.sleep(delay)
                 await limiter.acquire()
-                nursery.start_soon(send, i)
+                nursery.start_soon(send, max(i, -1))
         with trio.move_on_after(10):
             await all_seen.wait()
     return summary("trimq-e2e", len(lat), opts.seconds, lat, total - len(lat), rate=opts.rate)
