@@ -140,11 +140,14 @@ class PullProcessor:
 
         result = await self._get(hdr, hdr.queue_offset, max_msgs, match)
         code = pull_code(result.status, hdr.queue_offset)
+        # The piggybacked offset is stored when the request arrives, never after a long-poll
+        # wait (as RocketMQ: the re-run after suspend does not commit): a pull parked while
+        # its queue moved to another consumer would otherwise overwrite the newer offset.
+        if hdr.sys_flag & FLAG_COMMIT_OFFSET and ctrl.config.broker_id == 0:
+            ctrl.offsets.commit(hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.commit_offset)
         if code == ResponseCode.PULL_NOT_FOUND and hdr.sys_flag & FLAG_SUSPEND and not conn.closed:
             result, offset = await self._suspend(hdr, max_msgs, match, result)
             code = pull_code(result.status, offset)
-        if hdr.sys_flag & FLAG_COMMIT_OFFSET and ctrl.config.broker_id == 0:
-            ctrl.offsets.commit(hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.commit_offset)
         return self._response(cmd, code, result)
 
     async def _get(

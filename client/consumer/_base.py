@@ -106,11 +106,11 @@ class ConsumerBase:
     """Shared machinery; see PushConsumer and PullConsumer."""
 
     consume_type = "CONSUME_PASSIVELY"
-    # RocketMQ piggybacks the committed offset on pulls (COMMIT_OFFSET flag). Off by
-    # default: a long-polling pull still parked at the broker when its queue moves to
-    # another consumer could store its stale offset after our final persist, and the
-    # new owner would then re-consume. Offsets go out with the 5 s persist instead.
-    commit_offset_on_pull = False
+    # RocketMQ piggybacks the committed offset on pulls (COMMIT_OFFSET flag, when the
+    # in-memory offset is > 0). The broker stores it when the pull arrives, never after
+    # the long-poll wait, so a pull parked while its queue moves away cannot overwrite
+    # the new owner's offset. Offsets also go out with the 5 s persist.
+    commit_offset_on_pull = True
 
     def __init__(
         self,
