@@ -8,7 +8,13 @@ from client.admin import Admin
 from client.config import ClientConfig
 from client.consumer._base import ConsumeFromWhere, MessageModel
 from client.consumer.pull import PullConsumer
-from client.consumer.push import ConsumeStatus, PushConsumer
+from client.consumer.push import (
+    ConsumeConcurrentlyContext,
+    ConsumeOrderlyContext,
+    ConsumeOrderlyStatus,
+    ConsumeStatus,
+    PushConsumer,
+)
 from client.errors import (
     ClientClosedError,
     MessageValidationError,
@@ -19,14 +25,19 @@ from client.errors import (
 from client.instance import ClientInstance
 from client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
 from client.producer import Producer
+from client.transaction import LocalTransactionState, TransactionProducer, TransactionSendResult
 
 __all__ = [
     "Admin",
     "ClientClosedError",
     "ClientConfig",
     "ClientInstance",
+    "ConsumeConcurrentlyContext",
     "ConsumeFromWhere",
+    "ConsumeOrderlyContext",
+    "ConsumeOrderlyStatus",
     "ConsumeStatus",
+    "LocalTransactionState",
     "MQClientError",
     "Message",
     "MessageExt",
@@ -40,4 +51,6 @@ __all__ = [
     "SendFailedError",
     "SendResult",
     "SendStatus",
+    "TransactionProducer",
+    "TransactionSendResult",
 ]

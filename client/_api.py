@@ -398,6 +398,43 @@ class MQClientAPI:
             RemotingCommand.request(RequestCode.UNLOCK_BATCH_MQ, None, body.to_json(), oneway=True),
         )
 
+    async def consumer_send_msg_back(
+        self,
+        addr: str,
+        msg: MessageExt,
+        group: str,
+        delay_level: int,
+        *,
+        max_reconsume_times: int | None,
+        timeout_ms: int,
+    ) -> None:
+        """CONSUMER_SEND_MSG_BACK (36): the broker copies the record to %RETRY% / %DLQ%.
+
+        Raises:
+            RemoteError: the broker refused.
+        """
+        fields = headers.ConsumerSendMsgBackRequestHeader(
+            offset=msg.commit_log_offset,
+            group=group,
+            delay_level=delay_level,
+            origin_msg_id=msg.msg_id,
+            origin_topic=msg.topic,
+            unit_mode=False,
+            max_reconsume_times=max_reconsume_times,
+        ).to_fields()
+        cmd = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, fields)
+        resp = await self.transport.invoke(addr, cmd, timeout_ms)
+        resp.raise_for_code()
+
+    async def end_transaction_oneway(
+        self, addr: str, header: headers.EndTransactionRequestHeader, remark: str | None = None
+    ) -> None:
+        """END_TRANSACTION (37), oneway as RocketMQ's producer sends it."""
+        cmd = RemotingCommand.request(RequestCode.END_TRANSACTION, header.to_fields(), oneway=True)
+        if remark:
+            cmd.remark = remark
+        await self.transport.invoke_oneway(addr, cmd)
+
     # -- admin ----------------------------------------------------------------
     async def create_topic(
         self,

@@ -70,6 +70,15 @@ class ClientConfig(BaseModel):
     consume_timestamp: str | None = Field(
         default=None, description="yyyyMMddHHmmss; default now - 30 min"
     )
+    max_reconsume_times: int = Field(
+        default=-1,
+        ge=-1,
+        description="-1: 16 for concurrent listeners, unlimited for orderly ones",
+    )
+    consume_timeout_ms: int = Field(
+        default=15 * 60_000, gt=0, description="a listener call longer than this is retried"
+    )
+    suspend_current_queue_time_ms: int = Field(default=1000, ge=0)
     offset_store_dir: str = Field(
         default_factory=lambda: os.path.join(os.path.expanduser("~"), ".trimq_offsets")
     )

@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from types import TracebackType
-from typing import Protocol, Self
+from typing import TYPE_CHECKING, Protocol, Self
 
 import structlog
 import trio
 
-from client._api import MQClientAPI
+from client._api import MQClientAPI, decode_messages
 from client._util import close_stack
 from client.config import ClientConfig
 from client.errors import ClientClosedError, MQClientError, NoRouteError
@@ -34,6 +34,10 @@ from remoting import RemotingClient, RemotingCommand
 from remoting.codes import RequestCode, ResponseCode, SerializeType
 from remoting.protocol import bodies, headers
 from remoting.protocol.route import TopicRouteData
+from store.message import PROPERTY_PRODUCER_GROUP
+
+if TYPE_CHECKING:
+    from client.producer import Producer
 
 log = structlog.get_logger()
 
@@ -83,6 +87,8 @@ class ClientInstance:
         self._nursery: trio.Nursery | None = None
         self._route_lock = trio.Lock()
         self._running = False
+        self._inner_producer: Producer | None = None
+        self._inner_producer_lock = trio.Lock()
 
     # -- lifecycle ------------------------------------------------------------
     @property
@@ -117,6 +123,9 @@ class ClientInstance:
             )
             self.remoting.register_processor(
                 RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT, self._on_get_consumer_status
+            )
+            self.remoting.register_processor(
+                RequestCode.CHECK_TRANSACTION_STATE, self._on_check_transaction_state
             )
             self._api = MQClientAPI(
                 self.remoting,
@@ -194,6 +203,21 @@ class ClientInstance:
         if self.consumers.pop(group, None) is not None and self._api is not None:
             for addr in self.all_broker_addrs():
                 await self._unregister_one(addr, consumer_group=group)
+
+    async def inner_producer(self) -> Producer:
+        """The instance's own producer (group CLIENT_INNER_PRODUCER), started on first use.
+
+        Consumers re-send failed messages through it when CONSUMER_SEND_MSG_BACK fails.
+        """
+        from client.producer import Producer
+
+        async with self._inner_producer_lock:
+            if self._inner_producer is None:
+                if not self._running:
+                    raise ClientClosedError("client instance is not started")
+                p = Producer(CLIENT_INNER_PRODUCER_GROUP, self.config, instance=self)
+                self._inner_producer = await self._stack.enter_async_context(p)
+            return self._inner_producer
 
     # -- routes -------------------------------------------------------------------
     def all_broker_addrs(self) -> list[str]:
@@ -346,7 +370,8 @@ class ClientInstance:
     # -- heartbeats ---------------------------------------------------------------
     def heartbeat_data(self) -> bodies.HeartbeatData:
         producers = [bodies.ProducerData(group_name=g) for g in sorted(self.producers)]
-        producers.append(bodies.ProducerData(group_name=CLIENT_INNER_PRODUCER_GROUP))
+        if CLIENT_INNER_PRODUCER_GROUP not in self.producers:
+            producers.append(bodies.ProducerData(group_name=CLIENT_INNER_PRODUCER_GROUP))
         return bodies.HeartbeatData(
             client_id=self.client_id,
             producer_data_set=producers,
@@ -443,6 +468,29 @@ class ClientInstance:
             }
             await consumer.reset_offsets(h.topic, table)
         return None if cmd.is_oneway else cmd.make_response()
+
+    async def _on_check_transaction_state(
+        self, conn: object, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        """CHECK_TRANSACTION_STATE (39, oneway): ask the half message's producer group."""
+        try:
+            h = headers.CheckTransactionStateRequestHeader.from_fields(cmd.ext_fields)
+            msgs = decode_messages(cmd.body_bytes())
+        except Exception as exc:
+            log.warning("bad_check_transaction_request", error=str(exc))
+            return None
+        if not msgs:
+            return None
+        msg = msgs[0]
+        group = msg.properties.get(PROPERTY_PRODUCER_GROUP, "")
+        producer = self.producers.get(group)
+        checker = getattr(producer, "check_transaction_state", None)
+        if checker is None:
+            log.warning("check_transaction_no_producer", group=group)
+            return None
+        if self._nursery is not None:
+            self._nursery.start_soon(checker, conn, msg, h)
+        return None
 
     async def _on_get_consumer_status(
         self, conn: object, cmd: RemotingCommand

@@ -1,9 +1,25 @@
-"""`PushConsumer`: long-polling pull loops feeding an async listener (DefaultMQPushConsumer)."""
+"""`PushConsumer`: long-polling pull loops feeding an async listener (DefaultMQPushConsumer).
+
+Two kinds of listener:
+
+- concurrent (`listener`): batches are consumed in parallel; a batch that fails
+  (RECONSUME_LATER, an exception, or longer than `consume_timeout_ms`) is sent back
+  to the broker (CONSUMER_SEND_MSG_BACK -> `%RETRY%<group>`, then `%DLQ%<group>` after
+  the max reconsume times). In CLUSTERING mode the consumer subscribes to its retry
+  topic by itself and hands retried messages to the listener with their real topic.
+- orderly (`orderly_listener`): each queue is locked on its broker (LOCK_BATCH_MQ,
+  renewed every 20 s) and consumed by one task in offset order, only while the lock
+  is held; SUSPEND_CURRENT_QUEUE_A_MOMENT retries the same messages after a pause.
+"""
 
 from __future__ import annotations
 
+import inspect
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from enum import Enum
+from types import TracebackType
 
 import structlog
 import trio
@@ -13,15 +29,31 @@ from client.consumer._base import ConsumeFromWhere, ConsumerBase, MessageModel
 from client.consumer.process_queue import ProcessQueue
 from client.consumer.rebalance import AllocateStrategy
 from client.errors import MQClientError
+from client.filter import parse_subscription
 from client.instance import ClientInstance
-from client.message import MessageExt, MessageQueue
+from client.message import Message, MessageExt, MessageQueue
+from store.message import (
+    PROPERTY_CONSUME_START_TIMESTAMP,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RECONSUME_TIME,
+    PROPERTY_RETRY_TOPIC,
+)
 
 log = structlog.get_logger()
 
-# Delay before a batch the listener asked to retry is offered again (local retry;
-# sending it back to the broker's %RETRY% topic is issue 6).
-LOCAL_RETRY_DELAY_S = 1.0
+# A batch whose send-back failed (and whose re-send through the inner producer failed)
+# is consumed again locally after this delay (RocketMQ's 5 s).
+LOCAL_RETRY_DELAY_S = 5.0
 DRAIN_TIMEOUT_S = 10.0
+DEFAULT_MAX_RECONSUME_TIMES = 16
+# Orderly: lock renewal period and how long a lock is trusted client-side without renewal
+# (RocketMQ's REBALANCE_LOCK_INTERVAL and REBALANCE_LOCK_MAX_LIVE_TIME).
+LOCK_RENEW_INTERVAL_S = 20.0
+LOCK_MAX_LIVE_S = 30.0
+# How long a queue being released waits for its consume task to finish the batch in hand.
+RELEASE_WAIT_S = 1.0
 
 
 class ConsumeStatus(Enum):
@@ -29,22 +61,84 @@ class ConsumeStatus(Enum):
     RECONSUME_LATER = "RECONSUME_LATER"
 
 
-Listener = Callable[[list[MessageExt]], Awaitable[ConsumeStatus]]
+class ConsumeOrderlyStatus(Enum):
+    SUCCESS = "SUCCESS"
+    SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
+
+
+@dataclass(slots=True)
+class ConsumeConcurrentlyContext:
+    """What a concurrent listener may set for a failed batch.
+
+    Attributes:
+        message_queue: the queue the batch was pulled from.
+        delay_level_when_next_consume: send-back delay level; 0 lets the broker choose
+            (3 + reconsume times), -1 sends straight to the DLQ.
+        ack_index: with CONSUME_SUCCESS, messages after this index are still retried.
+    """
+
+    message_queue: MessageQueue
+    delay_level_when_next_consume: int = 0
+    ack_index: int = 2**31 - 1
+
+
+@dataclass(slots=True)
+class ConsumeOrderlyContext:
+    """Orderly listener context.
+
+    Attributes:
+        message_queue: the queue being consumed.
+        suspend_current_queue_time_ms: pause before a suspended batch is retried (-1: the
+            consumer's `suspend_current_queue_time_ms`).
+    """
+
+    message_queue: MessageQueue
+    suspend_current_queue_time_ms: int = -1
+
+
+# `async (msgs) -> ConsumeStatus` or `async (msgs, context) -> ConsumeStatus`.
+Listener = Callable[..., Awaitable[ConsumeStatus | None]]
+OrderlyListener = Callable[
+    [list[MessageExt], ConsumeOrderlyContext], Awaitable[ConsumeOrderlyStatus | None]
+]
+
+
+def _wants_context(fn: Callable[..., object]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return True
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(p.kind in positional for p in params) >= 2
+
+
+@dataclass(slots=True)
+class _OrderlyQueue:
+    wakeup: trio.Event = field(default_factory=trio.Event)
+    consume_lock: trio.Lock = field(default_factory=trio.Lock)
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    locked_at: float | None = None  # monotonic time of the last successful broker lock
 
 
 class PushConsumer(ConsumerBase):
-    """Consumes subscribed topics and calls `listener(msgs)` for each batch.
+    """Consumes subscribed topics and calls the listener for each batch.
 
     Args:
         group: the consumer group.
-        config: client options (pull batch size, consume concurrency and
-            batch size, flow-control thresholds, intervals...).
+        config: client options (pull batch size, consume concurrency and batch size,
+            flow-control thresholds, `max_reconsume_times`, `consume_timeout_ms`,
+            `suspend_current_queue_time_ms`, intervals...).
         instance: a started ClientInstance to share (default: its own).
-        listener: `async (msgs) -> ConsumeStatus`; may also be set with
-            `register_listener` before start.
+        listener: concurrent listener, `async (msgs) -> ConsumeStatus` or
+            `async (msgs, ConsumeConcurrentlyContext) -> ConsumeStatus`; may also be set
+            with `register_listener` before start.
+        orderly_listener: `async (msgs, ConsumeOrderlyContext) -> ConsumeOrderlyStatus`
+            (or `register_orderly_listener`); exclusive with `listener`.
         message_model: CLUSTERING (queues shared by the group, offsets on the
             broker) or BROADCASTING (every consumer gets everything, offsets
-            in a local file).
+            in a local file; failed messages are dropped, never retried).
         consume_from_where: where a queue with no stored offset starts.
         consume_timestamp: epoch ms for CONSUME_FROM_TIMESTAMP (default now - 30 min).
         allocate_strategy: rebalance strategy (default averagely).
@@ -57,7 +151,8 @@ class PushConsumer(ConsumerBase):
             await trio.sleep_forever()
 
     Delivery is at least once: the committed offset of a queue is the smallest
-    offset still being consumed, so a crash re-delivers rather than loses.
+    offset still being consumed, so a crash re-delivers rather than loses. A failed
+    message's offset is passed once the broker holds its retry copy.
     """
 
     def __init__(
@@ -67,6 +162,7 @@ class PushConsumer(ConsumerBase):
         *,
         instance: ClientInstance | None = None,
         listener: Listener | None = None,
+        orderly_listener: OrderlyListener | None = None,
         message_model: MessageModel = MessageModel.CLUSTERING,
         consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
         consume_timestamp: int | None = None,
@@ -82,23 +178,53 @@ class PushConsumer(ConsumerBase):
             allocate_strategy=allocate_strategy,
         )
         self.listener = listener
+        self.orderly_listener = orderly_listener
         self._limiter = trio.CapacityLimiter(self.config.consume_concurrency)
         self._inflight = 0
         self._idle = trio.Event()
         self._idle.set()
+        self._orderly: dict[MessageQueue, _OrderlyQueue] = {}
         self.consumed_ok = 0
         self.consumed_failed = 0
+        self.sent_back = 0
 
     def register_listener(self, listener: Listener) -> None:
         self.listener = listener
 
+    def register_orderly_listener(self, listener: OrderlyListener) -> None:
+        self.orderly_listener = listener
+
+    @property
+    def orderly(self) -> bool:
+        return self.orderly_listener is not None
+
+    def max_reconsume_times(self) -> int:
+        """The consumer's limit (config -1: 16 concurrent, unlimited orderly)."""
+        n = self.config.max_reconsume_times
+        if n >= 0:
+            return n
+        return 2**31 - 1 if self.orderly else DEFAULT_MAX_RECONSUME_TIMES
+
     async def _start_extra(self, nursery: trio.Nursery) -> None:
-        if self.listener is None:
-            raise MQClientError("register a listener before starting the consumer")
+        if (self.listener is None) == (self.orderly_listener is None):
+            raise MQClientError("register exactly one listener (concurrent or orderly) first")
         if not self.subscriptions:
             raise MQClientError("subscribe to at least one topic before starting the consumer")
+        if self.message_model is MessageModel.CLUSTERING:
+            retry = self._retry_topic()
+            if retry not in self.subscriptions:
+                self.subscriptions[retry] = parse_subscription(retry, "*")
+        self._wants_context = self.listener is not None and _wants_context(self.listener)
+        if self.orderly and self.message_model is MessageModel.CLUSTERING:
+            nursery.start_soon(self._lock_renew_loop)
 
+    # -- concurrent ---------------------------------------------------------------
     async def _deliver(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        if self.orderly:
+            oq = self._orderly.get(mq)
+            if oq is not None:
+                oq.wakeup.set()
+            return
         assert self._nursery is not None
         n = self.config.consume_message_batch_max_size
         for i in range(0, len(msgs), n):
@@ -115,37 +241,115 @@ class PushConsumer(ConsumerBase):
         if self._inflight == 0:
             self._idle.set()
 
+    def _restore_topic(self, msgs: list[MessageExt]) -> None:
+        """Retried messages come from %RETRY%<group>: show them under their real topic."""
+        retry = self._retry_topic()
+        now = str(int(time.time() * 1000))
+        for m in msgs:
+            real = m.properties.get(PROPERTY_RETRY_TOPIC)
+            if real and m.topic == retry:
+                m.topic = real
+            m.properties[PROPERTY_CONSUME_START_TIMESTAMP] = now
+
+    async def _call_listener(
+        self, mq: MessageQueue, msgs: list[MessageExt], ctx: ConsumeConcurrentlyContext
+    ) -> ConsumeStatus:
+        assert self.listener is not None
+        timeout_s = self.config.consume_timeout_ms / 1000
+        try:
+            with trio.move_on_after(timeout_s) as scope:
+                if self._wants_context:
+                    status = await self.listener(msgs, ctx)
+                else:
+                    status = await self.listener(msgs)
+        except Exception as exc:
+            log.warning("listener_failed", group=self.group, mq=str(mq), error=repr(exc))
+            return ConsumeStatus.RECONSUME_LATER
+        if scope.cancelled_caught:
+            log.warning("consume_timeout", group=self.group, mq=str(mq), timeout_s=timeout_s)
+            return ConsumeStatus.RECONSUME_LATER
+        return ConsumeStatus.CONSUME_SUCCESS if status is None else status
+
     async def _consume(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         try:
             async with self._limiter:
                 if pq.dropped:
                     return
-                assert self.listener is not None
-                status: ConsumeStatus | None
-                try:
-                    status = await self.listener(msgs)
-                except Exception as exc:
-                    log.warning("listener_failed", group=self.group, mq=str(mq), error=repr(exc))
-                    status = ConsumeStatus.RECONSUME_LATER
-            if status is None or status is ConsumeStatus.CONSUME_SUCCESS:
-                self.consumed_ok += len(msgs)
-                offset = pq.remove(msgs)
-                if offset >= 0 and not pq.dropped:
-                    self.offset_store.update(mq, offset, increase_only=True)
+                self._restore_topic(msgs)
+                ctx = ConsumeConcurrentlyContext(mq)
+                status = await self._call_listener(mq, msgs, ctx)
+            if status is ConsumeStatus.CONSUME_SUCCESS:
+                ok_upto = min(max(ctx.ack_index, -1), len(msgs) - 1) + 1
             else:
-                self.consumed_failed += len(msgs)
-                await self._consume_later(mq, pq, msgs)
+                ok_upto = 0
+            self.consumed_ok += ok_upto
+            failed = msgs[ok_upto:]
+            self.consumed_failed += len(failed)
+            retry_locally: list[MessageExt] = []
+            if failed and self.message_model is MessageModel.BROADCASTING:
+                for m in failed:
+                    log.warning(
+                        "broadcast_consume_failed_dropped", group=self.group, msg_id=m.msg_id
+                    )
+            elif failed:
+                level = ctx.delay_level_when_next_consume
+                for m in failed:
+                    if not await self.send_message_back(m, level):
+                        retry_locally.append(m)  # noqa: PERF401 (awaits in the loop)
+            done = [m for m in msgs if m not in retry_locally]
+            offset = pq.remove(done)
+            if offset >= 0 and not pq.dropped:
+                self.offset_store.update(mq, offset, increase_only=True)
+            if retry_locally:
+                await self._consume_later(mq, pq, retry_locally)
         finally:
             self._task_done()
+
+    async def send_message_back(self, msg: MessageExt, delay_level: int) -> bool:
+        """Hand a failed message to the broker's retry machinery (RocketMQ's order).
+
+        CONSUMER_SEND_MSG_BACK first; if that fails, a re-send of a copy to
+        `%RETRY%<group>` through the instance's inner producer. Returns False when both
+        failed (the caller then retries locally).
+        """
+        max_times = self.max_reconsume_times()
+        try:
+            addr = await self.instance.find_master_addr(msg.broker_name, msg.topic)
+            await self.instance.api.consumer_send_msg_back(
+                addr,
+                msg,
+                self.group,
+                delay_level,
+                max_reconsume_times=max_times,
+                timeout_ms=self.config.mq_client_api_timeout_ms,
+            )
+            self.sent_back += 1
+            return True
+        except Exception as exc:
+            log.warning("send_back_failed", group=self.group, msg_id=msg.msg_id, error=str(exc))
+        copy = Message(self._retry_topic(), msg.body, flag=msg.flag)
+        copy.properties.update(msg.properties)
+        copy.properties.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, msg.msg_id)
+        copy.properties[PROPERTY_RETRY_TOPIC] = msg.topic
+        copy.properties[PROPERTY_RECONSUME_TIME] = str(msg.reconsume_times + 1)
+        copy.properties[PROPERTY_MAX_RECONSUME_TIMES] = str(max_times)
+        copy.properties[PROPERTY_DELAY_TIME_LEVEL] = str(3 + msg.reconsume_times)
+        try:
+            producer = await self.instance.inner_producer()
+            await producer.send(copy)
+            self.sent_back += 1
+            return True
+        except Exception as exc:
+            log.warning("retry_resend_failed", group=self.group, msg_id=msg.msg_id, error=str(exc))
+            return False
 
     async def _consume_later(
         self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]
     ) -> None:
-        """The listener asked for a retry: offer the batch again after a delay.
+        """Neither send-back path worked: offer the batch again after 5 s.
 
-        The messages stay in the process queue meanwhile, so the committed
-        offset does not pass them. (Issue 6 replaces this with RocketMQ's
-        send-back to %RETRY%<group>.)
+        The messages stay in the process queue meanwhile, so the committed offset
+        does not pass them.
         """
         await trio.sleep(LOCAL_RETRY_DELAY_S)
         if pq.dropped or self._closing:
@@ -159,3 +363,189 @@ class PushConsumer(ConsumerBase):
     async def _drain(self) -> None:
         with trio.move_on_after(DRAIN_TIMEOUT_S):
             await self._idle.wait()
+
+    # -- orderly: locks ---------------------------------------------------------------
+    def _lock_valid(self, oq: _OrderlyQueue) -> bool:
+        return oq.locked_at is not None and time.monotonic() - oq.locked_at < LOCK_MAX_LIVE_S
+
+    async def _lock(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
+        """LOCK_BATCH_MQ per broker; returns the queues now held by this client."""
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in mqs:
+            by_broker.setdefault(mq.broker_name, []).append(mq)
+        held: set[MessageQueue] = set()
+        for name, group in by_broker.items():
+            try:
+                addr = await self.instance.find_master_addr(name, group[0].topic)
+                held |= await self.instance.api.lock_batch_mq(
+                    addr, self.group, self.instance.client_id, group
+                )
+            except Exception as exc:
+                log.warning("lock_batch_failed", broker=name, error=str(exc))
+        return held
+
+    async def _unlock(self, mqs: list[MessageQueue]) -> None:
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in mqs:
+            by_broker.setdefault(mq.broker_name, []).append(mq)
+        for name, group in by_broker.items():
+            try:
+                addr = await self.instance.find_master_addr(name, group[0].topic)
+                await self.instance.api.unlock_batch_mq(
+                    addr, self.group, self.instance.client_id, group
+                )
+            except Exception as exc:
+                log.warning("unlock_batch_failed", broker=name, error=str(exc))
+
+    async def lock_all(self) -> None:
+        """Renew the broker locks of every queue we own (every 20 s)."""
+        mqs = sorted(self._orderly)
+        if not mqs:
+            return
+        held = await self._lock(mqs)
+        now = time.monotonic()
+        for mq in mqs:
+            oq = self._orderly.get(mq)
+            if oq is None:
+                continue
+            if mq in held:
+                oq.locked_at = now
+                oq.wakeup.set()
+            else:
+                log.warning("queue_lock_lost", group=self.group, mq=str(mq))
+                oq.locked_at = None
+
+    async def _lock_renew_loop(self) -> None:
+        while True:
+            await trio.sleep(LOCK_RENEW_INTERVAL_S)
+            try:
+                await self.lock_all()
+            except Exception as exc:
+                log.warning("lock_renew_failed", group=self.group, error=str(exc))
+
+    # -- orderly: queues ----------------------------------------------------------------
+    async def _add_queue(self, mq: MessageQueue, offset: int | None = None) -> bool:
+        if not self.orderly:
+            return await super()._add_queue(mq, offset)
+        oq = _OrderlyQueue()
+        if self.message_model is MessageModel.CLUSTERING:
+            if mq not in await self._lock([mq]):
+                log.info("queue_lock_refused", group=self.group, mq=str(mq))
+                return False
+            oq.locked_at = time.monotonic()
+        self._orderly[mq] = oq
+        if not await super()._add_queue(mq, offset):
+            self._orderly.pop(mq, None)
+            if oq.locked_at is not None:
+                await self._unlock([mq])
+            return False
+        assert self._nursery is not None
+        self._nursery.start_soon(self._orderly_loop, mq, oq)
+        return True
+
+    async def _remove_queue(self, mq: MessageQueue) -> None:
+        oq = self._orderly.pop(mq, None)
+        if oq is None:
+            await super()._remove_queue(mq)
+            return
+        # Let the batch in hand finish, then stop consuming, persist, and only then
+        # unlock: the next owner starts exactly where we stopped.
+        got = False
+        with trio.move_on_after(RELEASE_WAIT_S):
+            await oq.consume_lock.acquire()
+            got = True
+        oq.scope.cancel()
+        await super()._remove_queue(mq)
+        if got:
+            oq.consume_lock.release()
+            if oq.locked_at is not None and self.message_model is MessageModel.CLUSTERING:
+                await self._unlock([mq])
+        else:
+            # Still consuming: keep the broker lock until it expires, so nobody else
+            # consumes the queue while our listener call is in flight.
+            log.warning("queue_released_while_consuming", group=self.group, mq=str(mq))
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        if self.orderly:
+            with trio.CancelScope(shield=True):
+                self._closing = True
+                for mq in sorted(self._orderly):
+                    with trio.move_on_after(5):
+                        await self._remove_queue(mq)
+        return await super().__aexit__(exc_type, exc, tb)
+
+    async def _orderly_loop(self, mq: MessageQueue, oq: _OrderlyQueue) -> None:
+        assert self.orderly_listener is not None
+        cfg = self.config
+        clustering = self.message_model is MessageModel.CLUSTERING
+        with oq.scope:
+            while True:
+                st = self.queues.get(mq)
+                if st is None:
+                    return
+                pq = st.pq
+                if pq.is_empty() or (clustering and not self._lock_valid(oq)):
+                    oq.wakeup = trio.Event()
+                    # Re-check after a bounded wait: lock expiry and pq swaps wake nobody.
+                    with trio.move_on_after(1.0):
+                        await oq.wakeup.wait()
+                    continue
+                async with oq.consume_lock:
+                    if pq.dropped or (clustering and not self._lock_valid(oq)):
+                        continue
+                    msgs = pq.take(cfg.consume_message_batch_max_size)
+                    self._restore_topic(msgs)
+                    ctx = ConsumeOrderlyContext(mq)
+                    status = await self._call_orderly(mq, msgs, ctx)
+                    if status is ConsumeOrderlyStatus.SUCCESS:
+                        self.consumed_ok += len(msgs)
+                        offset = pq.remove(msgs)
+                        if offset >= 0 and not pq.dropped:
+                            self.offset_store.update(mq, offset, increase_only=True)
+                        continue
+                    self.consumed_failed += len(msgs)
+                    if await self._orderly_give_up(msgs):
+                        offset = pq.remove(msgs)
+                        if offset >= 0 and not pq.dropped:
+                            self.offset_store.update(mq, offset, increase_only=True)
+                        continue
+                    for m in msgs:
+                        m.reconsume_times += 1
+                    pause_ms = ctx.suspend_current_queue_time_ms
+                    if pause_ms < 0:
+                        pause_ms = cfg.suspend_current_queue_time_ms
+                await trio.sleep(pause_ms / 1000)
+
+    async def _orderly_give_up(self, msgs: list[MessageExt]) -> bool:
+        """Past the max reconsume times the batch goes to the DLQ (send-back, level -1)."""
+        limit = self.max_reconsume_times()
+        if not any(m.reconsume_times >= limit for m in msgs):
+            return False
+        if self.message_model is MessageModel.BROADCASTING:
+            return True
+        for m in msgs:
+            m.properties[PROPERTY_RECONSUME_TIME] = str(m.reconsume_times)
+            if not await self.send_message_back(m, -1):
+                return False
+        return True
+
+    async def _call_orderly(
+        self, mq: MessageQueue, msgs: list[MessageExt], ctx: ConsumeOrderlyContext
+    ) -> ConsumeOrderlyStatus:
+        assert self.orderly_listener is not None
+        timeout_s = self.config.consume_timeout_ms / 1000
+        try:
+            with trio.move_on_after(timeout_s) as scope:
+                status = await self.orderly_listener(msgs, ctx)
+        except Exception as exc:
+            log.warning("orderly_listener_failed", group=self.group, mq=str(mq), error=repr(exc))
+            return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        if scope.cancelled_caught:
+            log.warning("consume_timeout", group=self.group, mq=str(mq), timeout_s=timeout_s)
+            return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        return ConsumeOrderlyStatus.SUCCESS if status is None else status

@@ -1,0 +1,141 @@
+"""Issue 6, client side, on real processes: PushConsumer retry through %RETRY%<group>,
+dead letters after the max reconsume times, a broker restart mid-way, and the DLQ tools."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import trio
+
+from client import (
+    ConsumeConcurrentlyContext,
+    ConsumeFromWhere,
+    ConsumeStatus,
+    Message,
+    MessageExt,
+    MessageQueue,
+    Producer,
+    PushConsumer,
+)
+from tests.helpers import wait_until
+from tests.integration.client_support import create_topic, fast_config
+from tests.integration.procs import BrokerProc, NamesrvProc
+
+ENV = {
+    "TRIMQ_MAPPED_FILE_SIZE_COMMITLOG": str(1024 * 1024),
+    "TRIMQ_MAPPED_FILE_SIZE_CONSUME_QUEUE": str(1000 * 20),
+    "TRIMQ_CONSUMER_OFFSET_PERSIST_INTERVAL_MS": "500",
+    # Every retry level is 1 s (levels above the last are clamped to it).
+    "TRIMQ_MESSAGE_DELAY_LEVEL": "1s 1s 1s",
+}
+
+StartBroker = Callable[..., BrokerProc]
+
+
+@pytest.fixture
+def broker(namesrv: NamesrvProc, start_broker: StartBroker) -> BrokerProc:
+    return start_broker(namesrv.addr, env=ENV)
+
+
+async def test_retry_k_times_then_success(namesrv: NamesrvProc, broker: BrokerProc) -> None:
+    await create_topic(namesrv.addr, "RetryT", queues=2)
+    seen: list[tuple[str, int, bytes]] = []
+    k = 3
+
+    async def listener(msgs: list[MessageExt], ctx: ConsumeConcurrentlyContext) -> ConsumeStatus:
+        seen.extend((m.topic, m.reconsume_times, m.body) for m in msgs)
+        assert ctx.message_queue.topic in ("RetryT", "%RETRY%CG_retry")
+        if len(seen) <= k:
+            return ConsumeStatus.RECONSUME_LATER
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    cfg = fast_config(namesrv.addr)
+    consumer = PushConsumer(
+        "CG_retry",
+        cfg,
+        listener=listener,
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+    )
+    consumer.subscribe("RetryT", "*")
+    async with Producer("PG_retry", cfg) as producer, consumer:
+        assert any(
+            s.topic == "%RETRY%CG_retry" for s in consumer.consumer_data().subscription_data_set
+        )
+        await producer.send(Message("RetryT", b"once", keys="k1"))
+        await wait_until(lambda: len(seen) >= k + 1, total=25, what="k retries then success")
+        await trio.sleep(1.5)  # nothing more comes: it succeeded
+    assert seen == [("RetryT", i, b"once") for i in range(k + 1)]
+    assert consumer.sent_back == k
+
+
+async def test_always_failing_goes_to_dlq(namesrv: NamesrvProc, broker: BrokerProc) -> None:
+    await create_topic(namesrv.addr, "DlqT", queues=1)
+    seen: list[int] = []
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        seen.extend(m.reconsume_times for m in msgs)
+        raise RuntimeError("always fails")
+
+    cfg = fast_config(namesrv.addr, max_reconsume_times=2)
+    consumer = PushConsumer(
+        "CG_dlq",
+        cfg,
+        listener=listener,
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+    )
+    consumer.subscribe("DlqT", "*")
+    dlq = MessageQueue("%DLQ%CG_dlq", "broker-a", 0)
+    async with Producer("PG_dlq", cfg) as producer, consumer:
+        await producer.send(Message("DlqT", b"poison"))
+        api = consumer.instance.api
+
+        async def in_dlq() -> bool:
+            try:
+                return await api.get_max_offset(broker.addr, dlq) == 1
+            except Exception:
+                return False
+
+        await wait_until(in_dlq, total=25, what="message in the DLQ")
+        await trio.sleep(1.5)
+    # Delivered with reconsume times 0, 1, 2; the third failure dead-letters it.
+    assert seen == [0, 1, 2]
+
+
+async def test_retry_survives_broker_restart(namesrv: NamesrvProc, broker: BrokerProc) -> None:
+    await create_topic(namesrv.addr, "RestartT", queues=2)
+    n = 20
+    failed_once: set[bytes] = set()
+    done: set[bytes] = set()
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        for m in msgs:
+            if m.body not in failed_once:
+                failed_once.add(m.body)
+                return ConsumeStatus.RECONSUME_LATER
+        done.update(m.body for m in msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    cfg = fast_config(namesrv.addr, send_timeout_ms=2000)
+    consumer = PushConsumer(
+        "CG_restart",
+        cfg,
+        listener=listener,
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+    )
+    consumer.subscribe("RestartT", "*")
+    bodies = [b"m%02d" % i for i in range(n)]
+    async with Producer("PG_restart", cfg) as producer, consumer:
+        for b in bodies[: n // 2]:
+            await producer.send(Message("RestartT", b))
+        await wait_until(lambda: len(failed_once) >= n // 2, total=15, what="first failures")
+        await trio.to_thread.run_sync(broker.restart)
+        for b in bodies[n // 2 :]:
+            for _attempt in range(20):
+                try:
+                    await producer.send(Message("RestartT", b))
+                    break
+                except Exception:
+                    await trio.sleep(0.5)
+        await wait_until(lambda: done >= set(bodies), total=30, what="all consumed after restart")
+    assert done == set(bodies)
