@@ -69,7 +69,9 @@ def records_to_batch(
     bodies: list[bytes | None] = []
     born: list[int] = []
     stored: list[int] = []
-    props: list[list[tuple[str, str]]] = []
+    prop_offsets: list[int] = [0]
+    prop_keys: list[str] = []
+    prop_values: list[str] = []
     for m in decode_records(body):
         off = m.queue_offset
         if off >= end:
@@ -82,7 +84,9 @@ def records_to_batch(
         bodies.append(m.decompressed_body() if m.sys_flag & COMPRESSED_FLAG else m.body)
         born.append(m.born_timestamp)
         stored.append(m.store_timestamp)
-        props.append(list(p.items()))
+        prop_keys.extend(p.keys())
+        prop_values.extend(p.values())
+        prop_offsets.append(len(prop_keys))
     n = len(offsets)
     if n == 0:
         return None
@@ -97,7 +101,11 @@ def records_to_batch(
         pa.array(bodies, pa.binary()),
         _ms_to_ts(born),
         _ms_to_ts(stored),
-        pa.array(props, pa.map_(pa.string(), pa.string())),
+        pa.MapArray.from_arrays(
+            pa.array(prop_offsets, pa.int32()),
+            pa.array(prop_keys, pa.string()),
+            pa.array(prop_values, pa.string()),
+        ),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
 
