@@ -164,8 +164,9 @@ async def w_e2e(nc: Any, subject_name: str, rate: int, seconds: float) -> dict[s
     warm = int(WARMUP_S * rate)  # paced warm-up (seq -1, not measured)
     for i in range(-warm, total):
         delay = start + (i + warm) / rate - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
+        # Always yield (sleep 0 when behind): a sender that is late must not starve the
+        # consumer task of the same process.
+        await asyncio.sleep(max(delay, 0))
         fut = await js.publish_async(subject, e2e_body(max(i, -1), pad), wait_stall=10)
         pending.add(fut)
         fut.add_done_callback(pending.discard)

@@ -123,8 +123,9 @@ async def w_e2e(r: Any, stream: str, rate: int, seconds: float) -> dict[str, Any
     warm = int(WARMUP_S * rate)  # paced warm-up (seq -1, not measured)
     for i in range(-warm, total):
         delay = start + (i + warm) / rate - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
+        # Always yield (sleep 0 when behind): a sender that is late must not starve the
+        # consumer task of the same process.
+        await asyncio.sleep(max(delay, 0))
         await sem.acquire()
         t = asyncio.create_task(send(max(i, -1)))
         tasks.add(t)

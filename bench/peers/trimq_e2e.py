@@ -85,8 +85,9 @@ async def run(opts: argparse.Namespace) -> dict[str, Any]:
             warm = int(WARMUP_S * opts.rate)  # paced warm-up (seq -1, not measured)
             for i in range(-warm, total):
                 delay = start + (i + warm) / opts.rate - time.perf_counter()
-                if delay > 0:
-                    await trio.sleep(delay)
+                # Always yield (sleep 0 when behind): a sender that is late must not starve
+                # the consumer task of the same process.
+                await trio.sleep(max(delay, 0))
                 await limiter.acquire()
                 nursery.start_soon(send, max(i, -1))
         with trio.move_on_after(10):
