@@ -9,17 +9,42 @@ from typing import Self
 
 import structlog
 
+from client._api import PULL_FLAG_SUBSCRIPTION, PullStatus
 from client._util import close_stack
 from client.config import ClientConfig
 from client.errors import ClientClosedError, MQClientError, NoRouteError
 from client.instance import ClientInstance, unique_instance_name
-from client.message import MessageExt, MessageQueue, check_topic
+from client.message import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    Message,
+    MessageExt,
+    MessageQueue,
+    SendResult,
+    check_topic,
+)
+from client.producer import Producer
 from client.route import MASTER_ID, master_addr, subscribe_queues
 from remoting.codes import ResponseCode
 from remoting.errors import RemoteError
 from remoting.protocol import bodies
+from remoting.protocol.headers import PullMessageRequestHeader
 from remoting.protocol.route import ClusterInfo, TopicRouteData
-from store.message import MessageDecodeError, decode_offset_msg_id
+from store.message import (
+    PROPERTY_CONSUME_START_TIMESTAMP,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_MAX_OFFSET,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_MIN_OFFSET,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_RECONSUME_TIME,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT,
+    MessageDecodeError,
+    decode_offset_msg_id,
+)
 
 log = structlog.get_logger()
 
@@ -397,3 +422,95 @@ class Admin:
             if addr:
                 out[mq] = await self.instance.api.get_max_offset(addr, mq)
         return out
+
+    # -- dead-letter queues ------------------------------------------------------------
+    async def dlq_messages(self, group: str, *, max_num: int = 1000) -> list[MessageExt]:
+        """The messages in `%DLQ%<group>` (oldest first, at most `max_num`).
+
+        A DLQ is created write-only (perm 2); like RocketMQ's dashboard this first
+        raises its perm to read-write (6) on every broker that has it, then pulls it.
+
+        Raises:
+            NoRouteError: the group has no DLQ.
+        """
+        topic = DLQ_GROUP_TOPIC_PREFIX + group
+        route = await self.topic_route(topic)
+        api = self.instance.api
+        out: list[MessageExt] = []
+        for b in route.broker_datas:
+            addr = master_addr(b)
+            if addr is None:
+                continue
+            await api.create_topic(addr, topic, read_queue_nums=1, write_queue_nums=1, perm=6)
+            for qid in range(max(1, _read_queues(route, b.broker_name))):
+                mq = MessageQueue(topic, b.broker_name, qid)
+                offset = await api.get_min_offset(addr, mq)
+                while len(out) < max_num:
+                    header = PullMessageRequestHeader(
+                        consumer_group=DLQ_READER_GROUP,
+                        topic=topic,
+                        queue_id=qid,
+                        queue_offset=offset,
+                        max_msg_nums=min(32, max_num - len(out)),
+                        sys_flag=PULL_FLAG_SUBSCRIPTION,
+                        commit_offset=0,
+                        suspend_timeout_millis=0,
+                        subscription="*",
+                        sub_version=0,
+                    )
+                    res = await api.pull_message(
+                        addr, b.broker_name, header, self.config.mq_client_api_timeout_ms
+                    )
+                    if res.status is not PullStatus.FOUND or not res.messages:
+                        break
+                    out.extend(res.messages)
+                    offset = res.next_begin_offset
+        return out[:max_num]
+
+    async def resend_dlq_message(self, group: str, msg_id: str) -> tuple[MessageExt, SendResult]:
+        """Send a copy of a dead-lettered message to its original topic.
+
+        `msg_id` may be the message's unique id, its offset id in the DLQ, or its
+        ORIGIN_MESSAGE_ID. Routing properties (retry topic, delay, reconsume counters) are
+        dropped; keys, tags and user properties are kept.
+
+        Raises:
+            MQClientError: no such message in the DLQ.
+        """
+        for m in await self.dlq_messages(group):
+            ids = {m.msg_id, m.offset_msg_id, m.properties.get(PROPERTY_ORIGIN_MESSAGE_ID)}
+            if msg_id not in ids:
+                continue
+            original = m.properties.get(PROPERTY_RETRY_TOPIC) or m.topic
+            copy = Message(original, m.body, flag=m.flag)
+            copy.properties.update(
+                {k: v for k, v in m.properties.items() if k not in _RESEND_DROPPED}
+            )
+            async with Producer(DLQ_RESEND_GROUP, self.config, instance=self.instance) as p:
+                return m, await p.send(copy)
+        raise MQClientError(f"message {msg_id} not found in {DLQ_GROUP_TOPIC_PREFIX}{group}")
+
+
+DLQ_READER_GROUP = "mqadmin_dlq_reader"
+DLQ_RESEND_GROUP = "mqadmin_dlq_resend"
+_RESEND_DROPPED = frozenset(
+    {
+        PROPERTY_RETRY_TOPIC,
+        PROPERTY_DELAY_TIME_LEVEL,
+        PROPERTY_REAL_TOPIC,
+        PROPERTY_REAL_QUEUE_ID,
+        PROPERTY_MIN_OFFSET,
+        PROPERTY_MAX_OFFSET,
+        PROPERTY_RECONSUME_TIME,
+        PROPERTY_MAX_RECONSUME_TIMES,
+        PROPERTY_CONSUME_START_TIMESTAMP,
+        PROPERTY_UNIQ_KEY,
+        PROPERTY_WAIT,
+    }
+)
+
+
+def _read_queues(route: TopicRouteData, broker_name: str) -> int:
+    return max(
+        (q.read_queue_nums for q in route.queue_datas if q.broker_name == broker_name), default=1
+    )

@@ -601,6 +601,63 @@ def query_msg_by_key(
     )
 
 
+@cli.command("queryDlqMsg")
+@namesrv_option
+@click.option("-g", "--consumerGroup", "group", required=True, help="Consumer group.")
+@click.option("--maxNum", "max_num", type=int, default=1000, show_default=True)
+@json_option
+def query_dlq_msg(namesrv: str | None, group: str, max_num: int, as_json: bool) -> None:
+    """List the dead-letter queue %DLQ%GROUP.
+
+    A DLQ is write-only (perm 2) when the broker creates it; this command first raises
+    its perm to 6 (read-write) on every broker that has it, as RocketMQ's dashboard
+    does, then reads it. Resend a message with `resendDlqMsg -g GROUP -i MSGID`.
+    """
+    msgs = _with_admin(namesrv, lambda a: a.dlq_messages(group, max_num=max_num))
+    if as_json:
+        _emit_json([message_to_dict(m) for m in msgs])
+        return
+    _table(
+        None,
+        ["#Message ID", "#Offset ID", "#Original Topic", "#Reconsume Times", "#Store Time"],
+        [
+            [m.msg_id, m.offset_msg_id, m.properties.get("RETRY_TOPIC", ""), m.reconsume_times,
+             _fmt_ts(m.store_timestamp)]
+            for m in msgs
+        ],
+    )  # fmt: skip
+
+
+@cli.command("resendDlqMsg")
+@namesrv_option
+@click.option("-g", "--consumerGroup", "group", required=True, help="Consumer group.")
+@click.option(
+    "-i", "--msgId", "msg_id", required=True, help="Unique id, DLQ offset id or origin id."
+)
+@json_option
+def resend_dlq_msg(namesrv: str | None, group: str, msg_id: str, as_json: bool) -> None:
+    """Send a copy of a message in %DLQ%GROUP back to its original topic.
+
+    The copy keeps body, keys, tags and user properties and gets a new message id;
+    the DLQ itself is not changed (its perm is raised to 6 to read it).
+    """
+    m, r = _with_admin(namesrv, lambda a: a.resend_dlq_message(group, msg_id))
+    row = {
+        "dlq_msg_id": m.msg_id,
+        "topic": r.message_queue.topic,
+        "status": r.status.value,
+        "msg_id": r.msg_id,
+        "offset_msg_id": r.offset_msg_id,
+        "broker_name": r.message_queue.broker_name,
+        "queue_id": r.message_queue.queue_id,
+        "queue_offset": r.queue_offset,
+    }
+    if as_json:
+        _emit_json(row)
+        return
+    _table(None, ["#" + k for k in row], [list(row.values())])
+
+
 @cli.command("sendMessage")
 @namesrv_option
 @click.option("-t", "--topic", required=True)

@@ -9,6 +9,7 @@ import pytest
 import trio
 
 from client import (
+    Admin,
     ConsumeConcurrentlyContext,
     ConsumeFromWhere,
     ConsumeStatus,
@@ -100,6 +101,17 @@ async def test_always_failing_goes_to_dlq(namesrv: NamesrvProc, broker: BrokerPr
         await trio.sleep(1.5)
     # Delivered with reconsume times 0, 1, 2; the third failure dead-letters it.
     assert seen == [0, 1, 2]
+    # The DLQ tools: list it (the write-only DLQ is raised to perm 6), resend it.
+    async with Admin(cfg) as admin:
+        dead = await admin.dlq_messages("CG_dlq")
+        assert [m.body for m in dead] == [b"poison"]
+        assert dead[0].properties["RETRY_TOPIC"] == "DlqT"
+        _, result = await admin.resend_dlq_message("CG_dlq", dead[0].msg_id)
+        assert result.message_queue.topic == "DlqT"
+        route = await admin.topic_route("DlqT")
+        assert route.queue_datas
+        offsets = await admin.max_offsets("DlqT")
+        assert sum(offsets.values()) == 2  # the original and the resent copy
 
 
 async def test_retry_survives_broker_restart(namesrv: NamesrvProc, broker: BrokerProc) -> None:
