@@ -17,6 +17,7 @@ whose loop died is replaced.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -282,7 +283,9 @@ class Conn:
                         rng, send, batch, sub_expression, timeout_ms, fail_on_data_loss
                     )
                 except Exception as exc:
-                    await send.send(exc)
+                    # The reader may be gone already; never let this task kill the loop.
+                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                        await send.send(exc)
 
     async def _pump_range(
         self,
