@@ -76,10 +76,14 @@ class Conn:
     Args:
         namesrv_addr: NameServer list `host:port;host:port`.
         timeout_ms: RPC timeout for route and offset calls.
+        serialize_type: header encoding, "msgpack" (trimq) or "json" (any RocketMQ 4.x broker).
     """
 
-    def __init__(self, namesrv_addr: str, *, timeout_ms: int = 3000) -> None:
+    def __init__(
+        self, namesrv_addr: str, *, timeout_ms: int = 3000, serialize_type: str = "msgpack"
+    ) -> None:
         self.namesrv_addr = namesrv_addr
+        self.serialize_type = serialize_type
         self.timeout_ms = timeout_ms
         self.pid = os.getpid()
         self._token: trio.lowlevel.TrioToken | None = None
@@ -125,6 +129,7 @@ class Conn:
             namesrv_addr=self.namesrv_addr,
             instance_name=unique_instance_name(),
             mq_client_api_timeout_ms=self.timeout_ms,
+            serialize_type="json" if self.serialize_type == "json" else "msgpack",
         )
         self._stop = trio.Event()
         async with ClientInstance(cfg) as inst, trio.open_nursery() as nursery:
@@ -502,9 +507,9 @@ _CACHE_LOCK = threading.Lock()
 _MAX_CACHED = 8
 
 
-def get_conn(namesrv_addr: str, *, timeout_ms: int = 3000) -> Conn:
+def get_conn(namesrv_addr: str, *, serialize_type: str = "msgpack") -> Conn:
     """This process's connection to the cluster behind `namesrv_addr` (started on first use)."""
-    key = (os.getpid(), namesrv_addr)
+    key = (os.getpid(), f"{namesrv_addr}|{serialize_type}")
     with _CACHE_LOCK:
         conn = _CACHE.get(key)
         if conn is not None and conn.alive:
@@ -514,7 +519,7 @@ def get_conn(namesrv_addr: str, *, timeout_ms: int = 3000) -> Conn:
         if len(_CACHE) >= _MAX_CACHED:
             oldest = next(iter(_CACHE))
             _CACHE.pop(oldest).close()
-        conn = Conn(namesrv_addr, timeout_ms=timeout_ms).start()
+        conn = Conn(namesrv_addr, serialize_type=serialize_type).start()
         _CACHE[key] = conn
         return conn
 

@@ -173,6 +173,7 @@ class SourceOptions:
     consumer_group: str | None
     sub_expression: str
     streaming: bool
+    serialize_type: str = "msgpack"
 
     def namesrv_list(self) -> list[str]:
         return _namesrv_list(self.namesrv_addr)
@@ -187,6 +188,7 @@ class SinkOptions:
     producer_group: str
     send_batch_size: int
     send_msg_timeout_ms: int
+    serialize_type: str = "msgpack"
 
     def namesrv_list(self) -> list[str]:
         return _namesrv_list(self.namesrv_addr)
@@ -199,6 +201,13 @@ def _namesrv_list(addr: str) -> list[str]:
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
     # Spark's CaseInsensitiveDict already lower-cases keys; a plain dict from a test may not.
     return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+
+
+def _serialize_type(opts: Mapping[str, str]) -> str:
+    raw = opts.get("rocketmq.serializetype", "msgpack").strip().lower()
+    if raw not in ("msgpack", "json"):
+        raise _err("rocketmq.serializeType", f"must be 'msgpack' or 'json', got {raw!r}")
+    return raw
 
 
 def _namesrv(opts: Mapping[str, str]) -> str:
@@ -285,6 +294,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         consumer_group=group,
         sub_expression=sub_expr,
         streaming=streaming,
+        serialize_type=_serialize_type(opts),
     )
 
 
@@ -330,4 +340,5 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         producer_group=group,
         send_batch_size=batch,
         send_msg_timeout_ms=timeout,
+        serialize_type=_serialize_type(opts),
     )

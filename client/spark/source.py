@@ -68,7 +68,7 @@ class RangePartition(InputPartition):
 
 
 def _conn(opts: SourceOptions) -> Conn:
-    return get_conn(opts.namesrv_addr)
+    return get_conn(opts.namesrv_addr, serialize_type=opts.serialize_type)
 
 
 def resolve_queues(conn: Conn, opts: SourceOptions) -> dict[str, list[tuple[str, int]]]:

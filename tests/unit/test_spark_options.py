@@ -47,6 +47,11 @@ def test_defaults_batch_and_streaming() -> None:
     assert b.max_offsets_per_trigger is None
     s = parse_source_options({**NS, "subscribe": "A"}, streaming=True)
     assert s.starting_offsets == "latest"
+    assert s.serialize_type == "msgpack"
+    j = parse_source_options(
+        {**NS, "subscribe": "A", "rocketmq.serializeType": "JSON"}, streaming=True
+    )
+    assert j.serialize_type == "json"
     assert s.namesrv_list() == ["127.0.0.1:9876"]
 
 
@@ -100,6 +105,7 @@ def test_keys_are_case_insensitive_and_values_strings() -> None:
         ({**NS, "subscribe": "A", "pullBatchSize": "0"}, True, "pullBatchSize"),
         ({**NS, "subscribe": "A", "pullBatchSize": "999999"}, True, "pullBatchSize"),
         ({**NS, "subscribe": "A", "consumerGroup": "bad group!"}, True, "consumerGroup"),
+        ({**NS, "subscribe": "A", "rocketmq.serializeType": "xml"}, True, "serializeType"),
     ],
 )
 def test_bad_source_options_name_the_option(
