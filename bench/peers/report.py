@@ -1,0 +1,52 @@
+"""Render a `python -m bench.peers --out FILE` result as the Markdown table of bench/RESULTS.md.
+
+.venv/bin/python -m bench.peers.report /tmp/peers.json > /tmp/table.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from .run import CONFIGS, METRICS, PAIRS, WORKLOADS, _fmt, _ratio, cpu_metric, metric, targets
+
+
+def render(data: dict[str, Any]) -> str:
+    runs: dict[str, list[dict[str, Any]]] = data["runs"]
+    configs = [c for c in CONFIGS if c in runs]
+    pairs = [p for p in PAIRS if p[0] in runs and p[1] in runs]
+    head = ["metric", *configs, *(f"{a.split('-')[1]}/{b}" for a, b in pairs)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, w, path, _higher in METRICS:
+        vals = {c: metric(runs[c], w, path) for c in configs}
+        row = [label, *(_fmt(vals[c]) for c in configs)]
+        row += [_ratio(vals[a], vals[b]) for a, b in pairs]
+        lines.append("| " + " | ".join(row) + " |")
+    for w in WORKLOADS:
+        for key, name in (("server_cpu_s", "server"), ("client_cpu_s", "client")):
+            vals = {c: cpu_metric(runs[c], w, key) for c in configs}
+            row = [f"{w} {name} CPU s", *(_fmt(vals[c]) for c in configs)]
+            row += [_ratio(vals[a], vals[b]) for a, b in pairs]
+            lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    lines.append("| target | result | figures |")
+    lines.append("|---|---|---|")
+    for desc, ok, figures in targets(runs):
+        mark = "not measured" if ok is None else ("met" if ok else "missed")
+        lines.append(f"| {desc} | {mark} | {figures} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("result", type=Path)
+    opts = ap.parse_args()
+    data = json.loads(opts.result.read_text())
+    print(json.dumps({"machine": data["machine"], "disk": data["disk"]}, indent=1))
+    print(render(data))
+
+
+if __name__ == "__main__":
+    main()
