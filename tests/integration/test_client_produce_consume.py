@@ -222,8 +222,11 @@ async def test_flow_control_pauses_pulling_while_the_listener_is_slow(cluster: s
     )
     c.subscribe("PC8")
     async with c:
-        await wait_until(lambda: bool(c.queues), total=20, what="queue assigned")
-        (st,) = c.queues.values()
+        # (the consumer also owns its %RETRY% queue: pick the topic's one)
+        await wait_until(
+            lambda: any(mq.topic == "PC8" for mq in c.queues), total=20, what="queue assigned"
+        )
+        (st,) = [s for mq, s in c.queues.items() if mq.topic == "PC8"]
         await wait_until(lambda: st.pq.msg_count > 5, total=20, what="threshold reached")
         await trio.sleep(1.5)
         # Pulling stopped once more than 5 messages were cached (plus at most one batch).
