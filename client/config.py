@@ -6,7 +6,9 @@ import os
 import socket
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from client.fault import LATENCY_MAX_MS, NOT_AVAILABLE_DURATION_MS, check_fault_tables
 
 
 def _default_client_ip() -> str:
@@ -49,6 +51,17 @@ class ClientConfig(BaseModel):
     create_topic_key: str = "TBW102"
     auto_create_topic: bool = True
     send_latency_fault_enable: bool = True
+    latency_max_ms: tuple[int, ...] = Field(
+        default=LATENCY_MAX_MS,
+        description="send latency thresholds (ms) of the fault table, non-decreasing",
+    )
+    not_available_duration_ms: tuple[int, ...] = Field(
+        default=NOT_AVAILABLE_DURATION_MS,
+        description=(
+            "how long (ms) a broker is avoided after a send at least as slow as the "
+            "latency_max_ms entry of the same index; a failed send counts as 30000 ms"
+        ),
+    )
 
     # timers
     poll_name_server_interval_ms: int = Field(default=30_000, gt=0)
@@ -86,6 +99,11 @@ class ClientConfig(BaseModel):
     # lite pull consumer
     lite_pull_batch_size: int = Field(default=10, gt=0)
     lite_pull_poll_timeout_ms: int = Field(default=5_000, gt=0)
+
+    @model_validator(mode="after")
+    def _check_fault_tables(self) -> ClientConfig:
+        check_fault_tables(self.latency_max_ms, self.not_available_duration_ms)
+        return self
 
     def namesrv_list(self) -> list[str]:
         """The NameServer addresses, in order."""

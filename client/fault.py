@@ -1,7 +1,8 @@
 """Latency fault tolerance (RocketMQ's `MQFaultStrategy` + `LatencyFaultToleranceImpl`).
 
 Pure: the clock is injected. Every send records its latency per broker; a slow
-or failed broker is marked unavailable for a duration from RocketMQ's table,
+or failed broker is marked unavailable for a duration from a latency table
+(RocketMQ's by default, `ClientConfig.latency_max_ms` / `not_available_duration_ms`),
 and queue selection skips it until then.
 """
 
@@ -13,7 +14,8 @@ import time
 from collections.abc import Callable, Sequence
 
 # A send slower than LATENCY_MAX[i] ms makes the broker unavailable for
-# NOT_AVAILABLE_DURATION[i] ms (the largest i that applies).
+# NOT_AVAILABLE_DURATION[i] ms (the largest i that applies). RocketMQ's defaults; a producer
+# takes its tables from ClientConfig (latency_max_ms, not_available_duration_ms).
 LATENCY_MAX_MS: tuple[int, ...] = (50, 100, 550, 1000, 2000, 3000, 15000)
 NOT_AVAILABLE_DURATION_MS: tuple[int, ...] = (0, 0, 30000, 60000, 120000, 180000, 600000)
 # Latency charged for an isolating failure (connection refused, timeout...).
@@ -24,11 +26,38 @@ def _monotonic_ms() -> float:
     return time.monotonic() * 1000.0
 
 
-def compute_not_available_duration(latency_ms: float) -> int:
+def check_fault_tables(latency_max_ms: Sequence[int], not_available_ms: Sequence[int]) -> None:
+    """Validate a latency -> not-available table pair.
+
+    Raises:
+        ValueError: empty, of different lengths, negative, or decreasing.
+    """
+    if not latency_max_ms:
+        raise ValueError("latency_max_ms is empty")
+    if len(latency_max_ms) != len(not_available_ms):
+        raise ValueError(
+            f"latency_max_ms has {len(latency_max_ms)} entries but not_available_duration_ms "
+            f"has {len(not_available_ms)}"
+        )
+    for name, table in (
+        ("latency_max_ms", latency_max_ms),
+        ("not_available_duration_ms", not_available_ms),
+    ):
+        if any(v < 0 for v in table):
+            raise ValueError(f"{name} has a negative entry: {tuple(table)}")
+        if any(b < a for a, b in itertools.pairwise(table)):
+            raise ValueError(f"{name} must be non-decreasing: {tuple(table)}")
+
+
+def compute_not_available_duration(
+    latency_ms: float,
+    latency_max_ms: Sequence[int] = LATENCY_MAX_MS,
+    not_available_ms: Sequence[int] = NOT_AVAILABLE_DURATION_MS,
+) -> int:
     """The not-available duration (ms) RocketMQ assigns to a send latency."""
-    for i in range(len(LATENCY_MAX_MS) - 1, -1, -1):
-        if latency_ms >= LATENCY_MAX_MS[i]:
-            return NOT_AVAILABLE_DURATION_MS[i]
+    for i in range(len(latency_max_ms) - 1, -1, -1):
+        if latency_ms >= latency_max_ms[i]:
+            return not_available_ms[i]
     return 0
 
 
@@ -58,17 +87,35 @@ class LatencyFaultTolerance:
     Args:
         clock: current time in milliseconds (monotonic); injected for tests.
         rng: random source for `pick_one_at_least`'s shuffle.
+        latency_max_ms: latency thresholds (ms), non-decreasing.
+        not_available_duration_ms: the not-available duration (ms) for a latency at or over
+            the threshold of the same index, non-decreasing.
+
+    Raises:
+        ValueError: the tables are invalid (see `check_fault_tables`).
     """
 
     def __init__(
         self,
         clock: Callable[[], float] = _monotonic_ms,
         rng: random.Random | None = None,
+        *,
+        latency_max_ms: Sequence[int] = LATENCY_MAX_MS,
+        not_available_duration_ms: Sequence[int] = NOT_AVAILABLE_DURATION_MS,
     ) -> None:
+        check_fault_tables(latency_max_ms, not_available_duration_ms)
+        self.latency_max_ms = tuple(latency_max_ms)
+        self.not_available_duration_ms = tuple(not_available_duration_ms)
         self._clock = clock
         self._rng = rng or random.Random()
         self._items: dict[str, FaultItem] = {}
         self._worst = itertools.count(self._rng.randrange(1 << 16))
+
+    def not_available_duration(self, latency_ms: float) -> int:
+        """The not-available duration (ms) this table assigns to a send latency."""
+        return compute_not_available_duration(
+            latency_ms, self.latency_max_ms, self.not_available_duration_ms
+        )
 
     def update_fault_item(self, name: str, latency_ms: float, not_available_ms: float) -> None:
         """Record a latency and mark the broker unavailable for `not_available_ms`."""
@@ -117,6 +164,9 @@ class FaultStrategy:
         enabled: when False, selection is plain round robin avoiding the last
             failed broker (RocketMQ's default) and nothing is recorded.
         clock: milliseconds clock (injected for tests).
+        rng: random source of the least-bad-broker choice.
+        latency_max_ms: see `LatencyFaultTolerance` (RocketMQ's table by default).
+        not_available_duration_ms: see `LatencyFaultTolerance`.
     """
 
     def __init__(
@@ -124,15 +174,25 @@ class FaultStrategy:
         enabled: bool = True,
         clock: Callable[[], float] = _monotonic_ms,
         rng: random.Random | None = None,
+        *,
+        latency_max_ms: Sequence[int] = LATENCY_MAX_MS,
+        not_available_duration_ms: Sequence[int] = NOT_AVAILABLE_DURATION_MS,
     ) -> None:
         self.enabled = enabled
-        self.tolerance = LatencyFaultTolerance(clock, rng)
+        self.tolerance = LatencyFaultTolerance(
+            clock,
+            rng,
+            latency_max_ms=latency_max_ms,
+            not_available_duration_ms=not_available_duration_ms,
+        )
 
     def update_fault_item(self, broker_name: str, latency_ms: float, isolation: bool) -> None:
         """Record one send's outcome for `broker_name`."""
         if not self.enabled:
             return
-        duration = compute_not_available_duration(ISOLATION_LATENCY_MS if isolation else latency_ms)
+        duration = self.tolerance.not_available_duration(
+            ISOLATION_LATENCY_MS if isolation else latency_ms
+        )
         self.tolerance.update_fault_item(broker_name, latency_ms, duration)
 
     def is_available(self, broker_name: str) -> bool:

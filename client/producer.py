@@ -134,7 +134,11 @@ class Producer:
             self.config = self.config.model_copy(update={"instance_name": unique_instance_name()})
         self._instance = instance
         self._owns_instance = instance is None
-        self.fault = FaultStrategy(self.config.send_latency_fault_enable)
+        self.fault = FaultStrategy(
+            self.config.send_latency_fault_enable,
+            latency_max_ms=self.config.latency_max_ms,
+            not_available_duration_ms=self.config.not_available_duration_ms,
+        )
         self._uniq = UniqKeyGenerator(self._uniq_ip())
         self._stack = AsyncExitStack()
         self._nursery: trio.Nursery | None = None
@@ -304,8 +308,21 @@ class Producer:
                     timeout_ms=max(1, int(remaining * 1000)),
                     batch=batch,
                 )
-            except Exception as exc:
+            except BaseException as exc:
                 elapsed_ms = (trio.current_time() - begin) * 1000
+                if not isinstance(exc, Exception):
+                    # Cut off (the total send timeout's cancel scope, the caller's scope):
+                    # charge the broker like a timeout before the cancellation goes on, or
+                    # the next send picks this broker again. Bookkeeping only, no await.
+                    self.fault.update_fault_item(mq.broker_name, elapsed_ms, isolation=True)
+                    log.warning(
+                        "send_cut_off",
+                        topic=topic,
+                        broker=mq.broker_name,
+                        attempt=attempt + 1,
+                        elapsed_ms=round(elapsed_ms),
+                    )
+                    raise
                 last_error = exc
                 retryable = is_transport_error(exc) or is_retryable_broker_error(exc)
                 self.fault.update_fault_item(mq.broker_name, elapsed_ms, isolation=retryable)

@@ -5,8 +5,16 @@ from __future__ import annotations
 import random
 
 import pytest
+from pydantic import ValidationError
 
-from client.fault import FaultStrategy, LatencyFaultTolerance, compute_not_available_duration
+from client.config import ClientConfig
+from client.fault import (
+    LATENCY_MAX_MS,
+    NOT_AVAILABLE_DURATION_MS,
+    FaultStrategy,
+    LatencyFaultTolerance,
+    compute_not_available_duration,
+)
 from client.message import MessageQueue
 from client.route import TopicPublishInfo
 
@@ -107,3 +115,60 @@ def test_disabled_strategy_records_nothing() -> None:
     strat.update_fault_item("a", 30000, isolation=True)
     assert strat.is_available("a")
     assert strat.choose_broker_order(["a", "b"], "a") == (["b"], None)
+
+
+def test_configured_tables_replace_rocketmqs() -> None:
+    clock = Clock()
+    strat = FaultStrategy(
+        True,
+        clock,
+        random.Random(5),
+        latency_max_ms=(50, 550, 15000),
+        not_available_duration_ms=(0, 1000, 8000),
+    )
+    assert strat.tolerance.not_available_duration(549) == 0
+    assert strat.tolerance.not_available_duration(550) == 1000
+    assert strat.tolerance.not_available_duration(14999) == 1000
+    assert strat.tolerance.not_available_duration(30000) == 8000
+    strat.update_fault_item("a", 10, isolation=True)  # isolation = 30 s latency -> 8 s
+    assert not strat.is_available("a")
+    clock.now += 7999
+    assert not strat.is_available("a")
+    clock.now += 1
+    assert strat.is_available("a")
+    strat.update_fault_item("a", 600, isolation=False)
+    clock.now += 999
+    assert not strat.is_available("a")
+    clock.now += 1
+    assert strat.is_available("a")
+
+
+def test_client_config_fault_tables_default_to_rocketmqs_and_are_validated() -> None:
+    cfg = ClientConfig(namesrv_addr="ns:1", client_ip="127.0.0.1")
+    assert cfg.latency_max_ms == LATENCY_MAX_MS == (50, 100, 550, 1000, 2000, 3000, 15000)
+    assert cfg.not_available_duration_ms == NOT_AVAILABLE_DURATION_MS
+    assert NOT_AVAILABLE_DURATION_MS == (0, 0, 30000, 60000, 120000, 180000, 600000)
+    ok = ClientConfig(
+        namesrv_addr="ns:1",
+        client_ip="127.0.0.1",
+        latency_max_ms=[100, 100, 3000],  # type: ignore[arg-type]  # a list is accepted
+        not_available_duration_ms=(0, 500, 500),
+    )
+    assert ok.latency_max_ms == (100, 100, 3000)
+    bad = [
+        ((50, 100), (0, 0, 1000), "entries"),
+        ((50, 40), (0, 1000), "non-decreasing"),
+        ((50, 100), (2000, 1000), "non-decreasing"),
+        ((), (), "empty"),
+        ((-1, 100), (0, 1000), "negative"),
+    ]
+    for latency, duration, what in bad:
+        with pytest.raises(ValidationError, match=what):
+            ClientConfig(
+                namesrv_addr="ns:1",
+                client_ip="127.0.0.1",
+                latency_max_ms=latency,
+                not_available_duration_ms=duration,
+            )
+        with pytest.raises(ValueError, match=what):
+            LatencyFaultTolerance(latency_max_ms=latency, not_available_duration_ms=duration)

@@ -22,7 +22,8 @@ ADDRS = {"broker-a": "10.0.0.1:10911", "broker-b": "10.0.0.2:10911"}
 
 
 class Broker:
-    """Answers sends per address: ok, refuse (connection error), a code, or hang."""
+    """Answers sends per address: ok, refuse (connection error), a code, hang (until the
+    request's timeout) or freeze (never answers, not even at the request's timeout)."""
 
     def __init__(self) -> None:
         self.mode = dict.fromkeys(ADDRS.values(), "ok")
@@ -38,6 +39,8 @@ class Broker:
         if mode == "hang":
             await trio.sleep(timeout_ms / 1000)
             raise RemotingTimeoutError("timeout")
+        if mode == "freeze":
+            await trio.sleep_forever()
         if mode.isdigit():
             return cmd.make_response(int(mode), "broker says no")
         assert cmd.ext_fields is not None
@@ -82,8 +85,22 @@ class Clock:
         return self.now
 
 
-def _producer(broker: Broker, clock: Clock) -> Producer:
-    inst = FakeInstance(broker)
+class UncachedInstance(FakeInstance):
+    """A route that is looked up on every send (never cached in `publish_info`), so the
+    producer bounds the whole call with its own cancel scope."""
+
+    def __init__(self, broker: Broker) -> None:
+        super().__init__(broker)
+        self.routes = self.publish_info
+        self.publish_info = {}
+
+    async def get_publish_info(self, topic: str) -> TopicPublishInfo:
+        await trio.lowlevel.checkpoint()
+        return self.routes[topic]
+
+
+def _producer(broker: Broker, clock: Clock, inst: FakeInstance | None = None) -> Producer:
+    inst = inst or FakeInstance(broker)
     p = Producer("pg", inst.config, instance=inst)  # type: ignore[arg-type]
     p.fault = FaultStrategy(True, clock)
     return p
@@ -180,3 +197,88 @@ async def test_send_async_future_and_callback() -> None:
     assert len(seen) == 1
     assert seen[0][0] is None
     assert isinstance(seen[0][1], SendFailedError)
+
+
+async def _send_until_cut_off(p: Producer, broker: Broker, frozen: str, *, own_scope: bool) -> int:
+    """Send until one send hits the frozen broker and is cut off; how many sends that took."""
+    for n in range(1, 6):
+        start = trio.current_time()
+        if own_scope:
+            with trio.move_on_after(2.0) as scope:
+                await p.send(Message("T", b"x"))
+            cut_off = scope.cancelled_caught
+        else:
+            errors: list[str] = []
+            try:
+                await p.send(Message("T", b"x"), timeout_ms=3000)
+            except RemotingTimeoutError as exc:
+                errors.append(str(exc))
+            cut_off = bool(errors)
+            assert all("sendDefaultImpl call timeout" in e for e in errors), errors
+        if cut_off:
+            # At the timeout, not before (the attempt really hung until it was cut off).
+            assert trio.current_time() - start == pytest.approx(2.0 if own_scope else 3.0)
+            assert broker.calls[-1] == frozen
+            return n
+    raise AssertionError(f"the frozen broker was never picked: {broker.calls}")
+
+
+@pytest.mark.parametrize("own_scope", [False, True], ids=["send_timeout", "caller_scope"])
+async def test_attempt_cut_off_by_a_timeout_charges_its_broker(
+    autojump_clock: trio.abc.Clock, own_scope: bool
+) -> None:
+    """A send whose attempt hangs until the producer's total send timeout (or the caller's
+    cancel scope) cuts it off isolates that broker: the next sends go elsewhere."""
+    broker, clock = Broker(), Clock()
+    frozen = ADDRS["broker-b"]
+    broker.mode[frozen] = "freeze"
+    # Uncached route: the producer's own cancel scope is what ends the frozen attempt.
+    p = _producer(broker, clock, UncachedInstance(broker))
+    await _send_until_cut_off(p, broker, frozen, own_scope=own_scope)
+    assert not p.fault.is_available("broker-b")
+    item = p.fault.tolerance.snapshot()["broker-b"]
+    # Latency = the elapsed time; unavailable for the isolation entry (30 s -> 600 s).
+    assert item.current_latency == pytest.approx(2000.0 if own_scope else 3000.0)
+    assert item.start_timestamp == clock.now + 600_000
+    broker.calls.clear()
+    used = {(await p.send(Message("T", b"x"))).message_queue.broker_name for _ in range(8)}
+    assert used == {"broker-a"}
+    assert frozen not in broker.calls
+    # Usable again once its not-available duration is over.
+    broker.mode[frozen] = "ok"
+    clock.now += 600_000
+    used = {(await p.send(Message("T", b"x"))).message_queue.broker_name for _ in range(8)}
+    assert used == {"broker-a", "broker-b"}
+
+
+async def test_configured_fault_tables_shorten_the_isolation(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    broker, clock = Broker(), Clock()
+    broker.mode[ADDRS["broker-b"]] = "refuse"
+    inst = FakeInstance(broker)
+    cfg = inst.config.model_copy(
+        update={
+            "latency_max_ms": (50, 1000, 15000),
+            "not_available_duration_ms": (0, 2000, 5000),
+        }
+    )
+    p = Producer("pg", cfg, instance=inst)  # type: ignore[arg-type]
+    assert p.fault.tolerance.latency_max_ms == (50, 1000, 15000)
+    assert p.fault.tolerance.not_available_duration_ms == (0, 2000, 5000)
+    p.fault = FaultStrategy(
+        True,
+        clock,
+        latency_max_ms=cfg.latency_max_ms,
+        not_available_duration_ms=cfg.not_available_duration_ms,
+    )
+    for _ in range(4):
+        assert (await p.send(Message("T", b"x"))).message_queue.broker_name == "broker-a"
+    broker.mode[ADDRS["broker-b"]] = "ok"
+    clock.now += 4_999
+    assert {(await p.send(Message("T", b"x"))).message_queue.broker_name for _ in range(4)} == {
+        "broker-a"
+    }
+    clock.now += 1
+    used = {(await p.send(Message("T", b"x"))).message_queue.broker_name for _ in range(4)}
+    assert used == {"broker-a", "broker-b"}
