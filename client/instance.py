@@ -89,6 +89,8 @@ class ClientInstance:
         self._running = False
         self._inner_producer: Producer | None = None
         self._inner_producer_lock = trio.Lock()
+        # Own generator: the global `random` state belongs to the application.
+        self._rng = random.Random()
 
     # -- lifecycle ------------------------------------------------------------
     @property
@@ -329,7 +331,7 @@ class ClientInstance:
         if route is None:
             return []
         names = [b.broker_name for b in route.broker_datas]
-        random.shuffle(names)
+        self._rng.shuffle(names)
         for name in names:
             addr = self.any_addr(name)
             if addr is None:

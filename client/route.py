@@ -117,7 +117,8 @@ class TopicPublishInfo:
         self.queues = list(queues)
         self.order_topic = order_topic
         self.haveroute = bool(self.queues)
-        self._counter = (rng or random).randrange(1 << 16)
+        # A private generator: background tasks must not touch the global `random` state.
+        self._counter = (rng or random.Random()).randrange(1 << 16)
 
     @classmethod
     def from_route(

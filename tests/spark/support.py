@@ -25,9 +25,22 @@ class MQ:
         self.conn.close()
         self.admin.close()
 
+    def _masters(self, brokers: tuple[str, ...]) -> dict[str, str]:
+        """Master addresses, once every broker in `brokers` has registered (a broker started
+        a moment ago may not have)."""
+        masters: dict[str, str] = {}
+
+        def registered() -> bool:
+            nonlocal masters
+            masters = self.admin.master_addrs(timeout=10)
+            return all(b in masters for b in brokers)
+
+        wait_until_sync(registered, total=20, what=f"registration of {brokers}")
+        return masters
+
     def create_topic(self, topic: str, queues: int = 2, brokers: tuple[str, ...] = BROKERS) -> None:
         """Create `topic` with `queues` queues on each broker and wait for its route."""
-        masters = self.admin.master_addrs(timeout=10)
+        masters = self._masters(brokers)
         for b in brokers:
             self.admin.create_topic(
                 topic,
@@ -49,7 +62,7 @@ class MQ:
 
     def add_queues(self, topic: str, broker: str, queues: int) -> None:
         """Give `topic` `queues` queues on `broker` and wait until its route says so."""
-        masters = self.admin.master_addrs(timeout=10)
+        masters = self._masters((broker,))
         self.admin.create_topic(
             topic,
             broker_addr=masters[broker],
