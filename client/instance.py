@@ -32,6 +32,7 @@ from client.route import (
 )
 from remoting import RemotingClient, RemotingCommand
 from remoting.codes import RequestCode, ResponseCode, SerializeType
+from remoting.logs import configure_logging_if_unset
 from remoting.protocol import bodies, headers
 from remoting.protocol.route import TopicRouteData
 from store.message import PROPERTY_PRODUCER_GROUP
@@ -110,6 +111,8 @@ class ClientInstance:
         return self._nursery
 
     async def __aenter__(self) -> Self:
+        # An application that never configured structlog gets warnings and errors only.
+        configure_logging_if_unset("warning")
         serialize = (
             SerializeType.MSGPACK if self.config.serialize_type == "msgpack" else SerializeType.JSON
         )

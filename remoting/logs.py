@@ -55,3 +55,14 @@ def configure_logging(level: str = "info", *, json_output: bool = False) -> None
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+
+
+def configure_logging_if_unset(level: str = "warning") -> None:
+    """Configure structlog with `level` unless the application already configured it.
+
+    Library entry points (the client's `ClientInstance`) call this so that an application
+    which never configured logging does not get structlog's default of printing every
+    debug line.
+    """
+    if not structlog.is_configured():
+        configure_logging(level)
