@@ -20,6 +20,14 @@ the head is due (woken early when a sooner message arrives). Durable state:
   appended after each batch and rewritten when W moves.
 At start the heap is rebuilt by reading the queue from W to its end, skipping marked offsets.
 
+Retention: the store deletes commitlog files older than `file_reserved_hours`, but a timer
+message may be due days later. Every undelivered timer record whose store time is older than
+half the retention is re-appended to the timer queue (same properties and delivery time, plus
+`TRIMQ_TIMER_ORIGIN` = the old record's queue offset) and the old entry is then marked delivered,
+so an undelivered timer message always has a record younger than the retention age. A crash
+between the two leaves both records; the restart's scan drops the older one when it meets the
+newer one's origin (see `_timer_load`), so the message is delivered once.
+
 Time is wall-clock epoch ms (store timestamps are); `now_ms` is injectable for tests.
 """
 
@@ -61,6 +69,9 @@ PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 PROPERTY_START_DELIVER_TIME = "__STARTDELIVERTIME"
 PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
 PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+# On a timer record re-appended before retention could delete the original: the queue offset of
+# the record it replaces (never on a delivered message).
+PROPERTY_TIMER_ORIGIN = "TRIMQ_TIMER_ORIGIN"
 TIMER_PROPERTIES = (
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_START_DELIVER_TIME,
@@ -76,6 +87,8 @@ BATCH = 32
 _READ_BYTES = 4 * 1024 * 1024
 _RETRY_AFTER_S = 1.0
 _MARK = struct.Struct(">q")
+_REFRESH_EVERY_MAX_MS = 3_600_000  # re-append check period: retention / 8, at most one hour
+_REFRESH_EVERY_MIN_MS = 100
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
@@ -133,6 +146,7 @@ def exact_delivery_ms(props: Mapping[str, str], now_ms: int) -> int | None:
 def strip_timer_properties(props: dict[str, str]) -> None:
     for name in TIMER_PROPERTIES:
         props.pop(name, None)
+    props.pop(PROPERTY_TIMER_ORIGIN, None)
 
 
 def real_message(ext: MessageExt, store_host: tuple[str, int]) -> MessageInner:
@@ -208,7 +222,15 @@ class ScheduleService:
         self._timer_marks: set[int] = set()  # delivered offsets >= timer_delivered_offset
         self._timer_pending_marks: list[int] = []
         self._timer_marks_rewrite = False
-        self._timer_heap: list[tuple[int, int, int, int]] = []  # (due, queue offset, phy, size)
+        # (due, queue offset, phy offset, size, store timestamp) of every undelivered record.
+        self._timer_heap: list[tuple[int, int, int, int, int]] = []
+        # Heap entries replaced by a re-appended record (already marked delivered): skipped
+        # when they reach the head, removed at the next re-append round.
+        self._timer_dropped: set[int] = set()
+        self._timer_refresh_age_ms = 0  # 0: no re-appending (set by `run` from the store)
+        self._timer_refresh_every_ms = _REFRESH_EVERY_MAX_MS
+        self._timer_next_refresh_ms = 0
+        self.timer_refreshed = 0  # timer records re-appended so far
         self._timer_scan_offset = 0
         self._timer_wakeup = _Wakeup()
         self._timer_state_dirty = False
@@ -346,6 +368,18 @@ class ScheduleService:
     ) -> None:
         """Deliver until cancelled (`store.add_arrival_listener(self.on_arrival)` first)."""
         self._store = store
+        # Half the retention: a record is re-appended while its commitlog file (whose age is
+        # its mtime, at or after the store time of the records it holds) still has at least
+        # half the retention to live. Delay levels need none of this: RocketMQ's longest is 2 h,
+        # far below the 72 h retention (a custom level near the retention would need it).
+        reserved_ms = int(store.config.file_reserved_hours * 3_600_000)
+        if reserved_ms > 0:
+            self._timer_refresh_age_ms = reserved_ms // 2
+            self._timer_refresh_every_ms = max(
+                _REFRESH_EVERY_MIN_MS, min(_REFRESH_EVERY_MAX_MS, reserved_ms // 8)
+            )
+        else:
+            log.warning("timer_refresh_disabled", reason="file_reserved_hours is 0")
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._persist_loop)
             for level in range(1, self.levels + 1):
@@ -458,16 +492,37 @@ class ScheduleService:
                 try:
                     ext = decode_record(buf, read_body=False)
                     due = int(ext.properties.get(PROPERTY_TIMER_DELIVER_MS, "0"))
+                    origin = int(ext.properties.get(PROPERTY_TIMER_ORIGIN, "-1"))
                 except (MessageDecodeError, ValueError):
                     log.exception("timer_record_undecodable", offset=qoff)
                     self._timer_done(qoff)
                     continue
-                heapq.heappush(self._timer_heap, (due, qoff, ext.commit_log_offset, ext.store_size))
+                if 0 <= origin < qoff and self._timer_is_pending(origin):
+                    # A re-appended copy whose original was never marked delivered (a crash
+                    # came between the append and the mark): keep only the copy.
+                    log.info("timer_record_superseded", offset=origin, by=qoff)
+                    self._timer_drop(origin)
+                heapq.heappush(
+                    self._timer_heap,
+                    (due, qoff, ext.commit_log_offset, ext.store_size, ext.store_timestamp),
+                )
             if res.next_begin_offset > self._timer_scan_offset:
                 for skipped in range(self._timer_scan_offset, res.next_begin_offset):
                     self._timer_done(skipped)
                 self._timer_scan_offset = res.next_begin_offset
             await trio.lowlevel.checkpoint()
+
+    def _timer_is_pending(self, qoff: int) -> bool:
+        """Whether `qoff` was scanned into the heap and is neither delivered nor replaced."""
+        return (
+            self.timer_delivered_offset <= qoff < self._timer_scan_offset
+            and qoff not in self._timer_marks
+        )
+
+    def _timer_drop(self, qoff: int) -> None:
+        """A heap entry replaced by a re-appended record: mark it and skip it in the heap."""
+        self._timer_done(qoff)
+        self._timer_dropped.add(qoff)
 
     def _timer_done(self, qoff: int) -> None:
         """Record `qoff` as delivered; advance the watermark over a delivered prefix."""
@@ -502,7 +557,11 @@ class ScheduleService:
             delivered = False
             failed = False
             while heap and heap[0][0] <= self.now_ms():
-                due, qoff, phy, size = heap[0]
+                due, qoff, phy, size, _stored = heap[0]
+                if qoff in self._timer_dropped:
+                    heapq.heappop(heap)
+                    self._timer_dropped.discard(qoff)
+                    continue
                 ext = store.look_message_by_offset(phy, size)
                 if ext is None:
                     log.warning("timer_record_gone", offset=qoff, phy=phy)
@@ -519,7 +578,13 @@ class ScheduleService:
                 self.timer_lateness_ms.append(lateness)
                 self._timer_done(qoff)
                 delivered = True
-            if delivered or self._timer_state_dirty:
+            refresh = self._timer_refresh_age_ms > 0
+            if not failed and refresh and self.now_ms() >= self._timer_next_refresh_ms:
+                failed = not await self._timer_refresh(store)
+                self._timer_next_refresh_ms = self.now_ms() + (
+                    int(_RETRY_AFTER_S * 1000) if failed else self._timer_refresh_every_ms
+                )
+            if delivered or self._timer_state_dirty or self._timer_pending_marks:
                 self._persist_wakeup.set()
             if failed:
                 await trio.sleep(_RETRY_AFTER_S)  # the store refused: retry later
@@ -527,9 +592,57 @@ class ScheduleService:
             if not heap:
                 await self._timer_wakeup.wait()
                 continue
-            with trio.move_on_after(max(0, heap[0][0] - self.now_ms()) / 1000):
+            wake_at = heap[0][0]
+            if refresh:
+                wake_at = min(wake_at, self._timer_next_refresh_ms)
+            with trio.move_on_after(max(0, wake_at - self.now_ms()) / 1000):
                 await self._timer_wakeup.wait()
+
+    async def _timer_refresh(self, store: MessageStore) -> bool:
+        """Re-append every undelivered timer record older than half the retention.
+
+        Order, the same as a delivery's: the new record is appended first, then the old queue
+        offset is marked delivered (the mark reaches the marks file later, in the persister).
+        A crash between the two leaves two records for one message, never none; `_timer_load`
+        keeps only the newer one (its TRIMQ_TIMER_ORIGIN names the older). Durability of the
+        new record is the store's: for a killed process the page cache keeps it; under
+        ASYNC_FLUSH an OS crash can lose it like any recent record, under SYNC_FLUSH the put
+        returned once it was on disk.
+
+        Returns:
+            False when the store refused a put (the rest waits for the next round).
+        """
+        heap = self._timer_heap
+        dropped = self._timer_dropped
+        if dropped:  # compact: replaced entries leave the heap
+            heap[:] = [e for e in heap if e[1] not in dropped]
+            heapq.heapify(heap)
+            dropped.clear()
+        limit = self.now_ms() - self._timer_refresh_age_ms
+        old = sorted(e for e in heap if e[4] <= limit)
+        ok = True
+        for due, qoff, phy, size, stored in old:
+            ext = store.look_message_by_offset(phy, size)
+            if ext is None:
+                log.warning("timer_record_gone", offset=qoff, phy=phy)
+                self._timer_drop(qoff)
+                continue
+            msg = ext.to_inner()
+            msg.properties[PROPERTY_TIMER_ORIGIN] = str(qoff)
+            msg.properties_string = None
+            msg.tags_code = due
+            msg.store_host = self._store_host()
+            result = await store.put_message(msg)
+            if not result.ok:
+                log.warning("timer_refresh_failed", offset=qoff, status=result.status.name)
+                ok = False
+                break
+            self._timer_drop(qoff)
+            self.timer_refreshed += 1
+            log.info("timer_record_refreshed", offset=qoff, due=due, stored=stored)
+            await trio.lowlevel.checkpoint()
+        return ok
 
     # -- admin -----------------------------------------------------------------------------
     def pending_timer_messages(self) -> int:
-        return len(self._timer_heap)
+        return len(self._timer_heap) - len(self._timer_dropped)
