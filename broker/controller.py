@@ -190,6 +190,7 @@ class BrokerController:
         reg(R.GET_CONSUME_STATS, self.admin.get_consume_stats)
         reg(R.INVOKE_BROKER_TO_RESET_OFFSET, self.admin.invoke_broker_to_reset_offset)
         reg(R.GET_ALL_CONSUMER_OFFSET, self.admin.get_all_consumer_offset)
+        reg(R.GET_ALL_DELAY_OFFSET, self.admin.get_all_delay_offset)
         reg(R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self.admin.get_all_subscription_group_config)
         reg(R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, self.admin.update_and_create_subscription_group)
         reg(R.GET_BROKER_CONFIG, self.admin.get_broker_config)

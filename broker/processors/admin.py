@@ -276,6 +276,17 @@ class AdminProcessor:
         return cmd.make_response(ResponseCode.SUCCESS, body=self.ctrl.offsets.encode())
 
     @guarded()
+    async def get_all_delay_offset(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        """GET_ALL_DELAY_OFFSET (45): delayOffset.json's content, `{"offsetTable":{"1":n,..}}`.
+
+        The schedule service's current table (what the file holds once the next write lands),
+        in standard JSON (quoted level keys; RocketMQ writes them bare).
+        """
+        return cmd.make_response(ResponseCode.SUCCESS, body=self.ctrl.schedule.encode())
+
+    @guarded()
     async def invoke_broker_to_reset_offset(
         self, conn: Connection, cmd: RemotingCommand
     ) -> RemotingCommand | None:
