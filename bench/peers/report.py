@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .run import CONFIGS, METRICS, PAIRS, WORKLOADS, _fmt, _ratio, cpu_metric, metric, targets
+from .run import CONFIGS, METRICS, PAIRS, WORKLOADS, _fmt, _ratio, cpu_per_msg_us, metric, targets
 
 
 def render(data: dict[str, Any]) -> str:
@@ -26,8 +26,8 @@ def render(data: dict[str, Any]) -> str:
         lines.append("| " + " | ".join(row) + " |")
     for w in WORKLOADS:
         for key, name in (("server_cpu_s", "server"), ("client_cpu_s", "client")):
-            vals = {c: cpu_metric(runs[c], w, key) for c in configs}
-            row = [f"{w} {name} CPU s", *(_fmt(vals[c]) for c in configs)]
+            vals = {c: cpu_per_msg_us(runs[c], w, key) for c in configs}
+            row = [f"{w} {name} CPU us/msg", *(_fmt(vals[c]) for c in configs)]
             row += [_ratio(vals[a], vals[b]) for a, b in pairs]
             lines.append("| " + " | ".join(row) + " |")
     lines.append("")

@@ -283,6 +283,16 @@ def cpu_metric(runs: list[dict[str, Any]], w: str, key: str) -> float | None:
     return statistics.median(vals) if vals else None
 
 
+def cpu_per_msg_us(runs: list[dict[str, Any]], w: str, key: str) -> float | None:
+    """Median over runs of CPU microseconds per message (steadier than msgs/s on a busy box)."""
+    vals = []
+    for r in runs:
+        n = r.get(w, {}).get("result", {}).get("messages")
+        if n:
+            vals.append(float(r[w][key]) / n * 1e6)
+    return statistics.median(vals) if vals else None
+
+
 def _fmt(v: float | None) -> str:
     if v is None:
         return "-"
@@ -311,9 +321,9 @@ def build_table(all_runs: dict[str, list[dict[str, Any]]]) -> Table:
         )
     for w in WORKLOADS:
         for key, name in (("server_cpu_s", "server"), ("client_cpu_s", "client")):
-            vals = {c: cpu_metric(all_runs[c], w, key) for c in configs}
+            vals = {c: cpu_per_msg_us(all_runs[c], w, key) for c in configs}
             table.add_row(
-                f"{w} {name} CPU s",
+                f"{w} {name} CPU us/msg",
                 *(_fmt(vals[c]) for c in configs),
                 *(_ratio(vals[a], vals[b]) for a, b in pairs),
             )
