@@ -72,7 +72,7 @@ class Sizes:
     @classmethod
     def for_mode(cls, quick: bool) -> Sizes:
         if quick:
-            return cls(3_000, 6_000, 6_000, 2_000, 2.0, 500, 60.0)
+            return cls(2_000, 4_000, 4_000, 2_000, 1.5, 300, 60.0)
         return cls(100_000, 100_000, 100_000, 2_000, 10.0, 20_000, 300.0)
 
 
@@ -198,7 +198,7 @@ def _trimq_args(w: str, ns: str) -> list[str]:
 # ---- one run --------------------------------------------------------------------------------
 
 
-def _startup_cpu(scratch: Path, env: dict[str, str]) -> dict[str, float]:
+def _startup_cpu(scratch: Path, env: dict[str, str], repeats: int = 3) -> dict[str, float]:
     """CPU seconds a client process spends starting (imports), subtracted from client CPU."""
     probes = {
         "trimq": "import client.cli.mqbench, bench.peers.trimq_e2e",
@@ -207,7 +207,7 @@ def _startup_cpu(scratch: Path, env: dict[str, str]) -> dict[str, float]:
     }
     out: dict[str, float] = {}
     for kind, code in probes.items():
-        runs = [run_client([PY, "-c", code], 60, REPO, env, scratch).cpu_s for _ in range(3)]
+        runs = [run_client([PY, "-c", code], 60, REPO, env, scratch).cpu_s for _ in range(repeats)]
         out[kind] = min(runs)
     return out
 
@@ -454,16 +454,16 @@ def main(argv: list[str] | None = None) -> None:
         disk: dict[str, float] = {}
         if not opts.no_disk:
             disk["seq_mb_per_s"] = round(
-                _disk.sequential_mb_per_s(scratch, 64 if opts.quick else 512), 1
+                _disk.sequential_mb_per_s(scratch, 32 if opts.quick else 512), 1
             )
             disk["fsyncs_per_s"] = round(
-                _disk.fsyncs_per_s(scratch, 1000 if opts.quick else 10000), 1
+                _disk.fsyncs_per_s(scratch, 500 if opts.quick else 10000), 1
             )
             console.print(
                 f"disk: {disk['seq_mb_per_s']:,.0f} MB/s with fdatasync, "
                 f"{disk['fsyncs_per_s']:,.0f} 1 KiB fsyncs/s"
             )
-        startup = _startup_cpu(scratch, env)
+        startup = _startup_cpu(scratch, env, 1 if opts.quick else 3)
         for i in range(runs):
             for c in configs:
                 console.print(f"[bold]run {i + 1}/{runs}: {c}[/]")
