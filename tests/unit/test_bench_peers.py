@@ -1,0 +1,70 @@
+"""The peers harness's own logic: CPU readings, summaries, medians, targets, the report."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from bench.peers._proc import cpu_seconds
+from bench.peers._stats import E2E_HEAD, e2e_body, e2e_latency_ms, summary
+from bench.peers.report import render
+from bench.peers.run import cpu_per_msg_us, metric, targets
+
+
+def test_cpu_seconds_of_this_process_grows_with_work() -> None:
+    before = cpu_seconds(os.getpid())
+    deadline = time.process_time() + 0.2
+    while time.process_time() < deadline:
+        pass
+    assert cpu_seconds(os.getpid()) - before >= 0.1
+
+
+def test_summary_percentiles_and_rate() -> None:
+    s = summary("x", 1000, 2.0, [float(i) for i in range(1, 101)], errors=3, extra="y")
+    assert s["msgs_per_s"] == 500.0
+    assert s["errors"] == 3
+    assert s["extra"] == "y"
+    assert s["latency_ms"]["p50"] == 51.0
+    assert s["latency_ms"]["p99"] == 100.0
+    assert s["latency_ms"]["max"] == 100.0
+    assert summary("x", 0, 1.0, [])["latency_ms"]["p99"] == 0.0
+
+
+def test_e2e_body_roundtrip() -> None:
+    body = e2e_body(42, b"p" * (1024 - E2E_HEAD.size))
+    assert len(body) == 1024
+    seq, ms = e2e_latency_ms(body)
+    assert seq == 42
+    assert 0 <= ms < 5_000
+
+
+def _run(w1: float, p99: float, w3: float, cpu: float) -> dict[str, Any]:
+    def res(rate: float, lat99: float = 1.0) -> dict[str, Any]:
+        return {
+            "result": {"msgs_per_s": rate, "messages": 1000, "latency_ms": {"p99": lat99}},
+            "server_cpu_s": cpu,
+            "client_cpu_s": cpu / 2,
+        }
+
+    return {"W1": res(w1, p99), "W2": res(w1), "W3": res(w3), "W4": res(2000, p99), "W5": res(w1)}
+
+
+def test_medians_targets_and_report() -> None:
+    runs = {
+        "trimq-async": [_run(100, 4, 300, 1.0), _run(300, 9, 100, 3.0), _run(200, 6, 200, 2.0)],
+        "nats": [_run(150, 1, 50, 1.0)],
+        "redis-everysec": [_run(1000, 1, 250, 0.1)],
+        "trimq-sync": [_run(120, 8, 100, 1.0)],
+    }
+    assert metric(runs["trimq-async"], "W1", ("msgs_per_s",)) == 200
+    assert cpu_per_msg_us(runs["trimq-async"], "W1", "server_cpu_s") == 2000.0
+    got = {desc: ok for desc, ok, _ in targets(runs)}
+    assert got["W1 >= 1.0x JetStream msgs/s"] is True  # 200 vs 150
+    assert got["W1 >= 0.5x Redis (everysec) msgs/s"] is False  # 200 vs 500
+    assert got["W1 p99 <= 5 ms"] is False  # median 6
+    assert got["W3 >= 1.0x the faster peer"] is False  # 200 vs 250
+    assert got["SYNC_FLUSH W1 >= 0.5x ASYNC_FLUSH W1"] is True  # 120 vs 100
+    text = render({"runs": runs})
+    assert "| W1 publish, 64 in flight: msgs/s | 200 | 150 | 1,000 | 120 |" in text
+    assert "| W1 >= 1.0x JetStream msgs/s | met |" in text
