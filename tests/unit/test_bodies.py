@@ -31,7 +31,7 @@ from remoting.protocol.bodies import (
 
 # A heartbeat as a Java 4.9 push consumer sends it (fastjson: alphabetical keys).
 JAVA_HEARTBEAT = (
-    b'{"clientID":"10.0.0.7@1234#5678","consumerDataSet":[{"consumeFromWhere":'
+    b'{"clientID":"192.0.2.7@1234#5678","consumerDataSet":[{"consumeFromWhere":'
     b'"CONSUME_FROM_LAST_OFFSET","consumeType":"CONSUME_PASSIVELY","groupName":"CG",'
     b'"messageModel":"CLUSTERING","subscriptionDataSet":[{"classFilterMode":false,'
     b'"codeSet":[2598919,2598920],"expressionType":"TAG","subString":"TagA || TagB",'
@@ -44,7 +44,7 @@ JAVA_HEARTBEAT = (
 
 def test_heartbeat_parses_java_bytes_and_writes_them_back_identically() -> None:
     hb = HeartbeatData.from_json(JAVA_HEARTBEAT)
-    assert hb.client_id == "10.0.0.7@1234#5678"
+    assert hb.client_id == "192.0.2.7@1234#5678"
     assert [p.group_name for p in hb.producer_data_set] == ["CLIENT_INNER_PRODUCER"]
     (cd,) = hb.consumer_data_set
     assert (cd.group_name, cd.consume_type, cd.message_model) == (

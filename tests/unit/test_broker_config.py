@@ -73,7 +73,7 @@ def test_advertise_and_store_config(tmp_path: Path) -> None:
         listen="127.0.0.1:0", store_dir=str(tmp_path), mapped_file_size_commitlog=8192
     )
     assert cfg.advertise_addr(12345) == "127.0.0.1:12345"
-    assert BrokerConfig(advertise="10.1.2.3:1").advertise_addr() == "10.1.2.3:1"
+    assert BrokerConfig(advertise="192.0.2.3:1").advertise_addr() == "192.0.2.3:1"
     host, port = BrokerConfig(listen="0.0.0.0:10911").advertise_addr().rsplit(":", 1)
     assert host != "0.0.0.0"
     assert port == "10911"

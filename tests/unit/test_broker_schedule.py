@@ -64,7 +64,7 @@ def message(topic: str, body: bytes, qid: int = 0, **props: str) -> MessageInner
         queue_id=qid,
         properties=dict(props),
         born_timestamp=wall_ms(),
-        born_host=("10.0.0.1", 1234),
+        born_host=("192.0.2.1", 1234),
         store_host=HOST,
     )
 

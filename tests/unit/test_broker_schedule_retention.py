@@ -85,7 +85,7 @@ def timer_message(clock: Callable[[], float], body: bytes, uniq: str) -> Message
         queue_id=2,
         properties={"KEYS": "order-7", "UNIQ_KEY": uniq, "color": "red"},
         born_timestamp=int(clock() * 1000),
-        born_host=("10.0.0.1", 1234),
+        born_host=("192.0.2.1", 1234),
         store_host=HOST,
     )
 

@@ -55,7 +55,7 @@ class FakeProducerChannel:
 
     def __init__(self, ident: int = 1) -> None:
         self.id = ident
-        self.remote_address = f"10.0.0.9:{40000 + ident}"
+        self.remote_address = f"192.0.2.9:{40000 + ident}"
         self.closed = False
         self.sent: list[RemotingCommand] = []
 
@@ -99,7 +99,7 @@ def tx_message(body: bytes, **props: str) -> MessageInner:
         properties=p,
         sys_flag=TRANSACTION_PREPARED_TYPE,
         born_timestamp=wall_ms(),
-        born_host=("10.0.0.1", 1234),
+        born_host=("192.0.2.1", 1234),
         store_host=HOST,
     )
 

@@ -38,7 +38,7 @@ class ScriptedTransport:
 def _route() -> TopicRouteData:
     return TopicRouteData(
         queue_datas=[QueueData("b", 4, 4, 6, 0)],
-        broker_datas=[BrokerData("C", "b", {0: "10.0.0.1:10911"})],
+        broker_datas=[BrokerData("C", "b", {0: "192.0.2.1:10911"})],
     )
 
 
@@ -54,7 +54,7 @@ async def test_route_fails_over_to_the_next_namesrv() -> None:
     api = MQClientAPI(t, ["ns1:9876", "ns2:9876"])
     route = await api.get_topic_route("T")
     assert route is not None
-    assert route.broker_datas[0].broker_addrs == {0: "10.0.0.1:10911"}
+    assert route.broker_datas[0].broker_addrs == {0: "192.0.2.1:10911"}
     # The working NameServer is remembered.
     await api.get_topic_route("T")
     assert [a for a, _, _ in t.sent] == ["ns1:9876", "ns2:9876", "ns2:9876"]

@@ -122,7 +122,7 @@ def test_message_ext_from_store_record() -> None:
         queue_id=1,
         properties={"TAGS": "TagA", "UNIQ_KEY": "CD" * 16, "KEYS": "k1 k2"},
         sys_flag=0x1 | 0x300,
-        born_host=("10.0.0.7", 5000),
+        born_host=("192.0.2.7", 5000),
         store_host=("127.0.0.1", 10911),
     )
     rec = encode_record(inner, queue_offset=7, physical_offset=1234, store_timestamp=99)
@@ -135,5 +135,5 @@ def test_message_ext_from_store_record() -> None:
     assert m.offset_msg_id == "7F00000100002A9F00000000000004D2"
     assert m.queue_offset == 7
     assert m.commit_log_offset == 1234
-    assert m.born_host == "10.0.0.7:5000"
+    assert m.born_host == "192.0.2.7:5000"
     assert m.message_queue == MessageQueue("T", "broker-a", 1)

@@ -18,7 +18,7 @@ from remoting import RemotingCommand
 from remoting.codes import ResponseCode
 from remoting.errors import RemoteError, RemotingConnectError, RemotingTimeoutError
 
-ADDRS = {"broker-a": "10.0.0.1:10911", "broker-b": "10.0.0.2:10911"}
+ADDRS = {"broker-a": "192.0.2.1:10911", "broker-b": "192.0.2.2:10911"}
 
 
 class Broker:

@@ -67,7 +67,7 @@ def test_by_circle() -> None:
 @pytest.mark.parametrize(("nq", "nc"), [(1, 1), (8, 3), (16, 5), (3, 7), (32, 4)])
 def test_partition_no_overlap_no_gap(strategy: AllocateStrategy, nq: int, nc: int) -> None:
     mqs = _mqs(nq, ("b1", "b2"))
-    cids = [f"10.0.0.1@{i}" for i in range(nc)]
+    cids = [f"192.0.2.1@{i}" for i in range(nc)]
     shares = [allocate(strategy, "g", c, mqs, cids) for c in cids]
     flat = [q for s in shares for q in s]
     assert sorted(flat) == sorted(mqs)

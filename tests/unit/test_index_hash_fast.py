@@ -10,7 +10,7 @@ from store.message import UniqKeyGenerator
 
 
 def test_uniq_keys_of_a_producer() -> None:
-    gen = UniqKeyGenerator(ip="10.1.2.3", pid=4321, seed=7)
+    gen = UniqKeyGenerator(ip="192.0.2.3", pid=4321, seed=7)
     for topic in ("BenchTopic", "t", "%RETRY%group", "主题"):
         for _ in range(200):
             key = gen.next()

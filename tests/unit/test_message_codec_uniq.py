@@ -11,15 +11,15 @@ from store.message import MessageDecodeError, UniqKeyGenerator, decode_uniq_key,
 
 
 def test_layout_ipv4() -> None:
-    gen = UniqKeyGenerator("10.0.0.5", pid=0x12345, seed=0xCAFEBABE)
+    gen = UniqKeyGenerator("192.0.2.5", pid=0x12345, seed=0xCAFEBABE)
     key = gen.next()
     assert len(key) == 32
     assert key == key.upper()
     # ip (4) + pid int16 (low 16 bits) + int32 random = the fixed prefix
-    assert key.startswith("0A000005" + "2345" + "CAFEBABE")
-    assert gen.prefix == "0A0000052345CAFEBABE"
+    assert key.startswith("C0000205" + "2345" + "CAFEBABE")
+    assert gen.prefix == "C00002052345CAFEBABE"
     ip, pid, t, _counter = decode_uniq_key(key)
-    assert (ip, pid) == ("10.0.0.5", 0x2345)
+    assert (ip, pid) == ("192.0.2.5", 0x2345)
     now = int(time.time() * 1000)
     start, _ = month_start_ms(now)
     # the time field is ms since the start of the current month (low 32 bits)

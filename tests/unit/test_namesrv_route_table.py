@@ -10,7 +10,7 @@ def _reg(
     rt: RouteTable,
     *,
     name: str = "b",
-    addr: str = "10.0.0.1:10911",
+    addr: str = "192.0.2.1:10911",
     bid: int = 0,
     cluster: str = "c",
     topics: dict[str, int] | None = None,
@@ -45,7 +45,7 @@ def test_register_then_pick_route() -> None:
     route = rt.pick_route("T")
     assert route is not None
     assert route.queue_datas == [QueueData("b", 4, 4, 6, 0)]
-    assert route.broker_datas == [BrokerData("c", "b", {0: "10.0.0.1:10911"})]
+    assert route.broker_datas == [BrokerData("c", "b", {0: "192.0.2.1:10911"})]
     assert rt.pick_route("nope") is None
     assert rt.all_topics() == ["T"]
     assert res.first_time
@@ -74,25 +74,25 @@ def test_queue_data_updated_only_when_data_version_changes() -> None:
     assert route.queue_datas[0].write_queue_nums == 8
     assert rt.pick_route("U") is not None
     # Heartbeat refreshes liveness.
-    assert rt.broker_live_table["10.0.0.1:10911"].last_update_ms == 2000
+    assert rt.broker_live_table["192.0.2.1:10911"].last_update_ms == 2000
 
 
 def test_slave_never_updates_queue_data_and_learns_master() -> None:
     rt = RouteTable()
-    _reg(rt, topics={"T": 4}, ha="10.0.0.1:10912")
+    _reg(rt, topics={"T": 4}, ha="192.0.2.1:10912")
     res = _reg(
-        rt, addr="10.0.0.2:10911", bid=1, topics={"T": 16, "S": 1}, dv=DataVersion(9, 9), channel=2
+        rt, addr="192.0.2.2:10911", bid=1, topics={"T": 16, "S": 1}, dv=DataVersion(9, 9), channel=2
     )
     route = rt.pick_route("T")
     assert route is not None
     assert route.queue_datas[0].write_queue_nums == 4
-    assert route.broker_datas[0].broker_addrs == {0: "10.0.0.1:10911", 1: "10.0.0.2:10911"}
+    assert route.broker_datas[0].broker_addrs == {0: "192.0.2.1:10911", 1: "192.0.2.2:10911"}
     assert rt.pick_route("S") is None
-    assert res.master_addr == "10.0.0.1:10911"
-    assert res.ha_server_addr == "10.0.0.1:10912"
+    assert res.master_addr == "192.0.2.1:10911"
+    assert res.ha_server_addr == "192.0.2.1:10912"
     # A slave registering before its master gets no master address.
     rt2 = RouteTable()
-    res2 = _reg(rt2, addr="10.0.0.2:10911", bid=1, topics={"T": 4})
+    res2 = _reg(rt2, addr="192.0.2.2:10911", bid=1, topics={"T": 4})
     assert res2.master_addr is None
     assert rt2.pick_route("T") is None
 
@@ -246,5 +246,5 @@ def test_pick_route_returns_copies() -> None:
     route.queue_datas[0].perm = 0
     again = rt.pick_route("T")
     assert again is not None
-    assert again.broker_datas[0].broker_addrs == {0: "10.0.0.1:10911"}
+    assert again.broker_datas[0].broker_addrs == {0: "192.0.2.1:10911"}
     assert again.queue_datas[0].perm == 6

@@ -83,11 +83,11 @@ def test_route_with_order_topic_conf_and_filter_servers() -> None:
 
 def test_fastjson_unquoted_integer_keys() -> None:
     fastjson = (
-        b'{"brokerDatas":[{"brokerAddrs":{0:"10.0.0.1:10911",1:"10.0.0.2:10911"},'
+        b'{"brokerDatas":[{"brokerAddrs":{0:"192.0.2.1:10911",1:"192.0.2.2:10911"},'
         b'"brokerName":"b","cluster":"c"}],"filterServerTable":{},"queueDatas":[]}'
     )
     route = TopicRouteData.from_json(fastjson)
-    assert route.broker_datas[0].broker_addrs == {0: "10.0.0.1:10911", 1: "10.0.0.2:10911"}
+    assert route.broker_datas[0].broker_addrs == {0: "192.0.2.1:10911", 1: "192.0.2.2:10911"}
 
 
 def test_quote_numeric_keys_leaves_strings_and_values_alone() -> None:

@@ -46,8 +46,8 @@ def msg(topic: str = "T", qid: int = 0, body: bytes = b"x" * 100, **props: str) 
         queue_id=qid,
         properties=dict(props),
         born_timestamp=1,
-        born_host=("10.0.0.1", 1234),
-        store_host=("10.0.0.2", 10911),
+        born_host=("192.0.2.1", 1234),
+        store_host=("192.0.2.2", 10911),
     )
 
 
