@@ -157,10 +157,10 @@ def test_java_string_hash_long_strings() -> None:
 def test_offset_msg_id_vectors() -> None:
     assert create_offset_msg_id(("127.0.0.1", 10911), 0) == "7F00000100002A9F0000000000000000"
     assert (
-        create_offset_msg_id(("10.0.0.5", 10911), 1073741950) == "0A00000500002A9F000000004000007E"
+        create_offset_msg_id(("192.0.2.5", 10911), 1073741950) == "C000020500002A9F000000004000007E"
     )
-    assert decode_offset_msg_id("0A00000500002A9F000000004000007E") == (
-        ("10.0.0.5", 10911),
+    assert decode_offset_msg_id("C000020500002A9F000000004000007E") == (
+        ("192.0.2.5", 10911),
         1073741950,
     )
 
@@ -213,7 +213,7 @@ def test_properties_round_trip(props: dict[str, str]) -> None:
 # --- record round trips ------------------------------------------------------------------
 
 _ipv4 = st.tuples(*[st.integers(0, 255)] * 4).map(lambda t: ".".join(map(str, t)))
-_ipv6 = st.sampled_from(["::1", "fe80::1", "2001:db8::8a2e:370:7334", "::ffff:10.0.0.1"])
+_ipv6 = st.sampled_from(["::1", "fe80::1", "2001:db8::8a2e:370:7334", "::ffff:192.0.2.1"])
 _host = st.tuples(st.one_of(_ipv4, _ipv6), st.integers(0, 65535))
 _topic = st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=40).filter(
     lambda t: len(t.encode()) <= 127
