@@ -5,13 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from types import TracebackType
-from typing import Self
+from typing import Literal, Self, cast, overload
 
 import structlog
 import trio
 
 from remoting._command import RemotingCommand
-from remoting._connection import Connection, Handler, PendingBudget, opaque_counter
+from remoting._connection import (
+    Connection,
+    Handler,
+    InlineHandler,
+    PendingBudget,
+    opaque_counter,
+)
 from remoting._frame import DEFAULT_MAX_FRAME_SIZE
 from remoting.codes import LanguageCode, SerializeType
 from remoting.errors import RemotingConnectError, RemotingTimeoutError
@@ -81,6 +87,7 @@ class RemotingClient:
         self._budget = PendingBudget(max_pending)
         self._next_opaque = opaque_counter()
         self._processors: dict[int, Handler] = {}
+        self._inline: dict[int, InlineHandler] = {}
         self._on_disconnect: list[Callable[[str], None]] = []
         self._connections: dict[str, Connection] = {}
         self._connecting: dict[str, _ConnectAttempt] = {}
@@ -107,9 +114,32 @@ class RemotingClient:
         return await self._stack.__aexit__(exc_type, exc, tb)
 
     # -- configuration ------------------------------------------------------------
-    def register_processor(self, code: int, handler: Handler) -> None:
-        """Handle server-sent requests with `code` (e.g. CHECK_TRANSACTION_STATE)."""
-        self._processors[int(code)] = handler
+    @overload
+    def register_processor(self, code: int, handler: Handler) -> None: ...
+    @overload
+    def register_processor(
+        self, code: int, handler: InlineHandler, *, inline: Literal[True]
+    ) -> None: ...
+    @overload
+    def register_processor(
+        self, code: int, handler: Handler, *, inline: Literal[False]
+    ) -> None: ...
+    def register_processor(
+        self, code: int, handler: Handler | InlineHandler, *, inline: bool = False
+    ) -> None:
+        """Handle server-sent requests with `code` (e.g. CHECK_TRANSACTION_STATE).
+
+        With `inline=True`, `handler` is an `InlineHandler`: the connection's reader calls it
+        directly and answers at once when it returns a command (or None); an awaitable it
+        returns is awaited in a spawned task like a plain handler. It must never block.
+        """
+        code = int(code)
+        if inline:
+            self._inline[code] = handler
+            self._processors.pop(code, None)
+        else:
+            self._processors[code] = cast(Handler, handler)
+            self._inline.pop(code, None)
 
     def on_disconnect(self, cb: Callable[[str], None]) -> None:
         """Call `cb(addr)` when the connection to `addr` closes."""
@@ -221,6 +251,7 @@ class RemotingClient:
             max_inflight=self._max_inflight,
             next_opaque=self._next_opaque,
             pending_budget=self._budget,
+            inline_processors=self._inline,
         )
         self._connections[addr] = conn
         del self._connecting[addr]

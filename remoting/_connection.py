@@ -3,8 +3,22 @@
 A `Connection` runs a reader task and a writer task inside its own nursery. The writer drains a
 bounded memory channel of encoded frames, joining whatever is queued into one `send_all`. The
 reader decodes frames: responses complete the matching pending request (by opaque); requests
-each run in their own task, at most `max_inflight` at once (the reader stops reading while the
-limit is reached, which pushes back on the peer through TCP).
+go to their processor in one of two ways:
+
+- A plain (`Handler`) processor runs in its own task, at most `max_inflight` at once (the reader
+  stops reading while the limit is reached, which pushes back on the peer through TCP).
+- An inline (`InlineHandler`) processor is a plain function the reader calls directly. When it
+  returns a `RemotingCommand` (or None) that is the answer, with no task spawned; when it
+  returns an awaitable (a slow path: a SYNC_FLUSH wait, a long-poll park) that is awaited in a
+  spawned task exactly like a plain processor's call. Inline processors must never block.
+
+The answers produced inline while handling one `receive_some` batch leave together at the end
+of the batch, in one write: written straight to the socket by the reader when the writer task
+is idle (nothing queued, not inside `send_all`), which saves waking the writer, or queued to
+the writer as one item otherwise. A task per request plus the writer's wake-up cost more CPU
+than the work of a single send (bench/RESULTS.md); the reader's batch boundary is the natural
+point to coalesce. Answers may leave in another order than their requests arrived: RocketMQ
+clients match them by opaque.
 """
 
 from __future__ import annotations
@@ -12,6 +26,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import os
 import socket
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeAlias
@@ -29,12 +44,19 @@ from remoting.errors import (
     RemotingTooManyRequestsError,
 )
 
-__all__ = ["Connection", "Handler"]
+__all__ = ["Connection", "Handler", "InlineHandler"]
 
 log = structlog.get_logger()
 _bind_contextvars = structlog.contextvars.bind_contextvars
 
 Handler: TypeAlias = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
+# Called by the reader itself: returns the answer now (a command, or None for no answer), or an
+# awaitable that a spawned task awaits for it. Must not block. Any `Handler` is also one (its
+# coroutine is always awaited in a task).
+InlineHandler: TypeAlias = Callable[
+    ["Connection", RemotingCommand],
+    RemotingCommand | Awaitable[RemotingCommand | None] | None,
+]
 
 _RECEIVE_SIZE = 256 * 1024
 # The writer joins queued frames until this many bytes, then sends.
@@ -117,6 +139,7 @@ class Connection:
         max_inflight: int,
         next_opaque: Callable[[], int] | None = None,
         pending_budget: PendingBudget | None = None,
+        inline_processors: Mapping[int, InlineHandler] | None = None,
     ) -> None:
         self.id = next(_ids)
         self._stream = stream
@@ -130,11 +153,16 @@ class Connection:
         self.closed = False
         self.attributes: dict[str, object] = {}
         self._processors = processors
+        self._inline_processors: Mapping[int, InlineHandler] = inline_processors or {}
         self._default_processor = default_processor
         self._max_frame_size = max_frame_size
         self._send_channel, self._receive_channel = trio.open_memory_channel[
             tuple[bytes, Body | None]
         ](outbound_queue_size)
+        # True while the writer waits on an empty queue (not holding a frame, not in
+        # `send_all`): only then may the reader write to the socket itself. Whoever queues a
+        # frame clears it before the writer runs again.
+        self._writer_idle = False
         self._inflight = trio.Semaphore(max_inflight)
         self._next_opaque = next_opaque or opaque_counter()
         self._budget = pending_budget or PendingBudget(65536)
@@ -163,6 +191,7 @@ class Connection:
         if self.closed:
             raise RemotingConnectionLost(f"connection to {self.remote_address} is closed")
         parts = encode_frame_parts(cmd)
+        self._writer_idle = False
         try:
             try:
                 # Fast path: room in the queue, no need to go through the scheduler.
@@ -196,6 +225,7 @@ class Connection:
         try:
             timeout = max(timeout_ms, 0) / 1000
             parts = encode_frame_parts(cmd)
+            self._writer_idle = False
             try:
                 # Fast path: room in the outbound queue; the timer task enforces the timeout.
                 self._send_channel.send_nowait(parts)
@@ -320,6 +350,9 @@ class Connection:
         stream = self._stream
         pending = self._pending
         inflight = self._inflight
+        inline_get = self._inline_processors.get
+        # Encoded answers of inline handlers, written together at the end of each batch.
+        out: list[bytes | Body] = []
         while True:
             try:
                 data = await stream.receive_some(_RECEIVE_SIZE)
@@ -350,13 +383,101 @@ class Connection:
                         continue
                     waiter.response = cmd
                     waiter.event.set()
-                else:
-                    # acquire() always yields to the scheduler; only wait when the limit is hit.
+                    continue
+                awaitable: Awaitable[RemotingCommand | None] | None = None
+                handler = inline_get(cmd.code)
+                if handler is not None:
                     try:
-                        inflight.acquire_nowait()
-                    except trio.WouldBlock:
+                        result = handler(self, cmd)
+                    except Exception as exc:
+                        result = self._handler_failed(cmd, exc)
+                    if result is None or isinstance(result, RemotingCommand):
+                        if result is not None and not cmd.flag & FLAG_ONEWAY:
+                            self._encode_response(cmd, result, out)
+                        continue
+                    awaitable = result
+                # A task for this one. acquire() always yields to the scheduler: only wait
+                # when the limit is hit, and then send what is ready first.
+                try:
+                    inflight.acquire_nowait()
+                except trio.WouldBlock:
+                    if out:
+                        await self._flush_batch(out)
+                        out = []
+                    try:
                         await inflight.acquire()
+                    except BaseException:
+                        _close_awaitable(awaitable)
+                        raise
+                if awaitable is None:
                     nursery.start_soon(self._handle, cmd)
+                else:
+                    nursery.start_soon(self._handle_awaitable, cmd, awaitable)
+            if out:
+                await self._flush_batch(out)
+                out = []
+
+    def _handler_failed(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
+        log.exception(
+            "remoting_handler_failed",
+            peer=self.remote_address,
+            code=cmd.code,
+            opaque=cmd.opaque,
+        )
+        return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+    def _encode_response(
+        self, cmd: RemotingCommand, response: RemotingCommand, out: list[bytes | Body]
+    ) -> None:
+        """Mark `response` as the answer to `cmd` and append its frame to `out`."""
+        response.opaque = cmd.opaque
+        response.flag |= FLAG_RESPONSE
+        response.serialize_type = cmd.serialize_type
+        try:
+            head, body = encode_frame_parts(response)
+        except ValueError as exc:
+            log.exception(
+                "remoting_response_unencodable",
+                peer=self.remote_address,
+                code=cmd.code,
+                opaque=cmd.opaque,
+            )
+            fallback = cmd.make_response(
+                ResponseCode.SYSTEM_ERROR, f"response could not be encoded: {exc}"
+            )
+            fallback.opaque = cmd.opaque
+            fallback.flag |= FLAG_RESPONSE
+            head, body = encode_frame_parts(fallback)
+        out.append(head)
+        if body is not None:
+            out.append(body)
+
+    async def _flush_batch(self, out: list[bytes | Body]) -> None:
+        """Send the frames in `out` as one write: straight to the socket when the writer is
+        idle (no task switch), else queued to the writer as one item."""
+        if self.closed:
+            return
+        data: Body = out[0] if len(out) == 1 else b"".join(out)
+        if self._writer_idle:
+            try:
+                sent = os.write(self._stream.socket.fileno(), data)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                self._close_reason = f"send failed: {exc}"
+                self.close()
+                return
+            if sent == len(data):
+                return
+            data = memoryview(data)[sent:]
+        self._writer_idle = False
+        try:
+            try:
+                self._send_channel.send_nowait((b"", data))
+            except trio.WouldBlock:
+                await self._send_channel.send((b"", data))
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
 
     async def _writer(self) -> None:
         receive = self._receive_channel
@@ -367,10 +488,13 @@ class Connection:
                 try:
                     head, body = receive.receive_nowait()
                 except trio.WouldBlock:
+                    self._writer_idle = True
                     try:
                         head, body = await receive.receive()
                     except trio.EndOfChannel:
                         return
+                    finally:
+                        self._writer_idle = False
                 if body is None and len(head) >= _COALESCE_BYTES:
                     await stream.send_all(head)
                     continue
@@ -416,36 +540,45 @@ class Connection:
                 try:
                     response = await handler(self, cmd)
                 except Exception as exc:
-                    log.exception(
-                        "remoting_handler_failed",
-                        peer=self.remote_address,
-                        code=cmd.code,
-                        opaque=cmd.opaque,
-                    )
-                    response = cmd.make_response(
-                        ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
-                    )
-            if response is None or cmd.flag & FLAG_ONEWAY:
-                return
-            response.opaque = cmd.opaque
-            response.flag |= FLAG_RESPONSE
-            response.serialize_type = cmd.serialize_type
-            try:
-                try:
-                    await self.send(response)
-                except ValueError as exc:
-                    log.exception(
-                        "remoting_response_unencodable",
-                        peer=self.remote_address,
-                        code=cmd.code,
-                        opaque=cmd.opaque,
-                    )
-                    await self.send(
-                        cmd.make_response(
-                            ResponseCode.SYSTEM_ERROR, f"response could not be encoded: {exc}"
-                        )
-                    )
-            except RemotingConnectionLost:
-                pass
+                    response = self._handler_failed(cmd, exc)
+            await self._respond(cmd, response)
         finally:
             self._inflight.release()
+
+    async def _handle_awaitable(
+        self, cmd: RemotingCommand, awaitable: Awaitable[RemotingCommand | None]
+    ) -> None:
+        """The slow path of an inline handler, in its own task (as `_handle`)."""
+        _bind_contextvars(peer=self.remote_address, code=cmd.code, opaque=cmd.opaque)
+        try:
+            try:
+                response = await awaitable
+            except Exception as exc:
+                response = self._handler_failed(cmd, exc)
+            await self._respond(cmd, response)
+        finally:
+            self._inflight.release()
+
+    async def _respond(self, cmd: RemotingCommand, response: RemotingCommand | None) -> None:
+        if response is None or cmd.flag & FLAG_ONEWAY:
+            return
+        out: list[bytes | Body] = []
+        self._encode_response(cmd, response, out)
+        head = out[0]
+        assert isinstance(head, bytes)
+        parts = (head, out[1] if len(out) > 1 else None)
+        self._writer_idle = False
+        try:
+            try:
+                self._send_channel.send_nowait(parts)
+            except trio.WouldBlock:
+                await self._send_channel.send(parts)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
+
+
+def _close_awaitable(awaitable: object) -> None:
+    """Close a coroutine that will never run (avoids the "never awaited" warning)."""
+    close = getattr(awaitable, "close", None)
+    if close is not None:
+        close()

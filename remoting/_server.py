@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import Literal, cast, overload
 
 import structlog
 import trio
 
-from remoting._connection import Connection, Handler, PendingBudget, opaque_counter
+from remoting._connection import (
+    Connection,
+    Handler,
+    InlineHandler,
+    PendingBudget,
+    opaque_counter,
+)
 from remoting._frame import DEFAULT_MAX_FRAME_SIZE
 
 __all__ = ["RemotingServer"]
@@ -47,6 +54,7 @@ class RemotingServer:
         self._outbound_queue_size = outbound_queue_size
         self._max_inflight = max_inflight_per_connection
         self._processors: dict[int, Handler] = {}
+        self._inline: dict[int, InlineHandler] = {}
         self._default: Handler | None = None
         self._on_connect: list[Callable[[Connection], None]] = []
         self._on_disconnect: list[Callable[[Connection], None]] = []
@@ -55,9 +63,32 @@ class RemotingServer:
         self._next_opaque = opaque_counter()
 
     # -- configuration --------------------------------------------------------
-    def register_processor(self, code: int, handler: Handler) -> None:
-        """Route requests with `code` to `handler` (replacing any earlier one)."""
-        self._processors[int(code)] = handler
+    @overload
+    def register_processor(self, code: int, handler: Handler) -> None: ...
+    @overload
+    def register_processor(
+        self, code: int, handler: InlineHandler, *, inline: Literal[True]
+    ) -> None: ...
+    @overload
+    def register_processor(
+        self, code: int, handler: Handler, *, inline: Literal[False]
+    ) -> None: ...
+    def register_processor(
+        self, code: int, handler: Handler | InlineHandler, *, inline: bool = False
+    ) -> None:
+        """Route requests with `code` to `handler` (replacing any earlier one).
+
+        With `inline=True`, `handler` is an `InlineHandler`: the connection's reader calls it
+        directly and answers at once when it returns a command (or None); an awaitable it
+        returns is awaited in a spawned task like a plain handler. It must never block.
+        """
+        code = int(code)
+        if inline:
+            self._inline[code] = handler
+            self._processors.pop(code, None)
+        else:
+            self._processors[code] = cast(Handler, handler)
+            self._inline.pop(code, None)
 
     def set_default_processor(self, handler: Handler) -> None:
         """Handle every code without a registered processor."""
@@ -105,6 +136,7 @@ class RemotingServer:
             max_inflight=self._max_inflight,
             next_opaque=self._next_opaque,
             pending_budget=self._budget,
+            inline_processors=self._inline,
         )
         self._connections[conn.id] = conn
         log.debug("remoting_connected", peer=conn.remote_address, conn=conn.id)

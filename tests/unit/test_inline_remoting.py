@@ -1,0 +1,305 @@
+"""Inline processors of `Connection`: answered by the reader itself, batches written at once.
+
+A `Connection` serves one end of a unix socketpair; the test drives the other end with raw
+frames, so what goes over the wire (and how many writes) is visible.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import structlog
+import trio
+import trio.testing
+
+from remoting import (
+    FLAG_ONEWAY,
+    Connection,
+    FrameDecoder,
+    Handler,
+    InlineHandler,
+    RemotingCommand,
+    ResponseCode,
+    encode_frame,
+)
+
+INLINE = 1
+SLOW_INLINE = 2
+BOOM = 3
+PLAIN_SLOW = 4
+
+
+class Peer:
+    """The raw end of the socketpair: sends frames, reads answers."""
+
+    def __init__(self, sock: trio.socket.SocketType) -> None:
+        self.sock = sock
+        self.decoder = FrameDecoder()
+        self.received: list[RemotingCommand] = []
+
+    async def send(self, *cmds: RemotingCommand) -> None:
+        data = b"".join(encode_frame(c) for c in cmds)
+        while data:
+            n = await self.sock.send(data)
+            data = data[n:]
+
+    async def receive(self, count: int) -> list[RemotingCommand]:
+        while len(self.received) < count:
+            data = await self.sock.recv(65536)
+            assert data, "connection closed"
+            self.received.extend(self.decoder.feed(data))
+        got, self.received = self.received[:count], self.received[count:]
+        return got
+
+
+@asynccontextmanager
+async def serve(
+    inline: Mapping[int, InlineHandler],
+    plain: Mapping[int, Handler] | None = None,
+    *,
+    max_inflight: int = 64,
+) -> AsyncIterator[tuple[Connection, Peer]]:
+    a, b = trio.socket.socketpair()
+    conn = Connection(
+        trio.SocketStream(a),
+        plain or {},
+        inline_processors=inline,
+        max_frame_size=1 << 20,
+        outbound_queue_size=64,
+        max_inflight=max_inflight,
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        try:
+            yield conn, Peer(b)
+        finally:
+            conn.close()
+            b.close()
+
+
+def request(code: int, opaque: int, body: bytes = b"") -> RemotingCommand:
+    cmd = RemotingCommand.request(code, {"n": str(opaque)}, body or None)
+    cmd.opaque = opaque
+    return cmd
+
+
+def task_name() -> str:
+    return trio.lowlevel.current_task().name
+
+
+async def test_inline_answer_runs_in_the_reader_without_a_task() -> None:
+    seen: list[str] = []
+
+    def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        seen.append(task_name())
+        return cmd.make_response(body=cmd.body)
+
+    async with serve({INLINE: echo}) as (_conn, peer):
+        await peer.send(request(INLINE, 7, b"hello"))
+        [resp] = await peer.receive(1)
+    assert resp.opaque == 7
+    assert resp.is_response
+    assert resp.code == ResponseCode.SUCCESS
+    assert resp.body == b"hello"
+    # Called by the connection's own task (the reader runs in `Connection.run`), not a
+    # spawned `_handle*` task.
+    assert seen
+    assert seen[0].endswith("Connection.run")
+
+
+async def test_inline_returning_a_coroutine_is_awaited_in_a_task_with_log_context() -> None:
+    release = trio.Event()
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    def slow(conn: Connection, cmd: RemotingCommand) -> Awaitable[RemotingCommand]:
+        async def later() -> RemotingCommand:
+            await release.wait()
+            seen.append((task_name(), structlog.contextvars.get_contextvars()))
+            return cmd.make_response(body=b"late")
+
+        return later()
+
+    def fast(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(body=b"now")
+
+    async with serve({SLOW_INLINE: slow, INLINE: fast}) as (_conn, peer):
+        await peer.send(request(SLOW_INLINE, 1), request(INLINE, 2))
+        [first] = await peer.receive(1)
+        assert (first.opaque, first.body) == (2, b"now")  # the fast one did not wait
+        release.set()
+        [second] = await peer.receive(1)
+    assert (second.opaque, second.body) == (1, b"late")
+    name, ctx = seen[0]
+    assert "_handle_awaitable" in name
+    assert ctx["code"] == SLOW_INLINE
+    assert ctx["opaque"] == 1
+
+
+async def test_inline_exception_becomes_system_error() -> None:
+    def boom(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        raise RuntimeError("inline blew up")
+
+    def slow_boom(conn: Connection, cmd: RemotingCommand) -> Awaitable[RemotingCommand]:
+        async def later() -> RemotingCommand:
+            raise KeyError("async part blew up")
+
+        return later()
+
+    async with serve({BOOM: boom, SLOW_INLINE: slow_boom}) as (_conn, peer):
+        await peer.send(request(BOOM, 1), request(SLOW_INLINE, 2))
+        answers = {r.opaque: r for r in await peer.receive(2)}
+    assert answers[1].code == ResponseCode.SYSTEM_ERROR
+    assert answers[1].remark == "RuntimeError: inline blew up"
+    assert answers[2].code == ResponseCode.SYSTEM_ERROR
+    assert answers[2].remark is not None
+    assert "async part blew up" in answers[2].remark
+
+
+async def test_answers_of_one_batch_leave_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    writes: list[int] = []
+    real_write = os.write
+
+    def counting_write(fd: int, data: Any) -> int:
+        writes.append(len(data))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", counting_write)
+
+    def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(body=cmd.body)
+
+    async with serve({INLINE: echo}) as (_conn, peer):
+        await trio.testing.wait_all_tasks_blocked()  # the writer is idle
+        await peer.send(*(request(INLINE, i, b"x" * 100) for i in range(5)))
+        answers = await peer.receive(5)
+    assert sorted(r.opaque for r in answers) == list(range(5))
+    assert len(writes) == 1
+
+
+async def test_batch_queued_to_a_busy_writer_as_one_item() -> None:
+    def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(body=cmd.body)
+
+    async with serve({INLINE: echo}) as (conn, peer):
+        await trio.testing.wait_all_tasks_blocked()
+        conn._writer_idle = False  # as if the writer were inside send_all
+        await peer.send(*(request(INLINE, i) for i in range(3)))
+        answers = await peer.receive(3)
+    assert sorted(r.opaque for r in answers) == [0, 1, 2]
+
+
+async def test_inline_and_plain_handlers_answer_out_of_order() -> None:
+    release = trio.Event()
+
+    async def plain_slow(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        await release.wait()
+        return cmd.make_response(body=b"plain")
+
+    def fast(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(body=b"inline")
+
+    async with serve({INLINE: fast}, {PLAIN_SLOW: plain_slow}) as (_conn, peer):
+        await peer.send(request(PLAIN_SLOW, 1), request(INLINE, 2), request(INLINE, 3))
+        early = await peer.receive(2)
+        assert sorted((r.opaque, r.body) for r in early) == [(2, b"inline"), (3, b"inline")]
+        release.set()
+        [late] = await peer.receive(1)
+    assert (late.opaque, late.body) == (1, b"plain")
+
+
+async def test_inflight_limit_holds_for_spawned_slow_paths() -> None:
+    release = trio.Event()
+    calls: list[int] = []
+
+    def slow(conn: Connection, cmd: RemotingCommand) -> Awaitable[RemotingCommand]:
+        calls.append(cmd.opaque)
+
+        async def later() -> RemotingCommand:
+            await release.wait()
+            return cmd.make_response()
+
+        return later()
+
+    def fast(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        calls.append(cmd.opaque)
+        return cmd.make_response()
+
+    async with serve({SLOW_INLINE: slow, INLINE: fast}, max_inflight=1) as (_conn, peer):
+        await peer.send(
+            request(INLINE, 1), request(SLOW_INLINE, 2), request(SLOW_INLINE, 3), request(INLINE, 4)
+        )
+        # The answer made before the reader had to wait is not held back.
+        [first] = await peer.receive(1)
+        assert first.opaque == 1
+        await trio.testing.wait_all_tasks_blocked()
+        # Request 3 waits for a slot (its handler ran, its slow part did not start); the
+        # reader stops there, so request 4 is not handled yet.
+        assert calls == [1, 2, 3]
+        release.set()
+        rest = await peer.receive(3)
+    assert sorted(r.opaque for r in rest) == [2, 3, 4]
+    assert calls == [1, 2, 3, 4]
+
+
+async def test_oneway_inline_request_gets_no_answer() -> None:
+    def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(body=cmd.body)
+
+    async with serve({INLINE: echo}) as (_conn, peer):
+        oneway = request(INLINE, 1)
+        oneway.flag |= FLAG_ONEWAY
+        await peer.send(oneway, request(INLINE, 2))
+        [resp] = await peer.receive(1)
+    assert resp.opaque == 2
+
+
+async def test_peer_gone_while_a_slow_path_waits_closes_cleanly() -> None:
+    started = trio.Event()
+
+    def park(conn: Connection, cmd: RemotingCommand) -> Awaitable[RemotingCommand]:
+        async def later() -> RemotingCommand:
+            started.set()
+            await trio.sleep_forever()
+            raise AssertionError("unreachable")
+
+        return later()
+
+    async with serve({SLOW_INLINE: park}) as (conn, peer):
+        await peer.send(request(SLOW_INLINE, 1))
+        await started.wait()
+        peer.sock.close()
+        with trio.fail_after(5):
+            await conn.wait_closed()
+    assert conn.close_reason == "peer closed the connection"
+
+
+async def test_answer_to_a_vanished_peer_closes_the_connection() -> None:
+    def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(body=b"y" * 200_000)
+
+    async with serve({INLINE: echo}) as (conn, peer):
+        await trio.testing.wait_all_tasks_blocked()
+        await peer.send(request(INLINE, 1))
+        peer.sock.close()
+        with trio.fail_after(5):
+            await conn.wait_closed()
+    assert conn.closed
+
+
+async def test_plain_handler_registered_inline_runs_its_coroutine_in_a_task() -> None:
+    seen: list[str] = []
+
+    async def plain(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        seen.append(task_name())
+        return cmd.make_response(body=b"ok")
+
+    handler: Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand]] = plain
+    async with serve({INLINE: handler}) as (_conn, peer):
+        await peer.send(request(INLINE, 5))
+        [resp] = await peer.receive(1)
+    assert (resp.opaque, resp.body) == (5, b"ok")
+    assert "_handle_awaitable" in seen[0]
