@@ -110,6 +110,9 @@ class LatencyFaultTolerance:
         self._rng = rng or random.Random()
         self._items: dict[str, FaultItem] = {}
         self._worst = itertools.count(self._rng.randrange(1 << 16))
+        # The latest "available again" time ever set: before it some broker may be
+        # unavailable; from it on every broker is available, which selection checks first.
+        self._latest_start = float("-inf")
 
     def not_available_duration(self, latency_ms: float) -> int:
         """The not-available duration (ms) this table assigns to a send latency."""
@@ -120,6 +123,8 @@ class LatencyFaultTolerance:
     def update_fault_item(self, name: str, latency_ms: float, not_available_ms: float) -> None:
         """Record a latency and mark the broker unavailable for `not_available_ms`."""
         start = self._clock() + not_available_ms
+        if start > self._latest_start:
+            self._latest_start = start
         item = self._items.get(name)
         if item is None:
             self._items[name] = FaultItem(name, latency_ms, start)
@@ -130,6 +135,13 @@ class LatencyFaultTolerance:
     def is_available(self, name: str) -> bool:
         item = self._items.get(name)
         return item is None or item.is_available(self._clock())
+
+    def all_available(self) -> bool:
+        """Whether every broker is available now (one clock read, no per-broker lookups).
+
+        Conservative: after `remove` it may say False while all are available.
+        """
+        return self._clock() >= self._latest_start
 
     def remove(self, name: str) -> None:
         self._items.pop(name, None)
@@ -185,10 +197,23 @@ class FaultStrategy:
             latency_max_ms=latency_max_ms,
             not_available_duration_ms=not_available_duration_ms,
         )
+        # Latencies below this map to a zero not-available duration (the tables are
+        # non-decreasing), so a normal successful send skips the table walk.
+        self._zero_below = next(
+            (
+                lat
+                for lat, na in zip(latency_max_ms, not_available_duration_ms, strict=True)
+                if na > 0
+            ),
+            float("inf"),
+        )
 
     def update_fault_item(self, broker_name: str, latency_ms: float, isolation: bool) -> None:
         """Record one send's outcome for `broker_name`."""
         if not self.enabled:
+            return
+        if not isolation and latency_ms < self._zero_below:
+            self.tolerance.update_fault_item(broker_name, latency_ms, 0)
             return
         duration = self.tolerance.not_available_duration(
             ISOLATION_LATENCY_MS if isolation else latency_ms

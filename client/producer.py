@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any, Self
@@ -30,7 +30,7 @@ from client.message import (
 )
 from client.route import TopicPublishInfo
 from remoting.errors import RemotingTimeoutError
-from remoting.protocol.headers import SendMessageRequestHeader
+from remoting.protocol.headers import SendMessageRequestHeader, send_request_fields_v2
 from store.message import (
     COMPRESSED_FLAG,
     COMPRESSION_ZLIB,
@@ -140,6 +140,9 @@ class Producer:
             not_available_duration_ms=self.config.not_available_duration_ms,
         )
         self._uniq = UniqKeyGenerator(self._uniq_ip())
+        # The send header's per-producer fields, read once (the config is not changed later).
+        self._default_topic = self.config.create_topic_key
+        self._default_queue_nums = str(self.config.default_topic_queue_nums)
         self._stack = AsyncExitStack()
         self._nursery: trio.Nursery | None = None
         self._pending_async = 0
@@ -237,8 +240,35 @@ class Producer:
             broker_name=mq.broker_name,
         )
 
+    def _fields(
+        self,
+        topic: str,
+        mq: MessageQueue,
+        sys_flag: int,
+        flag: int,
+        properties: str,
+        batch: bool = False,
+    ) -> dict[str, str]:
+        """The SEND_MESSAGE_V2 extFields: `_header(...).to_fields_v2()`, built directly
+        unless the topic is a retry topic (which carries the reconsume fields)."""
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return self._header(topic, mq, sys_flag, flag, properties, batch).to_fields_v2()
+        return send_request_fields_v2(
+            self.group,
+            topic,
+            self._default_topic,
+            self._default_queue_nums,
+            mq.queue_id,
+            sys_flag,
+            int(time.time() * 1000),
+            flag,
+            properties,
+            mq.broker_name,
+            batch,
+        )
+
     # -- the send loop --------------------------------------------------------------
-    async def _send_with_retries(
+    def _send_with_retries(
         self,
         topic: str,
         body: bytes,
@@ -251,26 +281,50 @@ class Producer:
         timeout_ms: int | None,
         fixed: Callable[[TopicPublishInfo], MessageQueue] | None,
         retries: int,
-    ) -> SendResult:
+    ) -> Coroutine[Any, Any, SendResult]:
+        """The send (a coroutine to await): attempts with retries within the send timeout.
+
+        A plain function returning the coroutine, so the common case (route cached) costs
+        no extra coroutine frame per send.
+        """
         timeout_s = (timeout_ms or self.config.send_timeout_ms) / 1000
-        info = self.instance.publish_info.get(topic)
-        if info is not None and info.ok():
+        instance = self.instance
+        info = instance.publish_info.get(topic)
+        if info is not None and info.queues:
             # Route cached: every wait below is bounded by the remaining time already (the
             # request's own timeout, route refreshes in a move_on_at), so no cancel scope per
             # send (its enter/exit cost ~1/8 of a producer's CPU per message).
-            return await self._attempts(
-                topic, body, sys_flag, flag, properties, msg_id, batch, timeout_s, fixed, retries
+            return self._attempts(
+                instance,
+                info,
+                topic,
+                body,
+                sys_flag,
+                flag,
+                properties,
+                msg_id,
+                batch,
+                timeout_s,
+                fixed,
+                retries,
             )
-        with trio.move_on_after(timeout_s):
-            return await self._attempts(
-                topic, body, sys_flag, flag, properties, msg_id, batch, timeout_s, fixed, retries
-            )
-        raise RemotingTimeoutError(
-            f"sendDefaultImpl call timeout: {timeout_s * 1000:.0f} ms for topic {topic}"
+        return self._bounded_attempts(
+            instance,
+            topic,
+            body,
+            sys_flag,
+            flag,
+            properties,
+            msg_id,
+            batch,
+            timeout_s,
+            fixed,
+            retries,
         )
 
-    async def _attempts(
+    async def _bounded_attempts(
         self,
+        instance: ClientInstance,
         topic: str,
         body: bytes,
         sys_flag: int,
@@ -282,39 +336,84 @@ class Producer:
         fixed: Callable[[TopicPublishInfo], MessageQueue] | None,
         retries: int,
     ) -> SendResult:
-        deadline = trio.current_time() + timeout_s
-        info = await self.instance.get_publish_info(topic)
+        """`_attempts` under a cancel scope of the whole send timeout (route not cached: the
+        route lookup itself may wait)."""
+        with trio.move_on_after(timeout_s):
+            return await self._attempts(
+                instance,
+                None,
+                topic,
+                body,
+                sys_flag,
+                flag,
+                properties,
+                msg_id,
+                batch,
+                timeout_s,
+                fixed,
+                retries,
+            )
+        raise RemotingTimeoutError(
+            f"sendDefaultImpl call timeout: {timeout_s * 1000:.0f} ms for topic {topic}"
+        )
+
+    async def _attempts(
+        self,
+        instance: ClientInstance,
+        info: TopicPublishInfo | None,
+        topic: str,
+        body: bytes,
+        sys_flag: int,
+        flag: int,
+        properties: str,
+        msg_id: str,
+        batch: bool,
+        timeout_s: float,
+        fixed: Callable[[TopicPublishInfo], MessageQueue] | None,
+        retries: int,
+    ) -> SendResult:
+        """Up to `1 + retries` attempts (one with a fixed queue) within `timeout_s`.
+
+        `info` is the cached route when the caller found one (then no await happens before
+        the first attempt, and its start time doubles as the deadline's base).
+        """
+        current_time = trio.current_time
+        fault = self.fault
+        start = current_time()
+        deadline = start + timeout_s
+        begin: float | None = start
+        if info is None:
+            info = await instance.get_publish_info(topic)
+            begin = None
         attempts = 1 if fixed is not None else 1 + retries
         last_failed: str | None = None
         last_error: BaseException | None = None
         for attempt in range(attempts):
-            remaining = deadline - trio.current_time()
+            if begin is None:
+                begin = current_time()
+            remaining = deadline - begin
             if remaining <= 0:
                 break
-            if fixed is not None:
-                mq = fixed(info)
-            else:
-                mq = info.select_with_fault(self.fault, last_failed)
-            begin = trio.current_time()
+            mq = fixed(info) if fixed is not None else info.select_with_fault(fault, last_failed)
             try:
-                addr = await self.instance.find_master_addr(mq.broker_name, topic)
-                header = self._header(topic, mq, sys_flag, flag, properties, batch)
-                result = await self.instance.api.send_message(
+                addr = await instance.find_master_addr(mq.broker_name, topic)
+                result = await instance.api.send_message_fields(
                     addr,
-                    mq.broker_name,
-                    header,
+                    mq,
+                    self._fields(topic, mq, sys_flag, flag, properties, batch),
                     body,
                     msg_id=msg_id,
                     timeout_ms=max(1, int(remaining * 1000)),
                     batch=batch,
                 )
             except BaseException as exc:
-                elapsed_ms = (trio.current_time() - begin) * 1000
+                elapsed_ms = (current_time() - begin) * 1000
+                begin = None
                 if not isinstance(exc, Exception):
                     # Cut off (the total send timeout's cancel scope, the caller's scope):
                     # charge the broker like a timeout before the cancellation goes on, or
                     # the next send picks this broker again. Bookkeeping only, no await.
-                    self.fault.update_fault_item(mq.broker_name, elapsed_ms, isolation=True)
+                    fault.update_fault_item(mq.broker_name, elapsed_ms, isolation=True)
                     log.warning(
                         "send_cut_off",
                         topic=topic,
@@ -325,7 +424,7 @@ class Producer:
                     raise
                 last_error = exc
                 retryable = is_transport_error(exc) or is_retryable_broker_error(exc)
-                self.fault.update_fault_item(mq.broker_name, elapsed_ms, isolation=retryable)
+                fault.update_fault_item(mq.broker_name, elapsed_ms, isolation=retryable)
                 log.warning(
                     "send_failed",
                     topic=topic,
@@ -340,14 +439,15 @@ class Producer:
                     # Maybe the route changed (broker gone, topic created): refresh it.
                     try:
                         with trio.move_on_at(deadline):
-                            await self.instance.update_topic_route(topic)
-                        info = self.instance.publish_info.get(topic, info)
+                            await instance.update_topic_route(topic)
+                        info = instance.publish_info.get(topic, info)
                     except Exception as route_exc:
                         log.debug("route_refresh_failed", topic=topic, error=str(route_exc))
                 continue
-            self.fault.update_fault_item(
-                mq.broker_name, (trio.current_time() - begin) * 1000, isolation=False
-            )
+            if fault.enabled:
+                fault.update_fault_item(
+                    mq.broker_name, (current_time() - begin) * 1000, isolation=False
+                )
             return result
         if last_error is None:
             raise RemotingTimeoutError(
@@ -491,8 +591,8 @@ class Producer:
         info = await self.instance.get_publish_info(msg.topic)
         mq = queue or info.select_with_fault(self.fault)
         addr = await self.instance.find_master_addr(mq.broker_name, msg.topic)
-        header = self._header(msg.topic, mq, p.sys_flag, msg.flag, p.properties)
-        await self.instance.api.send_message_oneway(addr, header, p.body)
+        fields = self._fields(msg.topic, mq, p.sys_flag, msg.flag, p.properties)
+        await self.instance.api.send_message_oneway_fields(addr, fields, p.body)
 
     # -- batches --------------------------------------------------------------------
     def _check_batch(self, msgs: Sequence[Message]) -> None:

@@ -170,6 +170,9 @@ class TopicPublishInfo:
         n = len(self.queues)
         if n == 0:
             raise IndexError(f"no queues for topic {self.topic}")
+        if last_broker_failed is None and strategy.tolerance.all_available():
+            # Nothing is isolated: the loop below would take the first queue it looks at.
+            return self.queues[self._next() % n]
         for _ in range(n):
             mq = self.queues[self._next() % n]
             if mq.broker_name != last_broker_failed and strategy.is_available(mq.broker_name):

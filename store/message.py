@@ -1295,7 +1295,8 @@ class UniqKeyGenerator:
             self._count_in_t += 1
             c = self._counter
             self._counter = (c + 1) & 0xFFFF
-        return f"{self._prefix}{t & 0xFFFFFFFF:08X}{c:04X}"
+        # One format operation: time (32 bits) and counter (16 bits) as 12 hex digits.
+        return f"{self._prefix}{(t & 0xFFFFFFFF) << 16 | c:012X}"
 
 
 def decode_uniq_key(key: str) -> tuple[str, int, int, int]:

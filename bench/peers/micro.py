@@ -17,6 +17,9 @@ running the peers harness. Cases:
   decode_records32    store.message.decode_records of a 32-message pull body (client side)
   invoke64            RemotingClient.invoke of a 1 KiB echo, 64 in flight, client and server
                       in this process (CPU per request and response, both sides)
+  producer_send_local Producer.send of a 1 KiB message over a fake transport that encodes the
+                      request frame and decodes a canned response frame (client CPU per send,
+                      no sockets, no event-loop waits)
 """
 
 from __future__ import annotations
@@ -263,6 +266,76 @@ async def _invoke64(n: int) -> float:
     return best / n * 1e6
 
 
+class _LocalTransport:
+    """Stands in for RemotingClient: encodes the request frame as a connection would and
+    decodes a canned SEND_MESSAGE_V2 response frame, so only the client's own work counts."""
+
+    def __init__(self) -> None:
+        from remoting._frame import encode_frame_parts
+
+        self._encode = encode_frame_parts
+        resp = _send_request().make_response(
+            0,
+            None,
+            {"msgId": "7F00000100002A9F0000000000000000", "queueId": "3", "queueOffset": "1"},
+        )
+        self._frame = encode_frame(resp)
+        self._decoder = FrameDecoder()
+
+    async def invoke(
+        self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000
+    ) -> RemotingCommand:
+        cmd.opaque = 77
+        self._encode(cmd)
+        return self._decoder.feed(self._frame)[0]
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        self._encode(cmd)
+
+
+class _LocalInstance:
+    """The parts of ClientInstance a Producer uses, with a cached one-broker route."""
+
+    def __init__(self) -> None:
+        from client._api import MQClientAPI
+        from client.config import ClientConfig
+        from client.message import MessageQueue
+        from client.route import TopicPublishInfo
+
+        self.config = ClientConfig(namesrv_addr="ns:1", client_ip="127.0.0.1")
+        self.api = MQClientAPI(_LocalTransport(), ["ns:1"])
+        queues = [MessageQueue(TOPIC, "broker-a", i) for i in range(8)]
+        self.publish_info = {TOPIC: TopicPublishInfo(TOPIC, queues)}
+        self.running = True
+
+    async def get_publish_info(self, topic: str) -> Any:
+        return self.publish_info[topic]
+
+    async def find_master_addr(self, broker_name: str, topic: str | None = None) -> str:
+        return "127.0.0.1:10911"
+
+    def register_producer(self, group: str, producer: object) -> None:
+        pass
+
+    async def unregister_producer(self, group: str) -> None:
+        pass
+
+
+async def _producer_send_local(n: int) -> float:
+    from client.message import Message
+    from client.producer import Producer
+
+    inst = _LocalInstance()
+    best = float("inf")
+    async with Producer("PG", inst.config, instance=inst) as producer:  # type: ignore[arg-type]
+        for _ in range(3):
+            t0 = time.process_time()
+            for _ in range(n):
+                await producer.send(Message(TOPIC, BODY, tags="TagA"))
+            best = min(best, time.process_time() - t0)
+    return best / n * 1e6
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true")
@@ -286,6 +359,7 @@ def main() -> None:
             "get_message32": lambda: trio.run(_StoreCase(root).get, n),
             "decode_records32": lambda: measure(case_decode_records, n),
             "invoke64": lambda: trio.run(_invoke64, n),
+            "producer_send_local": lambda: trio.run(_producer_send_local, n),
         }
         for name, fn in cases.items():
             if only and name not in only:

@@ -1,0 +1,253 @@
+"""The producer's send fast path gives the same wire bytes and the same behaviour as the
+generic header path: extFields built directly, fault bookkeeping short cuts, UNIQ_KEY
+formatting, the send response parsed without the typed header."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from client._api import MQClientAPI
+from client.config import ClientConfig
+from client.fault import FaultStrategy
+from client.message import Message, MessageQueue, SendStatus
+from client.producer import Producer
+from client.route import TopicPublishInfo
+from remoting import RemotingCommand, encode_frame
+from remoting.codes import RequestCode, SerializeType
+from remoting.errors import HeaderError
+from remoting.protocol.headers import SendMessageRequestHeader, send_request_fields_v2
+from store.message import UniqKeyGenerator, decode_uniq_key
+
+SERIALIZE_TYPES = (SerializeType.JSON, SerializeType.ROCKETMQ, SerializeType.MSGPACK)
+
+
+def _header(batch: bool, properties: str = "TAGS\x01A\x02") -> SendMessageRequestHeader:
+    return SendMessageRequestHeader(
+        producer_group="pg",
+        topic="T",
+        default_topic="TBW102",
+        default_topic_queue_nums=4,
+        queue_id=3,
+        sys_flag=8,
+        born_timestamp=1_700_000_000_123,
+        flag=7,
+        properties=properties,
+        reconsume_times=0,
+        unit_mode=False,
+        max_reconsume_times=None,
+        batch=batch,
+        broker_name="broker-a",
+    )
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_direct_fields_equal_the_header_encoding_key_order_included(batch: bool) -> None:
+    fields = send_request_fields_v2(
+        "pg", "T", "TBW102", "4", 3, 8, 1_700_000_000_123, 7, "TAGS\x01A\x02", "broker-a", batch
+    )
+    assert list(fields.items()) == list(_header(batch).to_fields_v2().items())
+
+
+@pytest.mark.parametrize("serialize_type", SERIALIZE_TYPES)
+@pytest.mark.parametrize("batch", [False, True])
+def test_direct_fields_give_the_same_frame_bytes(serialize_type: int, batch: bool) -> None:
+    props = "TAGS\x01A\x02UNIQ_KEY\x017F0000010000\x02KEYS\x01ключ\x02"
+    direct = send_request_fields_v2(
+        "pg", "T", "TBW102", "4", 3, 8, 1_700_000_000_123, 7, props, "broker-a", batch
+    )
+    generic = _header(batch, props).to_fields_v2()
+    code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+    frames = []
+    for fields in (direct, generic):
+        cmd = RemotingCommand.request(code, fields, b"body", serialize_type=serialize_type)
+        cmd.opaque = 42
+        frames.append(encode_frame(cmd))
+    assert frames[0] == frames[1]
+    # And the broker reads the same header back.
+    decoded = SendMessageRequestHeader.from_fields_v2(direct)
+    assert decoded == _header(batch, props)
+
+
+def _producer() -> Producer:
+    cfg = ClientConfig(namesrv_addr="ns:1", client_ip="127.0.0.1")
+    return Producer("pg", cfg)
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_producer_fields_match_its_header_for_plain_topics(batch: bool) -> None:
+    p = _producer()
+    mq = MessageQueue("T", "broker-a", 2)
+    fields = p._fields("T", mq, 0, 5, "TAGS\x01A\x02", batch)
+    expected = p._header("T", mq, 0, 5, "TAGS\x01A\x02", batch).to_fields_v2()
+    fields.pop("g"), expected.pop("g")  # born timestamps taken a moment apart
+    assert list(fields.items()) == list(expected.items())
+
+
+def test_producer_fields_of_a_retry_topic_carry_the_reconsume_fields() -> None:
+    p = _producer()
+    mq = MessageQueue("%RETRY%cg", "broker-a", 0)
+    props = "RECONSUME_TIME\x013\x02MAX_RECONSUME_TIMES\x0116\x02"
+    fields = p._fields("%RETRY%cg", mq, 0, 0, props)
+    assert fields["j"] == "3"
+    assert fields["l"] == "16"
+
+
+class _Clock:
+    now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_success_fast_path_records_the_same_item_as_the_table_walk() -> None:
+    clock = _Clock()
+    fast = FaultStrategy(True, clock)
+    for latency in (0.0, 12.5, 49.9, 99.0, 120.0, 549.0, 600.0, 5000.0):
+        fast.update_fault_item("b", latency, isolation=False)
+        item = fast.tolerance.snapshot()["b"]
+        expected = fast.tolerance.not_available_duration(latency)
+        assert item.current_latency == latency
+        assert item.start_timestamp == clock.now + expected
+
+
+def test_fast_path_threshold_follows_custom_tables() -> None:
+    clock = _Clock()
+    fs = FaultStrategy(
+        True, clock, latency_max_ms=(10, 20, 30), not_available_duration_ms=(0, 500, 900)
+    )
+    fs.update_fault_item("b", 19.0, isolation=False)
+    assert fs.is_available("b")
+    fs.update_fault_item("b", 20.0, isolation=False)  # 20 ms is at the 500 ms step already
+    assert not fs.is_available("b")
+    assert fs.tolerance.snapshot()["b"].start_timestamp == clock.now + 500
+
+
+def test_all_available_turns_false_while_a_broker_is_isolated() -> None:
+    clock = _Clock()
+    fs = FaultStrategy(True, clock)
+    assert fs.tolerance.all_available()
+    fs.update_fault_item("a", 3.0, isolation=False)
+    assert fs.tolerance.all_available()
+    fs.update_fault_item("b", 3.0, isolation=True)  # 30 s latency -> 600 s unavailable
+    assert not fs.tolerance.all_available()
+    clock.now += 600_000
+    assert fs.tolerance.all_available()
+
+
+def test_selection_still_skips_an_isolated_broker() -> None:
+    clock = _Clock()
+    fs = FaultStrategy(True, clock)
+    queues = [MessageQueue("T", b, i) for b in ("a", "b") for i in range(2)]
+    info = TopicPublishInfo("T", queues, rng=random.Random(1))
+    assert {info.select_with_fault(fs).broker_name for _ in range(8)} == {"a", "b"}
+    fs.update_fault_item("b", 5.0, isolation=True)
+    assert {info.select_with_fault(fs).broker_name for _ in range(8)} == {"a"}
+    clock.now += 600_000
+    assert {info.select_with_fault(fs).broker_name for _ in range(8)} == {"a", "b"}
+
+
+def test_selection_without_isolation_is_plain_round_robin() -> None:
+    fs = FaultStrategy(True, _Clock())
+    queues = [MessageQueue("T", b, i) for b in ("a", "b") for i in range(2)]
+    one = TopicPublishInfo("T", queues, rng=random.Random(7))
+    two = TopicPublishInfo("T", queues, rng=random.Random(7))
+    assert [one.select_with_fault(fs) for _ in range(9)] == [two.select_one() for _ in range(9)]
+
+
+def test_uniq_key_packs_time_and_counter_like_the_reference_layout() -> None:
+    gen = UniqKeyGenerator("192.0.2.5", pid=0x1234, seed=0x89ABCDEF, clock=lambda: 1.0)
+    key = gen.next()
+    assert key.startswith("C00002051234" + "89ABCDEF")
+    assert len(key) == 32
+    ip, pid, t, counter = decode_uniq_key(key)
+    assert (ip, pid) == ("192.0.2.5", 0x1234)
+    nxt = decode_uniq_key(gen.next())
+    assert nxt[2] == t
+    assert nxt[3] == (counter + 1) & 0xFFFF
+    assert key == f"{gen.prefix}{t:08X}{counter:04X}"
+
+
+class _Transport:
+    def __init__(self, response: RemotingCommand) -> None:
+        self.response = response
+        self.sent: list[RemotingCommand] = []
+
+    async def invoke(
+        self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000
+    ) -> RemotingCommand:
+        self.sent.append(cmd)
+        return self.response
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        self.sent.append(cmd)
+
+
+async def test_send_response_parsed_without_the_typed_header() -> None:
+    resp = RemotingCommand(
+        0, ext_fields={"msgId": "OFF", "queueId": "3", "queueOffset": "9", "transactionId": "tx"}
+    )
+    api = MQClientAPI(_Transport(resp), ["ns:1"])
+    mq = MessageQueue("T", "broker-a", 3)
+    r = await api.send_message_fields("b:1", mq, {"b": "T"}, b"x", msg_id="U", timeout_ms=10)
+    assert (r.status, r.msg_id, r.offset_msg_id) == (SendStatus.SEND_OK, "U", "OFF")
+    assert r.message_queue is mq
+    assert (r.queue_offset, r.transaction_id) == (9, "tx")
+    # The broker put it elsewhere (queue id differs): the result says where.
+    resp.ext_fields = {"msgId": "OFF", "queueId": "1", "queueOffset": "9"}
+    r = await api.send_message_fields("b:1", mq, {"b": "T"}, b"x", msg_id="U", timeout_ms=10)
+    assert r.message_queue == MessageQueue("T", "broker-a", 1)
+    assert r.transaction_id is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "missing"),
+    [
+        (None, "msgId"),
+        ({"queueId": "1", "queueOffset": "2"}, "msgId"),
+        ({"msgId": "M", "queueOffset": "2"}, "queueId"),
+        ({"msgId": "M", "queueId": "x", "queueOffset": "2"}, "queueId"),
+    ],
+)
+async def test_bad_send_response_header_raises_header_error(
+    fields: dict[str, str] | None, missing: str
+) -> None:
+    api = MQClientAPI(_Transport(RemotingCommand(0, ext_fields=fields)), ["ns:1"])
+    with pytest.raises(HeaderError, match=missing):
+        await api.send_message_fields(
+            "b:1", MessageQueue("T", "b", 0), {}, b"x", msg_id="U", timeout_ms=10
+        )
+
+
+async def test_producer_send_puts_the_header_fields_on_the_wire() -> None:
+    resp = RemotingCommand(0, ext_fields={"msgId": "OFF", "queueId": "0", "queueOffset": "1"})
+    transport = _Transport(resp)
+
+    class Instance:
+        config = ClientConfig(namesrv_addr="ns:1", client_ip="127.0.0.1")
+        api = MQClientAPI(transport, ["ns:1"])
+        publish_info = {"T": TopicPublishInfo("T", [MessageQueue("T", "broker-a", 0)])}
+        running = True
+
+        async def get_publish_info(self, topic: str) -> TopicPublishInfo:
+            return self.publish_info[topic]
+
+        async def find_master_addr(self, broker_name: str, topic: str | None = None) -> str:
+            return "192.0.2.1:10911"
+
+    p = Producer("pg", Instance.config, instance=Instance())  # type: ignore[arg-type]
+    result = await p.send(Message("T", b"hello", tags="A"))
+    (cmd,) = transport.sent
+    assert cmd.code == RequestCode.SEND_MESSAGE_V2
+    assert cmd.body == b"hello"
+    assert cmd.ext_fields is not None
+    header = SendMessageRequestHeader.from_fields_v2(cmd.ext_fields)
+    assert (header.producer_group, header.topic, header.queue_id) == ("pg", "T", 0)
+    assert header.broker_name == "broker-a"
+    assert header.properties is not None
+    assert result.msg_id in header.properties
+    await p.send_oneway(Message("T", b"one way"))
+    assert transport.sent[1].is_oneway
+    assert transport.sent[1].ext_fields is not None
+    assert transport.sent[1].ext_fields["b"] == "T"
