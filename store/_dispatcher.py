@@ -13,10 +13,10 @@ from pathlib import Path
 
 import structlog
 
-from store.commitlog import is_not_queued
+from store.commitlog import DispatchBatch, is_not_queued
 from store.consume_queue import ConsumeQueue
 from store.index_file import IndexService
-from store.message import PROPERTY_DELAY, DispatchRequest
+from store.message import PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, DispatchRequest
 
 __all__ = ["SCHEDULE_TOPIC", "ArrivalListener", "Dispatcher", "parse_delay_levels"]
 
@@ -69,9 +69,16 @@ class Dispatcher:
             self.consume_queues[key] = cq
         return cq
 
-    def dispatch(self, req: DispatchRequest, *, notify: bool = True) -> None:
+    def dispatch(self, req: DispatchRequest | DispatchBatch, *, notify: bool = True) -> None:
         """Put `req` in its consume queue (unless it is a transaction PREPARED/ROLLBACK record)
-        and in the index; tell listeners."""
+        and in the index; tell listeners.
+
+        A `DispatchBatch` is dispatched as a whole: its units in one write, its index entries
+        in one loop, and the listeners told once, with the new max offset after the batch.
+        """
+        if isinstance(req, DispatchBatch):
+            self._dispatch_batch(req, notify)
+            return
         if not is_not_queued(req.sys_flag):
             cq = self.get_cq(req.topic, req.queue_id)
             if (
@@ -79,14 +86,42 @@ class Dispatcher:
                 and notify
                 and self.listeners
             ):
-                new_max = cq.max_offset_in_queue
-                for listener in self.listeners:
-                    try:
-                        listener(req.topic, req.queue_id, new_max)
-                    except Exception:
-                        log.exception("arrival_listener_failed", topic=req.topic)
+                self._notify(req.topic, req.queue_id, cq.max_offset_in_queue)
         if self.index is not None:
             self.index.build_index(req)
+
+    def _dispatch_batch(self, batch: DispatchBatch, notify: bool) -> None:
+        msgs = batch.msgs
+        first = msgs[0]
+        topic = first.topic
+        queue_id = first.queue_id
+        cq = self.consume_queues.get((topic, queue_id))
+        if cq is None:
+            cq = self.get_cq(topic, queue_id)
+        phys = batch.commit_log_offsets
+        if (
+            cq.put_batch(batch.first_queue_offset, phys, batch.sizes, [m.tags_code for m in msgs])
+            and notify
+            and self.listeners
+        ):
+            self._notify(topic, queue_id, cq.max_offset_in_queue)
+        index = self.index
+        if index is not None:
+            props = [m.properties for m in msgs]
+            index.build_index_batch(
+                topic,
+                phys,
+                [p.get(PROPERTY_UNIQ_KEY) for p in props],
+                [p.get(PROPERTY_KEYS) for p in props],
+                batch.store_timestamp,
+            )
+
+    def _notify(self, topic: str, queue_id: int, new_max: int) -> None:
+        for listener in self.listeners:
+            try:
+                listener(topic, queue_id, new_max)
+            except Exception:
+                log.exception("arrival_listener_failed", topic=topic)
 
     def recovered(self, req: DispatchRequest) -> None:
         """Dispatch a record found by recovery (schedule-topic tags code recomputed)."""

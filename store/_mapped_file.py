@@ -102,7 +102,7 @@ class MappedFile:
         """Global offset one past the last written byte."""
         return self.file_from_offset + self.wrote_position
 
-    def append(self, data: bytes | bytearray) -> int:
+    def append(self, data: bytes | bytearray | memoryview) -> int:
         """Write `data` at the write position and advance it; returns the relative position.
 
         The caller checks that it fits (`remaining`).

@@ -2,8 +2,9 @@
 
 A record never spans two files: when ``record + 8`` bytes do not fit in what is left of the
 current file, the tail is padded with the BLANK record and the next file starts. Appends assign
-the physical offset, the per (topic, queue) logical offset and the store timestamp, then hand a
-`DispatchRequest` per record to the dispatcher.
+the physical offset, the per (topic, queue) logical offset and the store timestamp, then hand
+the dispatcher one `DispatchBatch` for a batch of plain messages of one queue (the usual case,
+one message or many) or a `DispatchRequest` per record otherwise.
 """
 
 from __future__ import annotations
@@ -27,17 +28,19 @@ from store.message import (
     TRANSACTION_TYPE_MASK,
     DispatchRequest,
     DispatchStatus,
+    EncodedRecords,
     MessageInner,
     create_offset_msg_id,
     encode_blank,
-    encode_record_template,
+    encode_records,
     patch_record,
+    patch_records,
     store_timestamp_pos,
 )
 from store.paths import commitlog_dir
 from store.results import AppendMessageResult
 
-__all__ = ["CommitLog", "is_not_queued"]
+__all__ = ["CommitLog", "DispatchBatch", "is_not_queued"]
 
 log = structlog.get_logger()
 
@@ -80,80 +83,172 @@ class CommitLog:
         return self.mfq.max_offset
 
     # ------------------------------------------------------------------ append
-    def encode(self, msgs: Sequence[MessageInner]) -> list[bytearray]:
+    def encode(self, msgs: Sequence[MessageInner]) -> EncodedRecords:
         """Encode every message (without offsets) so that nothing is written if one is bad.
 
         Raises:
             MessageEncodeError / PropertiesSizeExceededError: from the codec.
             ValueError: a record could never fit in one commitlog file.
         """
-        out = [encode_record_template(m) for m in msgs]
+        out = encode_records(msgs)
         limit = self.file_size - BLANK_RECORD_SIZE
-        for rec in out:
-            if len(rec) > limit:
+        for size in out.sizes:
+            if size > limit:
                 raise ValueError(
-                    f"record of {len(rec)} bytes cannot fit in a {self.file_size}-byte file"
+                    f"record of {size} bytes cannot fit in a {self.file_size}-byte file"
                 )
         return out
 
     def append(
-        self, msgs: Sequence[MessageInner], records: Sequence[bytearray], now_ms: int
-    ) -> tuple[AppendMessageResult, list[DispatchRequest]]:
+        self, msgs: Sequence[MessageInner], records: EncodedRecords, now_ms: int
+    ) -> tuple[AppendMessageResult, list[DispatchRequest | DispatchBatch]]:
         """Append encoded `records` of `msgs` (from `encode`), consecutive queue offsets.
+
+        The records that fit in the current file are patched in the encode buffer and written
+        with one copy; a batch of plain messages of one queue is dispatched as one
+        `DispatchBatch`, anything else (transaction PREPARED / ROLLBACK records, mixed
+        queues) as a `DispatchRequest` per record.
 
         Raises:
             OSError: a new file could not be created (the records before it stay written).
         """
+        n = len(records.sizes)
+        if n == 1:
+            return self._append_one(msgs[0], records.buf, now_ms)
+        if not _plain_batch(msgs):
+            return self._append_each(msgs, records, now_ms)
+        first = msgs[0]
+        key = (first.topic, first.queue_id)
+        table = self.topic_queue_table
+        first_queue_offset = table.get(key, 0)
+        table[key] = first_queue_offset + n
+        phy_offsets: list[int] = []
+        self._write(records, first_queue_offset, now_ms, phy_offsets)
+        self.last_store_timestamp = now_ms
+        sizes = records.sizes
+        result = AppendMessageResult(
+            phy_offsets[0],
+            sum(sizes),
+            _msg_ids(msgs, records.store_host, phy_offsets),
+            first_queue_offset,
+            n,
+            now_ms,
+            phy_offsets,
+        )
+        return result, [DispatchBatch(msgs, first_queue_offset, phy_offsets, sizes, now_ms)]
+
+    def _append_one(
+        self, msg: MessageInner, rec: bytearray, now_ms: int
+    ) -> tuple[AppendMessageResult, list[DispatchRequest | DispatchBatch]]:
+        """`append` of a single message (a send): the record by itself, one request."""
+        size = len(rec)
+        mfq = self.mfq
+        mf = mfq.file_for_append()
+        if size + BLANK_RECORD_SIZE > mf.file_size - mf.wrote_position:
+            self._pad(mf)
+            mf = mfq.file_for_append()
+        sys_flag = msg.sys_flag
+        if sys_flag & TRANSACTION_TYPE_MASK in (
+            TRANSACTION_PREPARED_TYPE,
+            TRANSACTION_ROLLBACK_TYPE,
+        ):
+            queue_offset = 0
+        else:
+            table = self.topic_queue_table
+            key = (msg.topic, msg.queue_id)
+            queue_offset = table.get(key, 0)
+            table[key] = queue_offset + 1
+        phy = mf.file_from_offset + mf.wrote_position
+        patch_record(rec, 0, queue_offset, phy, now_ms)
+        mf.append(rec)
+        self.last_store_timestamp = now_ms
+        props = msg.properties
+        req = DispatchRequest(
+            DispatchStatus.OK,
+            size,
+            msg.topic,
+            msg.queue_id,
+            queue_offset,
+            phy,
+            msg.tags_code,
+            now_ms,
+            sys_flag,
+            props.get(PROPERTY_KEYS, ""),
+            props.get(PROPERTY_UNIQ_KEY),
+            msg.prepared_transaction_offset,
+            props,
+            msg.born_timestamp,
+        )
+        result = AppendMessageResult(
+            phy,
+            size,
+            [create_offset_msg_id(msg.store_host, phy)],
+            queue_offset,
+            1,
+            now_ms,
+            [phy],
+        )
+        return result, [req]
+
+    def _append_each(
+        self, msgs: Sequence[MessageInner], records: EncodedRecords, now_ms: int
+    ) -> tuple[AppendMessageResult, list[DispatchRequest | DispatchBatch]]:
+        """`append` record by record: a batch with transaction PREPARED / ROLLBACK records
+        or several queues. A `DispatchRequest` per record."""
         table = self.topic_queue_table
         phy_offsets: list[int] = []
         msg_ids: list[str] = []
-        requests: list[DispatchRequest] = []
+        requests: list[DispatchRequest | DispatchBatch] = []
         first_queue_offset = -1
         wrote = 0
         mfq = self.mfq
         ok = DispatchStatus.OK
-        for idx, msg in enumerate(msgs):
-            rec = records[idx]
-            size = len(rec)
-            mf = mfq.file_for_append()
-            if size + BLANK_RECORD_SIZE > mf.file_size - mf.wrote_position:
-                self._pad(mf)
+        buf = records.buf
+        sizes = records.sizes
+        buf_pos = 0
+        with memoryview(buf) as view:
+            for idx, msg in enumerate(msgs):
+                size = sizes[idx]
                 mf = mfq.file_for_append()
-            sys_flag = msg.sys_flag
-            t = sys_flag & TRANSACTION_TYPE_MASK
-            if t in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
-                queue_offset = 0
-            else:
-                key = (msg.topic, msg.queue_id)
-                queue_offset = table.get(key, 0)
-                table[key] = queue_offset + 1
-            if first_queue_offset < 0:
-                first_queue_offset = queue_offset
-            phy = mf.file_from_offset + mf.wrote_position
-            patch_record(rec, 0, queue_offset, phy, now_ms)
-            mf.append(rec)
-            wrote += size
-            phy_offsets.append(phy)
-            msg_ids.append(create_offset_msg_id(msg.store_host, phy))
-            props = msg.properties
-            requests.append(
-                DispatchRequest(
-                    ok,
-                    size,
-                    msg.topic,
-                    msg.queue_id,
-                    queue_offset,
-                    phy,
-                    msg.tags_code,
-                    now_ms,
-                    sys_flag,
-                    props.get(PROPERTY_KEYS, ""),
-                    props.get(PROPERTY_UNIQ_KEY),
-                    msg.prepared_transaction_offset,
-                    props,
-                    msg.born_timestamp,
+                if size + BLANK_RECORD_SIZE > mf.file_size - mf.wrote_position:
+                    self._pad(mf)
+                    mf = mfq.file_for_append()
+                sys_flag = msg.sys_flag
+                t = sys_flag & TRANSACTION_TYPE_MASK
+                if t in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+                    queue_offset = 0
+                else:
+                    key = (msg.topic, msg.queue_id)
+                    queue_offset = table.get(key, 0)
+                    table[key] = queue_offset + 1
+                if first_queue_offset < 0:
+                    first_queue_offset = queue_offset
+                phy = mf.file_from_offset + mf.wrote_position
+                patch_record(buf, buf_pos, queue_offset, phy, now_ms)
+                mf.append(view[buf_pos : buf_pos + size])
+                buf_pos += size
+                wrote += size
+                phy_offsets.append(phy)
+                msg_ids.append(create_offset_msg_id(msg.store_host, phy))
+                props = msg.properties
+                requests.append(
+                    DispatchRequest(
+                        ok,
+                        size,
+                        msg.topic,
+                        msg.queue_id,
+                        queue_offset,
+                        phy,
+                        msg.tags_code,
+                        now_ms,
+                        sys_flag,
+                        props.get(PROPERTY_KEYS, ""),
+                        props.get(PROPERTY_UNIQ_KEY),
+                        msg.prepared_transaction_offset,
+                        props,
+                        msg.born_timestamp,
+                    )
                 )
-            )
         self.last_store_timestamp = now_ms
         result = AppendMessageResult(
             phy_offsets[0] if phy_offsets else self.max_offset,
@@ -165,6 +260,52 @@ class CommitLog:
             phy_offsets,
         )
         return result, requests
+
+    def _write(
+        self,
+        records: EncodedRecords,
+        first_queue_offset: int,
+        now_ms: int,
+        phy_out: list[int],
+    ) -> None:
+        """Patch and write the records (consecutive queue offsets from `first_queue_offset`),
+        one copy per commitlog file they land in."""
+        sizes = records.sizes
+        n = len(sizes)
+        mfq = self.mfq
+        buf = records.buf
+        i = 0
+        buf_pos = 0
+        while i < n:
+            mf = mfq.file_for_append()
+            wrote = mf.wrote_position
+            # A record goes in this file only if the BLANK record still fits after it.
+            room = mf.file_size - wrote - BLANK_RECORD_SIZE
+            j = i
+            seg = 0
+            while j < n and seg + sizes[j] <= room:
+                seg += sizes[j]
+                j += 1
+            if j == i:
+                self._pad(mf)
+                continue
+            patch_records(
+                records,
+                i,
+                j,
+                buf_pos,
+                first_queue_offset + i,
+                mf.file_from_offset + wrote,
+                now_ms,
+                phy_out,
+            )
+            if buf_pos == 0 and j == n:
+                mf.append(buf)
+            else:
+                with memoryview(buf) as view:
+                    mf.append(view[buf_pos : buf_pos + seg])
+            buf_pos += seg
+            i = j
 
     @staticmethod
     def _pad(mf: MappedFile) -> None:
@@ -218,3 +359,67 @@ class CommitLog:
     def roll_next_file(self, phy_offset: int) -> int:
         """Start offset of the file after the one holding `phy_offset`."""
         return phy_offset + self.file_size - phy_offset % self.file_size
+
+
+class DispatchBatch:
+    """Consecutive records of one queue appended together, for `Dispatcher.dispatch`.
+
+    Column-wise instead of a `DispatchRequest` per record: record ``k`` is ``msgs[k]`` at
+    commitlog offset ``commit_log_offsets[k]``, ``sizes[k]`` bytes long, queue offset
+    ``first_queue_offset + k``. Every record is a plain (queued, not ROLLBACK) message of
+    ``msgs[0]``'s topic and queue.
+    """
+
+    __slots__ = ("commit_log_offsets", "first_queue_offset", "msgs", "sizes", "store_timestamp")
+
+    def __init__(
+        self,
+        msgs: Sequence[MessageInner],
+        first_queue_offset: int,
+        commit_log_offsets: list[int],
+        sizes: list[int],
+        store_timestamp: int,
+    ) -> None:
+        self.msgs = msgs
+        self.first_queue_offset = first_queue_offset
+        self.commit_log_offsets = commit_log_offsets
+        self.sizes = sizes
+        self.store_timestamp = store_timestamp
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def topic(self) -> str:
+        """Topic of every record."""
+        return self.msgs[0].topic
+
+    @property
+    def queue_id(self) -> int:
+        """Queue id of every record."""
+        return self.msgs[0].queue_id
+
+
+def _plain_batch(msgs: Sequence[MessageInner]) -> bool:
+    """One topic and queue, every message queued (not a transaction PREPARED / ROLLBACK)."""
+    if not msgs:
+        return False
+    first = msgs[0]
+    topic = first.topic
+    qid = first.queue_id
+    for m in msgs:
+        t = m.sys_flag & TRANSACTION_TYPE_MASK
+        if t in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            return False
+        if m.queue_id != qid or m.topic != topic:
+            return False
+    return True
+
+
+def _msg_ids(
+    msgs: Sequence[MessageInner], store_host: tuple[str, int] | None, phys: list[int]
+) -> list[str]:
+    if store_host is None:
+        return [create_offset_msg_id(m.store_host, p) for m, p in zip(msgs, phys, strict=True)]
+    host = create_offset_msg_id(store_host, 0)[:-16]
+    return [f"{host}{p:016X}" for p in phys]

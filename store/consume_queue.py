@@ -7,7 +7,7 @@ logical offset of a unit is its byte offset / 20. A gap filler unit is (0, 2**31
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import structlog
@@ -162,6 +162,44 @@ class ConsumeQueue:
         mf.append(_UNIT.pack(phy_offset, size, tags_code))
         self.max_physic_offset = phy_offset + size
         return True
+
+    def put_batch(
+        self,
+        first_queue_offset: int,
+        phy_offsets: Sequence[int],
+        sizes: Sequence[int],
+        tags_codes: Sequence[int],
+    ) -> bool:
+        """`put` the units for logical offsets ``first_queue_offset, +1, ...``.
+
+        The usual case (they follow the last unit and fit in the last file) is one write;
+        anything else goes unit by unit through `put`.
+
+        Returns:
+            Whether any unit was written.
+
+        Raises:
+            OSError: A new file could not be created.
+        """
+        n = len(phy_offsets)
+        if n == 0:
+            return False
+        files = self.mfq.files
+        if files:
+            last = files[-1]
+            wrote = last.wrote_position
+            if (
+                first_queue_offset * CQ_UNIT_SIZE == last.file_from_offset + wrote
+                and wrote + n * CQ_UNIT_SIZE <= last.file_size
+            ):
+                last.append(b"".join(map(_UNIT.pack, phy_offsets, sizes, tags_codes)))
+                self.max_physic_offset = phy_offsets[-1] + sizes[-1]
+                return True
+        wrote_any = False
+        for k in range(n):
+            if self.put(phy_offsets[k], sizes[k], tags_codes[k], first_queue_offset + k):
+                wrote_any = True
+        return wrote_any
 
     # ------------------------------------------------------------------ reading
     def get_unit(self, queue_offset: int) -> tuple[int, int, int] | None:

@@ -28,7 +28,7 @@ import re
 import struct
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import structlog
@@ -264,6 +264,49 @@ class IndexFile:
             self._dirty = True
         return True
 
+    def put_hashes(
+        self, hashes: Sequence[int], phy_offsets: Sequence[int], start: int, ts: int
+    ) -> int:
+        """`put_hash` entries ``hashes[k]`` -> ``phy_offsets[k]`` for k from `start` on, all
+        stored at `ts`, as many as fit; the caller writes the header (`write_header`).
+
+        Returns:
+            How many were added (fewer than asked when the file filled up).
+        """
+        count = self.index_count
+        n = min(len(hashes) - start, self.index_num - count)
+        if n <= 0:
+            return 0
+        stop = start + n
+        if count <= 1:
+            self.begin_phy_offset = phy_offsets[start]
+            self.begin_timestamp = ts
+        begin_ts = self.begin_timestamp
+        time_diff = 0 if begin_ts <= 0 else min(max((ts - begin_ts) // 1000, 0), 0x7FFFFFFF)
+        mm = self._mm
+        slot_num = self.slot_num
+        entries_pos = self._entries_pos
+        pack_entry = _ENTRY.pack_into
+        pack_i32 = _I32.pack_into
+        unpack_i32 = _I32.unpack_from
+        new_slots = 0
+        for k in range(start, stop):
+            h = hashes[k]
+            slot_pos = HEADER_SIZE + (h % slot_num) * SLOT_SIZE
+            (prev,) = unpack_i32(mm, slot_pos)
+            if prev <= 0 or prev >= count:
+                prev = 0
+                new_slots += 1
+            pack_entry(mm, entries_pos + count * ENTRY_SIZE, h, phy_offsets[k], time_diff, prev)
+            pack_i32(mm, slot_pos, count)
+            count += 1
+        self.hash_slot_count += new_slots
+        self.index_count = count
+        self.end_phy_offset = phy_offsets[stop - 1]
+        self.end_timestamp = ts
+        self._dirty = True
+        return n
+
     def write_header(self) -> None:
         """Write the header fields into the mapping (after `put_hash(write_header=False)`)."""
         self._write_header()
@@ -471,6 +514,48 @@ class IndexService:
                 if key:
                     f = self._put_hash(f, key_hash(prefix + key), phy, ts)
         f.write_header()
+
+    def build_index_batch(
+        self,
+        topic: str,
+        phy_offsets: Sequence[int],
+        uniq_keys: Sequence[str | None],
+        keys: Sequence[str | None],
+        store_timestamp: int,
+    ) -> None:
+        """`build_index` for records of one topic stored at one time (none of them ROLLBACK),
+        in commitlog order: ``phy_offsets[k]`` has UNIQ_KEY ``uniq_keys[k]`` and KEYS
+        ``keys[k]``. The hashes are computed first, then written in one loop per file with
+        one header write."""
+        if not any(uniq_keys) and not any(keys):
+            return
+        f = self._last_file()
+        end = f.end_phy_offset
+        indexed = f.index_count > 1 or f.end_timestamp > 0
+        prefix = topic + "#"
+        hashes: list[int] = []
+        phys: list[int] = []
+        for phy, uniq, key_list in zip(phy_offsets, uniq_keys, keys, strict=True):
+            if not uniq and not key_list:
+                continue
+            # Offsets only grow, so comparing with the end before this batch is enough.
+            if phy < end or (phy == end and indexed):
+                continue
+            if uniq:
+                hashes.append(uniq_key_hash(prefix, uniq))
+                phys.append(phy)
+            if key_list:
+                for key in key_list.split(" "):
+                    if key:
+                        hashes.append(key_hash(prefix + key))
+                        phys.append(phy)
+        done = 0
+        total = len(hashes)
+        while done < total:
+            done += f.put_hashes(hashes, phys, done, store_timestamp)
+            f.write_header()
+            if done < total:
+                f = self._last_file()
 
     def put_keys(
         self, topic: str, keys: Iterable[str], phy_offset: int, store_timestamp: int
