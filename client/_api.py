@@ -19,7 +19,7 @@ import structlog
 from client.errors import MQClientError
 from client.message import MessageExt, MessageQueue, SendResult, SendStatus
 from remoting import RemotingCommand
-from remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode, SerializeType
+from remoting.codes import RequestCode, ResponseCode
 from remoting.errors import (
     RemoteError,
     RemotingConnectError,
@@ -51,7 +51,6 @@ _SEND_STATUS = {
 _SEND_STATUS_BY_CODE: dict[int, SendStatus] = {int(k): v for k, v in _SEND_STATUS.items()}
 _SEND_V2 = int(RequestCode.SEND_MESSAGE_V2)
 _SEND_BATCH = int(RequestCode.SEND_BATCH_MESSAGE)
-_MSGPACK = int(SerializeType.MSGPACK)
 _NO_FIELDS: dict[str, str] = {}
 
 TRANSPORT_ERRORS = (RemotingConnectError, RemotingConnectionLost, RemotingTimeoutError)
@@ -250,12 +249,8 @@ class MQClientAPI:
             RemoteError: the broker answered with a code that is not a send status.
             remoting.HeaderError: the response header lacks msgId, queueId or queueOffset.
         """
-        cmd = RemotingCommand(
-            _SEND_BATCH if batch else _SEND_V2,
-            ext_fields=fields,
-            body=body,
-            serialize_type=_MSGPACK,
-        )
+        cmd = RemotingCommand.request(_SEND_BATCH if batch else _SEND_V2, None, body)
+        cmd.ext_fields = fields  # built for this request only: no defensive copy
         resp = await self.transport.invoke(addr, cmd, timeout_ms)
         status = _SEND_STATUS_BY_CODE.get(resp.code)
         if status is None:
@@ -283,9 +278,8 @@ class MQClientAPI:
         self, addr: str, fields: dict[str, str], body: bytes
     ) -> None:
         """SEND_MESSAGE_V2 without an answer, extFields already built."""
-        cmd = RemotingCommand(
-            _SEND_V2, ext_fields=fields, body=body, flag=FLAG_ONEWAY, serialize_type=_MSGPACK
-        )
+        cmd = RemotingCommand.request(_SEND_V2, None, body, oneway=True)
+        cmd.ext_fields = fields
         await self.transport.invoke_oneway(addr, cmd)
 
     # -- pull -----------------------------------------------------------------

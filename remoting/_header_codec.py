@@ -17,7 +17,7 @@ from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
 
-from remoting._command import RemotingCommand
+from remoting._command import RemotingCommand, new_command
 from remoting.codes import LanguageCode, SerializeType
 from remoting.errors import FrameError
 
@@ -105,15 +105,16 @@ def _decode_json(data: bytes) -> RemotingCommand:
     remark = obj.get("remark")
     if remark is not None and type(remark) is not str:
         raise FrameError("JSON header field 'remark' is not a string")
-    return RemotingCommand(
+    return new_command(
         _json_int(obj, "code", 0),
-        opaque=_json_int(obj, "opaque", 0),
-        flag=_json_int(obj, "flag", 0),
-        remark=remark,
-        ext_fields=_check_ext_fields(obj.get("extFields"), "JSON"),
-        language=_json_language(obj.get("language")),
-        version=_json_int(obj, "version", _DEFAULT_VERSION),
-        serialize_type=_JSON,
+        _json_int(obj, "opaque", 0),
+        _json_int(obj, "flag", 0),
+        remark,
+        _check_ext_fields(obj.get("extFields"), "JSON"),
+        None,
+        _json_language(obj.get("language")),
+        _json_int(obj, "version", _DEFAULT_VERSION),
+        _JSON,
     )
 
 
@@ -221,15 +222,16 @@ def _decode_rocketmq(data: bytes) -> RemotingCommand:
             raise FrameError("ROCKETMQ header extFields entry is not UTF-8") from None
     if pos != size:
         raise FrameError(f"ROCKETMQ header has {size - pos} trailing bytes")
-    return RemotingCommand(
+    return new_command(
         code,
-        opaque=opaque,
-        flag=flag,
-        remark=remark,
-        ext_fields=ext,
-        language=language if language in _LANG_VALID else _LANG_OTHER,
-        version=version,
-        serialize_type=_ROCKETMQ,
+        opaque,
+        flag,
+        remark,
+        ext,
+        None,
+        language if language in _LANG_VALID else _LANG_OTHER,
+        version,
+        _ROCKETMQ,
     )
 
 
@@ -272,7 +274,9 @@ def _decode_msgpack(data: bytes) -> RemotingCommand:
         raise FrameError(f"msgpack header is not valid msgpack: {type(exc).__name__}") from None
     if type(obj) is not tuple or len(obj) < _MSGPACK_FIELDS:
         raise FrameError("msgpack header is not an array of at least 7 elements")
-    code, language, version, opaque, flag, remark, ext = obj[:_MSGPACK_FIELDS]
+    code, language, version, opaque, flag, remark, ext = (
+        obj if len(obj) == _MSGPACK_FIELDS else obj[:_MSGPACK_FIELDS]
+    )
     if (
         type(code) is not int
         or type(language) is not int
@@ -285,15 +289,16 @@ def _decode_msgpack(data: bytes) -> RemotingCommand:
         )
     if remark is not None and type(remark) is not str:
         raise FrameError("msgpack header remark is not a string")
-    return RemotingCommand(
+    return new_command(
         code,
-        opaque=opaque,
-        flag=flag,
-        remark=remark,
-        ext_fields=_check_ext_fields(ext, "msgpack"),
-        language=language if language in _LANG_VALID else _LANG_OTHER,
-        version=version,
-        serialize_type=_MSGPACK,
+        opaque,
+        flag,
+        remark,
+        _check_ext_fields(ext, "msgpack"),
+        None,
+        language if language in _LANG_VALID else _LANG_OTHER,
+        version,
+        _MSGPACK,
     )
 
 
