@@ -155,23 +155,27 @@ class BrokerController:
     def _register_processors(self) -> None:
         s = self.server
         reg = s.register_processor
+        # Inline handlers: called by the connection's reader itself, no task per request (a
+        # task plus the writer's wake-up cost more CPU than a whole send); they return the
+        # answer, or a coroutine for their slow path (SYNC_FLUSH wait, long-poll hold).
         # send
-        reg(R.SEND_MESSAGE, self.send.send_message)
-        reg(R.SEND_MESSAGE_V2, self.send.send_message)
-        reg(R.SEND_BATCH_MESSAGE, self.send.send_batch)
+        s.register_processor(R.SEND_MESSAGE, self.send.send_message, inline=True)
+        s.register_processor(R.SEND_MESSAGE_V2, self.send.send_message, inline=True)
+        s.register_processor(R.SEND_BATCH_MESSAGE, self.send.send_batch, inline=True)
         # retry / DLQ and transactions (issue 6)
         reg(R.CONSUMER_SEND_MSG_BACK, self.send_back.consumer_send_msg_back)
         reg(R.END_TRANSACTION, self.end_transaction.end_transaction)
         # pull
-        reg(R.PULL_MESSAGE, self.pull.pull_message)
+        s.register_processor(R.PULL_MESSAGE, self.pull.pull_message, inline=True)
         # offsets and consumer lists
-        reg(R.QUERY_CONSUMER_OFFSET, self.consumer_manage.query_consumer_offset)
-        reg(R.UPDATE_CONSUMER_OFFSET, self.consumer_manage.update_consumer_offset)
+        cm = self.consumer_manage
+        s.register_processor(R.QUERY_CONSUMER_OFFSET, cm.query_consumer_offset, inline=True)
+        s.register_processor(R.UPDATE_CONSUMER_OFFSET, cm.update_consumer_offset, inline=True)
         reg(R.GET_CONSUMER_LIST_BY_GROUP, self.consumer_manage.get_consumer_list_by_group)
         reg(R.LOCK_BATCH_MQ, self.consumer_manage.lock_batch_mq)
         reg(R.UNLOCK_BATCH_MQ, self.consumer_manage.unlock_batch_mq)
         # clients
-        reg(R.HEART_BEAT, self.client_manage.heart_beat)
+        s.register_processor(R.HEART_BEAT, self.client_manage.heart_beat, inline=True)
         reg(R.UNREGISTER_CLIENT, self.client_manage.unregister_client)
         reg(R.GET_CONSUMER_CONNECTION_LIST, self.client_manage.get_consumer_connection_list)
         # lookups

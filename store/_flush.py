@@ -98,6 +98,10 @@ class FlushService:
         while waiters and waiters[0][0] <= flushed:
             waiters.popleft()[1].set()
 
+    def is_flushed(self, end_offset: int) -> bool:
+        """True if the commitlog is durable up to `end_offset` already."""
+        return self._cl.mfq.flushed_where >= end_offset
+
     async def wait_flushed(self, end_offset: int) -> bool:
         """Wait (group commit) until the commitlog is durable up to `end_offset`.
 

@@ -404,18 +404,35 @@ class MessageStore:
 
         Under SYNC_FLUSH the call returns once the records are durable (group commit), or with
         FLUSH_DISK_TIMEOUT after `sync_flush_timeout_ms` (the records stay written), unless a
-        message has WAIT=false.
+        message has WAIT=false. `put_messages_nowait` + `wait_put_durable` is the same in two
+        steps, for callers that can answer without awaiting when no flush wait is needed.
 
         Returns:
             PUT_OK with the append; SERVICE_NOT_AVAILABLE (closing, disk full: see `remark`),
             MESSAGE_ILLEGAL, PROPERTIES_SIZE_EXCEEDED, CREATE_MAPPED_FILE_FAILED or
             FLUSH_DISK_TIMEOUT.
         """
+        result, flush_end = self.put_messages_nowait(msgs)
+        if flush_end < 0:
+            return result
+        return await self.wait_put_durable(result, flush_end)
+
+    def put_messages_nowait(self, msgs: Sequence[MessageInner]) -> tuple[PutMessageResult, int]:
+        """The synchronous part of `put_messages`: validate, encode, append, dispatch, count.
+
+        Never blocks (the append writes mapped memory; fsync is the flush service's job).
+
+        Returns:
+            (result, flush_end). flush_end < 0: `result` is final. flush_end >= 0 (SYNC_FLUSH,
+            not yet durable, WAIT not false): the records are written but the put is complete
+            only after `await wait_put_durable(result, flush_end)`, which gives the final
+            result (PUT_OK or FLUSH_DISK_TIMEOUT).
+        """
         reason = self._refusal()
         if reason is not None:
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, None, reason)
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, None, reason), -1
         if not msgs:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "no message")
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "no message"), -1
         first = msgs[0]
         max_body = self.config.max_message_size
         for m in msgs:
@@ -424,18 +441,18 @@ class MessageStore:
                     PutMessageStatus.MESSAGE_ILLEGAL,
                     None,
                     f"message body is {len(m.body)} bytes, the limit is {max_body}",
-                )
+                ), -1
             if m.topic != first.topic or m.queue_id != first.queue_id:
                 return PutMessageResult(
                     PutMessageStatus.MESSAGE_ILLEGAL, None, "a batch must have one topic and queue"
-                )
+                ), -1
         cl = self.commitlog
         try:
             records = cl.encode(msgs)
         except PropertiesSizeExceededError as exc:
-            return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, None, str(exc))
+            return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, None, str(exc)), -1
         except (MessageEncodeError, ValueError) as exc:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, str(exc))
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, str(exc)), -1
         now_ms = int(self._clock() * 1000)
         try:
             result, requests = cl.append(msgs, records, now_ms)
@@ -443,7 +460,7 @@ class MessageStore:
             log.exception("commitlog_append_failed")
             return PutMessageResult(
                 PutMessageStatus.CREATE_MAPPED_FILE_FAILED, None, f"commitlog append: {exc}"
-            )
+            ), -1
         end = cl.max_offset
         dispatch = self.dispatcher.dispatch
         for req in requests:
@@ -451,17 +468,26 @@ class MessageStore:
         stats = self._stats
         stats.put_msgs += result.msg_num
         stats.put_bytes += result.wrote_bytes
+        flush = self.flush_service
         if (
-            self.flush_service.sync
+            flush.sync
             and first.properties.get(PROPERTY_WAIT) != "false"
-            and not await self.flush_service.wait_flushed(end)
+            and not flush.is_flushed(end)
         ):
-            return PutMessageResult(
-                PutMessageStatus.FLUSH_DISK_TIMEOUT,
-                result,
-                f"not durable after {self.config.sync_flush_timeout_ms} ms",
-            )
-        return PutMessageResult(PutMessageStatus.PUT_OK, result)
+            return PutMessageResult(PutMessageStatus.PUT_OK, result), end
+        return PutMessageResult(PutMessageStatus.PUT_OK, result), -1
+
+    async def wait_put_durable(self, result: PutMessageResult, flush_end: int) -> PutMessageResult:
+        """Complete a SYNC_FLUSH put of `put_messages_nowait`: wait (group commit) until the
+        commitlog is durable up to `flush_end`; FLUSH_DISK_TIMEOUT (records kept) if it takes
+        longer than `sync_flush_timeout_ms`."""
+        if await self.flush_service.wait_flushed(flush_end):
+            return result
+        return PutMessageResult(
+            PutMessageStatus.FLUSH_DISK_TIMEOUT,
+            result.append,
+            f"not durable after {self.config.sync_flush_timeout_ms} ms",
+        )
 
     # ================================================================== gets
     async def get_message(
@@ -492,6 +518,27 @@ class MessageStore:
             max_msgs: Most records to return.
             max_bytes: Stop before the total size passes this (at least one record is returned).
             tag_filter: Tags code -> keep?; None keeps everything.
+
+        Raises:
+            StoreClosedError: The store is not open.
+        """
+        return self.get_message_nowait(
+            group, topic, queue_id, offset, max_msgs, max_bytes, tag_filter
+        )
+
+    def get_message_nowait(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int,
+        max_bytes: int,
+        tag_filter: Callable[[int], bool] | None = None,
+    ) -> GetMessageResult:
+        """`get_message` without the await, for callers on the event loop (a pull processor
+        answering inline). It reads mapped memory only (no file I/O calls), as `get_message`
+        always has.
 
         Raises:
             StoreClosedError: The store is not open.

@@ -21,6 +21,9 @@ class _SendFamily(Protocol):
 
 SP = TypeVar("SP", bound=_SendFamily)
 MethodHandler = Callable[[S, Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
+# The answer now, or an awaitable for it (see `remoting.InlineHandler`).
+InlineResult = RemotingCommand | Awaitable[RemotingCommand | None] | None
+InlineMethod = Callable[[S, Connection, RemotingCommand], InlineResult]
 
 
 def error(cmd: RemotingCommand, code: int, remark: str) -> RemotingCommand:
@@ -52,6 +55,47 @@ def guarded_send(fn: MethodHandler[SP]) -> MethodHandler[SP]:
     return _guard(fn, ResponseCode.MESSAGE_ILLEGAL, extra)
 
 
+def guarded_inline(
+    header_error_code: int = ResponseCode.SYSTEM_ERROR,
+) -> Callable[[InlineMethod[S]], InlineMethod[S]]:
+    """`guarded` for an inline handler (registered with `inline=True`): the same error mapping
+    for the synchronous part and for the awaitable it may return (its slow path)."""
+
+    def deco(fn: InlineMethod[S]) -> InlineMethod[S]:
+        return _guard_inline(fn, header_error_code, None)
+
+    return deco
+
+
+def guarded_send_inline(fn: InlineMethod[SP]) -> InlineMethod[SP]:
+    """`guarded_send` for an inline send handler."""
+
+    def extra(self: SP) -> dict[str, str]:
+        return self.region_fields()
+
+    return _guard_inline(fn, ResponseCode.MESSAGE_ILLEGAL, extra)
+
+
+def _error_response(
+    self: S,
+    conn: Connection,
+    cmd: RemotingCommand,
+    exc: Exception,
+    header_error_code: int,
+    extra_fields: Callable[[S], dict[str, str]] | None,
+) -> RemotingCommand:
+    if isinstance(exc, HeaderError):
+        resp = error(cmd, header_error_code, f"bad request header: {exc}")
+    elif isinstance(exc, ValueError):
+        resp = error(cmd, ResponseCode.SYSTEM_ERROR, f"bad request: {exc}")
+    else:
+        log.exception("handler_failed", code=cmd.code, peer=conn.remote_address)
+        resp = error(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+    if extra_fields is not None:
+        resp.ext_fields = extra_fields(self)
+    return resp
+
+
 def _guard(
     fn: MethodHandler[S],
     header_error_code: int,
@@ -61,18 +105,49 @@ def _guard(
     async def wrapper(self: S, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         try:
             return await fn(self, conn, cmd)
-        except HeaderError as exc:
-            resp = error(cmd, header_error_code, f"bad request header: {exc}")
-        except ValueError as exc:
-            resp = error(cmd, ResponseCode.SYSTEM_ERROR, f"bad request: {exc}")
         except Exception as exc:
-            log.exception("handler_failed", code=cmd.code, peer=conn.remote_address)
-            resp = error(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
-        if extra_fields is not None:
-            resp.ext_fields = extra_fields(self)
-        return resp
+            return _error_response(self, conn, cmd, exc, header_error_code, extra_fields)
 
     return wrapper
+
+
+def _guard_inline(
+    fn: InlineMethod[S],
+    header_error_code: int,
+    extra_fields: Callable[[S], dict[str, str]] | None,
+) -> InlineMethod[S]:
+    @functools.wraps(fn)
+    def wrapper(self: S, conn: Connection, cmd: RemotingCommand) -> InlineResult:
+        try:
+            result = fn(self, conn, cmd)
+        except Exception as exc:
+            return _error_response(self, conn, cmd, exc, header_error_code, extra_fields)
+        if result is None or isinstance(result, RemotingCommand):
+            return result
+        return _guard_awaitable(self, conn, cmd, result, header_error_code, extra_fields)
+
+    return wrapper
+
+
+async def _guard_awaitable(
+    self: S,
+    conn: Connection,
+    cmd: RemotingCommand,
+    awaitable: Awaitable[RemotingCommand | None],
+    header_error_code: int,
+    extra_fields: Callable[[S], dict[str, str]] | None,
+) -> RemotingCommand | None:
+    try:
+        return await awaitable
+    except Exception as exc:
+        return _error_response(self, conn, cmd, exc, header_error_code, extra_fields)
+
+
+async def inline_result(result: InlineResult) -> RemotingCommand | None:
+    """Await an inline handler's result if it is an awaitable (for callers that are async)."""
+    if result is None or isinstance(result, RemotingCommand):
+        return result
+    return await result
 
 
 def split_addr(addr: str) -> tuple[str, int]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from broker.consumer_manager import ClientChannelInfo
-from broker.processors._common import error, guarded
+from broker.processors._common import error, guarded, guarded_inline
 from broker.topic_manager import retry_topic
 from remoting import (
     Connection,
@@ -54,8 +54,10 @@ class ClientManageProcessor:
     def __init__(self, ctrl: BrokerController) -> None:
         self.ctrl = ctrl
 
-    @guarded()
-    async def heart_beat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+    @guarded_inline()
+    def heart_beat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        """HEART_BEAT, an inline handler (registered with `inline=True`): registration and the
+        notifications it triggers (sent in the background) never wait."""
         data = HeartbeatData.from_json(cmd.body_bytes())
         ctrl = self.ctrl
         conn.attributes[ATTR_SERIALIZE_TYPE] = cmd.serialize_type

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.processors._common import error, guarded
+from broker.processors._common import error, guarded, guarded_inline
 from remoting import Connection, RemotingCommand, ResponseCode
 from remoting.protocol.bodies import (
     ConsumerListBody,
@@ -24,13 +24,17 @@ if TYPE_CHECKING:
 
 
 class ConsumerManageProcessor:
-    """Offsets and consumer lists."""
+    """Offsets and consumer lists.
+
+    `query_consumer_offset` and `update_consumer_offset` are inline handlers (registered with
+    `inline=True`): plain functions the connection's reader calls, no task per request.
+    """
 
     def __init__(self, ctrl: BrokerController) -> None:
         self.ctrl = ctrl
 
-    @guarded()
-    async def query_consumer_offset(
+    @guarded_inline()
+    def query_consumer_offset(
         self, conn: Connection, cmd: RemotingCommand
     ) -> RemotingCommand | None:
         hdr = QueryConsumerOffsetRequestHeader.from_fields(cmd.ext_fields)
@@ -51,8 +55,8 @@ class ConsumerManageProcessor:
             ext_fields=QueryConsumerOffsetResponseHeader(offset=offset).to_fields(),
         )
 
-    @guarded()
-    async def update_consumer_offset(
+    @guarded_inline()
+    def update_consumer_offset(
         self, conn: Connection, cmd: RemotingCommand
     ) -> RemotingCommand | None:
         hdr = UpdateConsumerOffsetRequestHeader.from_fields(cmd.ext_fields)

@@ -13,7 +13,7 @@ import structlog
 import trio
 
 from broker.filter import SubscriptionParseError, build_subscription, tag_filter
-from broker.processors._common import error, guarded
+from broker.processors._common import InlineResult, error, guarded_inline
 from broker.topic_manager import is_readable
 from remoting import Connection, RemotingCommand, ResponseCode
 from remoting.protocol.bodies import SubscriptionData
@@ -52,8 +52,11 @@ class PullProcessor:
     def __init__(self, ctrl: BrokerController) -> None:
         self.ctrl = ctrl
 
-    @guarded()
-    async def pull_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+    @guarded_inline()
+    def pull_message(self, conn: Connection, cmd: RemotingCommand) -> InlineResult:
+        """An inline handler (registered with `inline=True`): checks and the store read run
+        in the connection's reader and the answer is ready at once, unless the pull is to be
+        held (nothing found, suspend flag set), when it returns the long-poll coroutine."""
         hdr = PullMessageRequestHeader.from_fields(cmd.ext_fields)
         ctrl = self.ctrl
         if not is_readable(ctrl.config.broker_permission):
@@ -138,7 +141,7 @@ class PullProcessor:
         match = tag_filter(sub)
         max_msgs = max(1, min(hdr.max_msg_nums, ctrl.config.max_pull_msgs))
 
-        result = await self._get(hdr, hdr.queue_offset, max_msgs, match)
+        result = self._get(hdr, hdr.queue_offset, max_msgs, match)
         code = pull_code(result.status, hdr.queue_offset)
         # The piggybacked offset is stored when the request arrives, never after a long-poll
         # wait (as RocketMQ: the re-run after suspend does not commit): a pull parked while
@@ -146,18 +149,29 @@ class PullProcessor:
         if hdr.sys_flag & FLAG_COMMIT_OFFSET and ctrl.config.broker_id == 0:
             ctrl.offsets.commit(hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.commit_offset)
         if code == ResponseCode.PULL_NOT_FOUND and hdr.sys_flag & FLAG_SUSPEND and not conn.closed:
-            result, offset = await self._suspend(hdr, max_msgs, match, result)
-            code = pull_code(result.status, offset)
+            return self._held(cmd, hdr, max_msgs, match, result)
         return self._response(cmd, code, result)
 
-    async def _get(
+    async def _held(
+        self,
+        cmd: RemotingCommand,
+        hdr: PullMessageRequestHeader,
+        max_msgs: int,
+        match: Callable[[int], bool] | None,
+        first: GetMessageResult,
+    ) -> RemotingCommand:
+        """The slow path of `pull_message`: long-poll, then answer."""
+        result, offset = await self._suspend(hdr, max_msgs, match, first)
+        return self._response(cmd, pull_code(result.status, offset), result)
+
+    def _get(
         self,
         hdr: PullMessageRequestHeader,
         offset: int,
         max_msgs: int,
         match: Callable[[int], bool] | None,
     ) -> GetMessageResult:
-        return await self.ctrl.store.get_message(
+        return self.ctrl.store.get_message_nowait(
             hdr.consumer_group,
             hdr.topic,
             hdr.queue_id,
@@ -192,7 +206,7 @@ class PullProcessor:
         deadline = trio.current_time() + wait_ms / 1000
         if not cfg.long_polling_enable:
             await trio.sleep_until(deadline)
-            return await self._get(hdr, offset, max_msgs, match), offset
+            return self._get(hdr, offset, max_msgs, match), offset
         result = first
         while True:
             parked = ctrl.long_polling.park(hdr.topic, hdr.queue_id, offset)
@@ -202,7 +216,7 @@ class PullProcessor:
             if ctrl.store.get_max_offset_in_queue(hdr.topic, hdr.queue_id) > offset:
                 parked.event.set()
             woken = await ctrl.long_polling.wait(parked, deadline)
-            result = await self._get(hdr, offset, max_msgs, match)
+            result = self._get(hdr, offset, max_msgs, match)
             if (
                 not woken
                 or result.status is not GetMessageStatus.NO_MATCHED_MESSAGE

@@ -14,11 +14,12 @@ topic; DELAY > 0 -> SCHEDULE_TOPIC_XXXX (`broker.schedule`). Batches are never r
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import structlog
 
-from broker.processors._common import guarded_send, split_addr
+from broker.processors._common import InlineResult, guarded_send_inline, split_addr
 from broker.schedule import exact_delivery_ms, strip_timer_properties
 from broker.topic_manager import (
     DLQ_GROUP_TOPIC_PREFIX,
@@ -244,14 +245,18 @@ class SendProcessor:
         return None
 
     # -- handlers -------------------------------------------------------------------------
-    @guarded_send
-    async def send_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+    # Both are inline handlers (registered with `inline=True`): everything up to and
+    # including the store append runs synchronously in the connection's reader, and the
+    # answer is ready at once, except under SYNC_FLUSH, where they return a coroutine that
+    # waits for the group commit (awaited in a task of its own).
+    @guarded_send_inline
+    def send_message(self, conn: Connection, cmd: RemotingCommand) -> InlineResult:
         """SEND_MESSAGE (10) and SEND_MESSAGE_V2 (310); 320 goes to `send_batch`."""
         if cmd.code == RequestCode.SEND_BATCH_MESSAGE:
-            return await self.send_batch(conn, cmd)
+            return self.send_batch(conn, cmd)
         hdr = SendMessageRequestHeader.from_command(cmd)
         if hdr.batch:
-            return await self.send_batch(conn, cmd)
+            return self.send_batch(conn, cmd)
         ctrl = self.ctrl
         topic_cfg, err = self._check(cmd, hdr)
         if err is not None:
@@ -301,11 +306,10 @@ class SendProcessor:
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"the message properties exceed {ctrl.config.max_properties_size} bytes",
             )
-        result = await ctrl.store.put_message(msg)
-        return self._put_response(cmd, result, msg.queue_id)
+        return self._put(cmd, (msg,), msg.queue_id)
 
-    @guarded_send
-    async def send_batch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+    @guarded_send_inline
+    def send_batch(self, conn: Connection, cmd: RemotingCommand) -> InlineResult:
         """SEND_BATCH_MESSAGE (320): many messages of one topic and queue, one put."""
         hdr = SendMessageRequestHeader.from_command(cmd)
         ctrl = self.ctrl
@@ -364,7 +368,22 @@ class SendProcessor:
                     f"batch message {i}: properties exceed {ctrl.config.max_properties_size} bytes",
                 )
             msgs.append(msg)
-        result = await ctrl.store.put_messages(msgs)
+        return self._put(cmd, msgs, queue_id)
+
+    def _put(
+        self, cmd: RemotingCommand, msgs: Sequence[MessageInner], queue_id: int
+    ) -> InlineResult:
+        """Store `msgs`: the response now, or (SYNC_FLUSH) a coroutine waiting for it."""
+        store = self.ctrl.store
+        result, flush_end = store.put_messages_nowait(msgs)
+        if flush_end < 0:
+            return self._put_response(cmd, result, queue_id)
+        return self._put_durable(cmd, result, flush_end, queue_id)
+
+    async def _put_durable(
+        self, cmd: RemotingCommand, result: PutMessageResult, flush_end: int, queue_id: int
+    ) -> RemotingCommand:
+        result = await self.ctrl.store.wait_put_durable(result, flush_end)
         return self._put_response(cmd, result, queue_id)
 
     def _put_response(

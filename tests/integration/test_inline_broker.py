@@ -1,0 +1,113 @@
+"""The broker's inline handlers (send, pull, offsets, heartbeat) over a real connection, with
+an in-process controller: SYNC_FLUSH sends, held pulls and error mapping still behave."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Literal
+
+import trio
+
+from broker.config import BrokerConfig
+from broker.controller import BrokerController
+from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from store.message import decode_records
+from tests.helpers import free_port
+from tests.integration.test_broker_process import (
+    PULL_COMMIT,
+    PULL_SUBSCRIPTION,
+    PULL_SUSPEND,
+    pull_request,
+    send_request,
+)
+
+
+def config(tmp_path: Path, flush: Literal["ASYNC_FLUSH", "SYNC_FLUSH"]) -> BrokerConfig:
+    return BrokerConfig(
+        listen=f"127.0.0.1:{free_port()}",
+        store_dir=str(tmp_path / "store"),
+        mapped_file_size_commitlog=1024 * 1024,
+        mapped_file_size_consume_queue=20_000,
+        flush_disk_type=flush,
+    )
+
+
+async def test_sync_flush_send_answers_after_the_group_commit(tmp_path: Path) -> None:
+    async with BrokerController(config(tmp_path, "SYNC_FLUSH")) as ctrl:
+        addr = f"127.0.0.1:{ctrl.port}"
+        async with RemotingClient() as client:
+            resps: list[RemotingCommand] = []
+
+            async def send(i: int) -> None:
+                resps.append(await client.invoke(addr, send_request("SyncT", b"m%d" % i)))
+
+            async with trio.open_nursery() as n:
+                for i in range(20):
+                    n.start_soon(send, i)
+        assert [r.code for r in resps] == [ResponseCode.SUCCESS] * 20
+        assert all(r.ext_fields and r.ext_fields["msgId"] for r in resps)
+        assert sorted(int(r.ext_fields["queueOffset"]) for r in resps if r.ext_fields) == list(
+            range(20)
+        )
+        mfq = ctrl.store.commitlog.mfq
+        assert mfq.flushed_where == mfq.max_offset
+
+
+async def test_send_errors_keep_their_mapping_and_region_fields(tmp_path: Path) -> None:
+    async with BrokerController(config(tmp_path, "ASYNC_FLUSH")) as ctrl:
+        addr = f"127.0.0.1:{ctrl.port}"
+        async with RemotingClient() as client:
+            bad = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"a": "1"}, b"x")
+            resp = await client.invoke(addr, bad)
+            assert resp.code == ResponseCode.MESSAGE_ILLEGAL
+            assert resp.remark is not None
+            assert resp.remark.startswith("bad request header")
+            assert resp.ext_fields is not None
+            assert "MSG_REGION" in resp.ext_fields
+            empty = await client.invoke(addr, send_request("ErrT", b""))
+            assert empty.code == ResponseCode.MESSAGE_ILLEGAL
+
+
+async def test_pull_answers_at_once_or_holds_until_a_message_arrives(tmp_path: Path) -> None:
+    async with BrokerController(config(tmp_path, "ASYNC_FLUSH")) as ctrl:
+        addr = f"127.0.0.1:{ctrl.port}"
+        async with RemotingClient() as client:
+            ok = await client.invoke(addr, send_request("PullT", b"first"))
+            assert ok.code == ResponseCode.SUCCESS
+            found = await client.invoke(addr, pull_request("PullT", 0))
+            assert found.code == ResponseCode.SUCCESS
+            assert [m.body for m in decode_records(found.body_bytes())] == [b"first"]
+
+            held: list[RemotingCommand] = []
+            flags = PULL_SUBSCRIPTION | PULL_SUSPEND | PULL_COMMIT
+
+            async def hold() -> None:
+                cmd = pull_request("PullT", 1, sys_flag=flags, suspend_ms=20_000, commit_offset=1)
+                held.append(await client.invoke(addr, cmd, timeout_ms=30_000))
+
+            async with trio.open_nursery() as n:
+                n.start_soon(hold)
+                with trio.fail_after(10):
+                    while not ctrl.long_polling.parked_count:
+                        await trio.sleep(0.01)
+                # Stored when the pull arrived, not when it is answered.
+                assert ctrl.offsets.query("CG", "PullT", 0) == 1
+                ok = await client.invoke(addr, send_request("PullT", b"second"))
+                assert ok.code == ResponseCode.SUCCESS
+            [resp] = held
+            assert resp.code == ResponseCode.SUCCESS
+            assert [m.body for m in decode_records(resp.body_bytes())] == [b"second"]
+
+
+async def test_handlers_are_inline(tmp_path: Path) -> None:
+    async with BrokerController(config(tmp_path, "ASYNC_FLUSH")) as ctrl:
+        for handler in (
+            ctrl.send.send_message,
+            ctrl.send.send_batch,
+            ctrl.pull.pull_message,
+            ctrl.consumer_manage.query_consumer_offset,
+            ctrl.consumer_manage.update_consumer_offset,
+            ctrl.client_manage.heart_beat,
+        ):
+            assert not inspect.iscoroutinefunction(handler)
