@@ -17,7 +17,7 @@ from typing import Protocol
 import structlog
 
 from client.errors import MQClientError
-from client.message import MessageExt, MessageQueue, SendResult, SendStatus
+from client.message import MessageExt, MessageQueue, SendResult, SendStatus, decode_pull_body
 from remoting import RemotingCommand
 from remoting.codes import RequestCode, ResponseCode
 from remoting.errors import (
@@ -29,7 +29,7 @@ from remoting.errors import (
 )
 from remoting.protocol import bodies, headers
 from remoting.protocol.route import ClusterInfo, TopicRouteData
-from store.message import MessageDecodeError, decode_records
+from store.message import MessageDecodeError
 
 log = structlog.get_logger()
 
@@ -110,7 +110,7 @@ def decode_messages(body: bytes, broker_name: str = "") -> list[MessageExt]:
     if not body:
         return []
     try:
-        return [MessageExt.from_store(ext, broker_name) for ext in decode_records(body)]
+        return decode_pull_body(body, broker_name)
     except MessageDecodeError as exc:
         raise MQClientError(f"bad message records from broker {broker_name}: {exc}") from exc
 

@@ -6,7 +6,10 @@ no pydantic here. Property names and validation rules are RocketMQ 4.x's.
 
 from __future__ import annotations
 
+import functools
 import re
+import socket
+import struct
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -15,10 +18,14 @@ from typing import NamedTuple
 
 from client.errors import MessageValidationError
 from store.message import (
+    BORNHOST_V6_FLAG,
     COMPRESSED_FLAG,
     COMPRESSION_TYPE_MASK,
     COMPRESSION_ZLIB,
     KEY_SEPARATOR,
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+    MIN_RECORD_SIZE,
     PROPERTY_CONSUME_START_TIMESTAMP,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
@@ -34,6 +41,12 @@ from store.message import (
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
+    RECORD_FIXED_STRUCTS,
+    STOREHOSTADDRESS_V6_FLAG,
+    MessageDecodeError,
+    decode_properties,
+    decode_records,
+    decompress_record_body,
 )
 from store.message import MessageExt as StoreMessageExt
 
@@ -310,19 +323,30 @@ class MessageExt(Message):
     `msg_id` is the producer's unique id (UNIQ_KEY) when present, else the
     offset id; `offset_msg_id` is the broker's store-address-plus-offset id.
     The body is already decompressed.
+
+    Messages decoded from a pull body (`decode_pull_body`) parse their properties, the
+    host strings and the offset id only when first read: a consumer that looks at the body
+    alone never pays for them.
     """
 
     __slots__ = (
-        "born_host",
+        "_born_host",
+        "_born_ip",
+        "_born_port",
+        "_offset_msg_id",
+        "_pending",
+        "_props",
+        "_props_raw",
+        "_store_host",
+        "_store_ip",
+        "_store_port",
         "born_timestamp",
         "broker_name",
         "commit_log_offset",
-        "offset_msg_id",
         "prepared_transaction_offset",
         "queue_id",
         "queue_offset",
         "reconsume_times",
-        "store_host",
         "store_size",
         "store_timestamp",
         "sys_flag",
@@ -353,19 +377,25 @@ class MessageExt(Message):
         self.topic = topic
         self.body = body
         self.flag = flag
-        self.properties = properties
+        self._props: dict[str, str] | None = properties
+        self._props_raw = b""
+        self._pending: tuple[tuple[str, str], ...] | None = None
         self.queue_id = queue_id
         self.queue_offset = queue_offset
         self.commit_log_offset = commit_log_offset
         self.sys_flag = sys_flag
         self.born_timestamp = born_timestamp
-        self.born_host = born_host
+        self._born_host: str | None = born_host
+        self._born_ip = b""
+        self._born_port = 0
         self.store_timestamp = store_timestamp
-        self.store_host = store_host
+        self._store_host: str | None = store_host
+        self._store_ip = b""
+        self._store_port = 0
         self.reconsume_times = reconsume_times
         self.prepared_transaction_offset = prepared_transaction_offset
         self.store_size = store_size
-        self.offset_msg_id = offset_msg_id
+        self._offset_msg_id: str | None = offset_msg_id
         self.broker_name = broker_name
 
     @classmethod
@@ -397,6 +427,62 @@ class MessageExt(Message):
             broker_name=broker_name,
         )
 
+    # -- lazily decoded fields --------------------------------------------------
+    @property
+    def properties(self) -> dict[str, str]:
+        """The properties (parsed on first access; changes to the dict are kept)."""
+        p = self._props
+        if p is None:
+            p = self._props = decode_properties(self._props_raw.decode("utf-8"))
+            pending = self._pending
+            if pending is not None:
+                p.update(pending)
+                self._pending = None
+        return p
+
+    @properties.setter
+    def properties(self, value: dict[str, str]) -> None:
+        self._props = value
+        self._pending = None
+
+    @property
+    def born_host(self) -> str:
+        """``ip:port`` of the producer."""
+        h = self._born_host
+        if h is None:
+            h = self._born_host = f"{_unpack_ip(self._born_ip)}:{self._born_port}"
+        return h
+
+    @born_host.setter
+    def born_host(self, value: str) -> None:
+        self._born_host = value
+
+    @property
+    def store_host(self) -> str:
+        """``ip:port`` of the broker that stored the message."""
+        h = self._store_host
+        if h is None:
+            h = self._store_host = f"{_unpack_ip(self._store_ip)}:{self._store_port}"
+        return h
+
+    @store_host.setter
+    def store_host(self, value: str) -> None:
+        self._store_host = value
+
+    @property
+    def offset_msg_id(self) -> str:
+        """The broker's id: store IP + port + commitlog offset, uppercase hex."""
+        m = self._offset_msg_id
+        if m is None:
+            m = self._offset_msg_id = (
+                self._store_ip + _U32.pack(self._store_port & 0xFFFFFFFF)
+            ).hex().upper() + f"{self.commit_log_offset & 0xFFFFFFFFFFFFFFFF:016X}"
+        return m
+
+    @offset_msg_id.setter
+    def offset_msg_id(self, value: str) -> None:
+        self._offset_msg_id = value
+
     @property
     def msg_id(self) -> str:
         return self.uniq_key or self.offset_msg_id
@@ -411,6 +497,166 @@ class MessageExt(Message):
             f"queue_offset={self.queue_offset}, msg_id={self.msg_id!r}, tags={self.tags!r}, "
             f"body={len(self.body)}B)"
         )
+
+
+def put_properties_lazily(msgs: Iterable[MessageExt], items: tuple[tuple[str, str], ...]) -> None:
+    """Set the same properties on every message without forcing their parse.
+
+    Messages whose properties are still raw keep `items` aside (one tuple shared by the
+    messages of a batch) and apply them when the properties are first read, so the consumer
+    can stamp MIN_OFFSET / MAX_OFFSET / CONSUME_START_TIME on every message for a few
+    tens of nanoseconds each.
+    """
+    prev: tuple[tuple[str, str], ...] | None = None
+    merged = items
+    for m in msgs:
+        p = m._props
+        if p is not None:
+            p.update(items)
+            continue
+        pending = m._pending
+        if pending is None:
+            m._pending = items
+        else:
+            if pending is not prev:
+                prev = pending
+                merged = pending + items
+            m._pending = merged
+
+
+class _Fallback(Exception):
+    """The fast decoder met something unusual; the reference decoder takes over."""
+
+
+_HOST_MASK = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
+_FIXED_V4 = RECORD_FIXED_STRUCTS[0]
+_I16 = struct.Struct(">h")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+
+
+def decode_pull_body(
+    body: bytes | bytearray | memoryview, broker_name: str = ""
+) -> list[MessageExt]:
+    """The records of a pull/query/view body as consumer messages, in one pass.
+
+    Same result as ``[MessageExt.from_store(e, broker_name) for e in decode_records(body)]``
+    (bodies inflated, same checks, same errors), but each record becomes a `MessageExt`
+    directly: no intermediate store object, and properties, hosts and the offset id are
+    decoded only when read.
+
+    Raises:
+        store.message.MessageDecodeError: malformed records or a bad compressed body.
+    """
+    try:
+        return _decode_fast(body, broker_name)
+    except (_Fallback, MessageDecodeError, struct.error, IndexError, UnicodeDecodeError):
+        # Rare (corrupt data, non-UTF-8 text): the reference decoder raises the exact error.
+        return [MessageExt.from_store(e, broker_name) for e in decode_records(body)]
+
+
+def _decode_fast(buf: bytes | bytearray | memoryview, broker_name: str) -> list[MessageExt]:
+    """`decode_pull_body`'s loop; raises `_Fallback` (or a codec error) on anything odd."""
+    if type(buf) is not bytes:
+        buf = bytes(buf)  # slices of bytes are bytes: one copy here, none per field
+    end = len(buf)
+    offset = 0
+    out: list[MessageExt] = []
+    append = out.append
+    topics: dict[bytes, str] = {}
+    new = object.__new__
+    cls = MessageExt
+    unpack_v4 = _FIXED_V4.unpack_from
+    unpack_i16 = _I16.unpack_from
+    while offset < end:
+        if end - offset < MIN_RECORD_SIZE:
+            raise _Fallback
+        fields = unpack_v4(buf, offset)
+        sys_flag = fields[7]
+        if sys_flag & _HOST_MASK:
+            fixed = RECORD_FIXED_STRUCTS[sys_flag & _HOST_MASK]
+            if end - offset < fixed.size + 3:
+                raise _Fallback
+            fields = fixed.unpack_from(buf, offset)
+            pos = offset + fixed.size
+        else:
+            pos = offset + 88
+        (
+            total,
+            magic,
+            _crc,
+            queue_id,
+            flag,
+            queue_offset,
+            phy_offset,
+            _,
+            born_ts,
+            born_ip,
+            born_port,
+            store_ts,
+            store_ip,
+            store_port,
+            reconsume,
+            prepared,
+            body_len,
+        ) = fields
+        rec_end = offset + total
+        body_end = pos + body_len
+        if total < MIN_RECORD_SIZE or rec_end > end or body_len < 0 or body_end + 3 > rec_end:
+            raise _Fallback
+        if magic == MESSAGE_MAGIC_CODE:
+            topic_start = body_end + 1
+            topic_end = topic_start + buf[body_end]
+        elif magic == MESSAGE_MAGIC_CODE_V2:
+            topic_start = body_end + 2
+            topic_end = topic_start + _U16.unpack_from(buf, body_end)[0]
+        else:
+            raise _Fallback
+        props_start = topic_end + 2
+        if props_start > rec_end or unpack_i16(buf, topic_end)[0] != rec_end - props_start:
+            raise _Fallback
+        raw_topic = buf[topic_start:topic_end]
+        topic = topics.get(raw_topic)
+        if topic is None:
+            topic = topics[raw_topic] = raw_topic.decode()
+        raw_props = buf[props_start:rec_end]
+        if not raw_props.isascii():
+            raw_props.decode()  # UTF-8 errors surface now, as with an eager parse
+        body = buf[pos:body_end]
+        if sys_flag & COMPRESSED_FLAG:
+            body = decompress_record_body(body, sys_flag)
+        m = new(cls)
+        m.topic = topic
+        m.body = body
+        m.flag = flag
+        m._props = None
+        m._props_raw = raw_props
+        m._pending = None
+        m.queue_id = queue_id
+        m.queue_offset = queue_offset
+        m.commit_log_offset = phy_offset
+        m.sys_flag = sys_flag
+        m.born_timestamp = born_ts
+        m._born_host = None
+        m._born_ip = born_ip
+        m._born_port = born_port
+        m.store_timestamp = store_ts
+        m._store_host = None
+        m._store_ip = store_ip
+        m._store_port = store_port
+        m.reconsume_times = reconsume
+        m.prepared_transaction_offset = prepared
+        m.store_size = total
+        m._offset_msg_id = None
+        m.broker_name = broker_name
+        append(m)
+        offset = rec_end
+    return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _unpack_ip(raw: bytes) -> str:
+    return socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)
 
 
 class SendStatus(Enum):

@@ -103,6 +103,7 @@ __all__ = [
     "PROPERTY_WAIT_STORE_MSG_OK",
     "QUEUE_ID_POS",
     "QUEUE_OFFSET_POS",
+    "RECORD_FIXED_STRUCTS",
     "STOREHOSTADDRESS_V6_FLAG",
     "STORE_TIMESTAMP_POS_V4",
     "STORE_TIMESTAMP_POS_V6",
@@ -133,6 +134,7 @@ __all__ = [
     "decode_record",
     "decode_records",
     "decode_uniq_key",
+    "decompress_record_body",
     "encode_batch_body",
     "encode_blank",
     "encode_properties",
@@ -970,18 +972,7 @@ class MessageExt:
         body = self.body
         if body is None or not self.sys_flag & COMPRESSED_FLAG:
             return body
-        ctype = self.sys_flag & COMPRESSION_TYPE_MASK
-        if ctype not in (0, COMPRESSION_ZLIB):
-            name = {COMPRESSION_LZ4: "LZ4", COMPRESSION_ZSTD: "ZSTD"}.get(ctype, hex(ctype))
-            raise MessageDecodeError(f"{name} compressed bodies are not supported (zlib only)")
-        d = zlib.decompressobj()
-        try:
-            out = d.decompress(body, max_size)
-        except zlib.error as exc:
-            raise MessageDecodeError(f"corrupt zlib body: {exc}") from None
-        if d.unconsumed_tail:
-            raise MessageDecodeError(f"decompressed body exceeds {max_size} bytes")
-        return out
+        return decompress_record_body(body, self.sys_flag, max_size)
 
     def to_inner(self) -> MessageInner:
         """A `MessageInner` with this record's fields (for re-storing, e.g. retries)."""
@@ -1008,6 +999,39 @@ class MessageExt:
 
 
 Buffer = bytes | bytearray | memoryview
+
+RECORD_FIXED_STRUCTS: Mapping[int, struct.Struct] = _FIXED
+"""The record's fixed part (total size .. body length) by host flags ``sys_flag & 0x30``.
+
+Fields: total, magic, crc, queue_id, flag, queue_offset, phy_offset, sys_flag, born_ts,
+born_ip, born_port, store_ts, store_ip, store_port, reconsume, prepared_offset, body_len.
+For decoders outside this module (the client decodes pull bodies straight into its own
+message objects)."""
+
+
+def decompress_record_body(
+    body: bytes, sys_flag: int, max_size: int = DEFAULT_MAX_RECORD_SIZE
+) -> bytes:
+    """Inflate a stored body whose sys flag has COMPRESSED (0x1) set.
+
+    Compression type bits 0x700: 0 (4.9.0-4.9.3 clients) or 0x300 mean zlib.
+
+    Raises:
+        MessageDecodeError: LZ4/ZSTD bodies (not supported), corrupt data or larger than
+            `max_size`.
+    """
+    ctype = sys_flag & COMPRESSION_TYPE_MASK
+    if ctype not in (0, COMPRESSION_ZLIB):
+        name = {COMPRESSION_LZ4: "LZ4", COMPRESSION_ZSTD: "ZSTD"}.get(ctype, hex(ctype))
+        raise MessageDecodeError(f"{name} compressed bodies are not supported (zlib only)")
+    d = zlib.decompressobj()
+    try:
+        out = d.decompress(body, max_size)
+    except zlib.error as exc:
+        raise MessageDecodeError(f"corrupt zlib body: {exc}") from None
+    if d.unconsumed_tail:
+        raise MessageDecodeError(f"decompressed body exceeds {max_size} bytes")
+    return out
 
 
 def _decode_one(

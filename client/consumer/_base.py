@@ -50,6 +50,7 @@ from client.message import (
     MessageQueue,
     check_group,
     check_topic,
+    put_properties_lazily,
 )
 from remoting.codes import ResponseCode
 from remoting.errors import RemoteError
@@ -425,14 +426,17 @@ class ConsumerBase:
             addr, mq.broker_name, header, self.config.consumer_timeout_when_suspend_ms
         )
         if result.status is PullStatus.FOUND:
-            lo, hi = str(result.min_offset), str(result.max_offset)
-            kept = []
-            for m in result.messages:
-                if sub.match_tags(m.tags):
-                    m.properties[PROPERTY_MIN_OFFSET] = lo
-                    m.properties[PROPERTY_MAX_OFFSET] = hi
-                    kept.append(m)
-            result.messages = kept
+            msgs = result.messages
+            if sub.tags_set:  # "*" matches everything: no per-message tag check
+                msgs = result.messages = [m for m in msgs if sub.match_tags(m.tags)]
+            # Stamped without parsing each message's properties (applied on first read).
+            put_properties_lazily(
+                msgs,
+                (
+                    (PROPERTY_MIN_OFFSET, str(result.min_offset)),
+                    (PROPERTY_MAX_OFFSET, str(result.max_offset)),
+                ),
+            )
         return result
 
     async def _pull_loop(self, mq: MessageQueue, st: _QueueState) -> None:

@@ -31,7 +31,7 @@ from client.consumer.rebalance import AllocateStrategy
 from client.errors import MQClientError
 from client.filter import parse_subscription
 from client.instance import ClientInstance
-from client.message import Message, MessageExt, MessageQueue
+from client.message import Message, MessageExt, MessageQueue, put_properties_lazily
 from store.message import (
     PROPERTY_CONSUME_START_TIMESTAMP,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -244,12 +244,13 @@ class PushConsumer(ConsumerBase):
     def _restore_topic(self, msgs: list[MessageExt]) -> None:
         """Retried messages come from %RETRY%<group>: show them under their real topic."""
         retry = self._retry_topic()
-        now = str(int(time.time() * 1000))
         for m in msgs:
-            real = m.properties.get(PROPERTY_RETRY_TOPIC)
-            if real and m.topic == retry:
-                m.topic = real
-            m.properties[PROPERTY_CONSUME_START_TIMESTAMP] = now
+            if m.topic == retry:  # topic first: only retried messages parse their properties
+                real = m.properties.get(PROPERTY_RETRY_TOPIC)
+                if real:
+                    m.topic = real
+        now = str(int(time.time() * 1000))
+        put_properties_lazily(msgs, ((PROPERTY_CONSUME_START_TIMESTAMP, now),))
 
     async def _call_listener(
         self, mq: MessageQueue, msgs: list[MessageExt], ctx: ConsumeConcurrentlyContext
@@ -296,7 +297,7 @@ class PushConsumer(ConsumerBase):
                 for m in failed:
                     if not await self.send_message_back(m, level):
                         retry_locally.append(m)  # noqa: PERF401 (awaits in the loop)
-            done = [m for m in msgs if m not in retry_locally]
+            done = [m for m in msgs if m not in retry_locally] if retry_locally else msgs
             offset = pq.remove(done)
             if offset >= 0 and not pq.dropped:
                 self.offset_store.update(mq, offset, increase_only=True)

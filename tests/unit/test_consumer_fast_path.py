@@ -1,0 +1,318 @@
+"""The consumer's fast path: one-pass pull-body decoding, lazy properties, process queue.
+
+`decode_pull_body` must give exactly what the reference path gives
+(`MessageExt.from_store` over `store.message.decode_records`) on every field, and raise the
+same errors; the process queue must keep "commit the smallest offset in flight".
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+import zlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from client._api import decode_messages
+from client.consumer.process_queue import ProcessQueue
+from client.errors import MQClientError
+from client.message import MessageExt, decode_pull_body, put_properties_lazily
+from store.message import (
+    COMPRESSED_FLAG,
+    COMPRESSION_LZ4,
+    COMPRESSION_ZLIB,
+    RECORD_FIXED_STRUCTS,
+    MessageDecodeError,
+    MessageInner,
+    decode_records,
+    encode_record,
+)
+
+FIELDS = (
+    "topic",
+    "body",
+    "flag",
+    "properties",
+    "queue_id",
+    "queue_offset",
+    "commit_log_offset",
+    "sys_flag",
+    "born_timestamp",
+    "born_host",
+    "store_timestamp",
+    "store_host",
+    "reconsume_times",
+    "prepared_transaction_offset",
+    "store_size",
+    "offset_msg_id",
+    "broker_name",
+    "msg_id",
+    "tags",
+    "keys",
+    "uniq_key",
+)
+
+
+def _reference(body: bytes, broker: str = "b") -> list[MessageExt]:
+    return [MessageExt.from_store(e, broker) for e in decode_records(body)]
+
+
+def _assert_same(fast: list[MessageExt], ref: list[MessageExt]) -> None:
+    assert len(fast) == len(ref)
+    for a, b in zip(fast, ref, strict=True):
+        for f in FIELDS:
+            assert getattr(a, f) == getattr(b, f), f
+        assert type(a.body) is bytes
+        assert a.user_properties() == b.user_properties()
+        assert repr(a) == repr(b)
+
+
+def _record(
+    i: int,
+    *,
+    topic: str = "BenchTopic",
+    body: bytes = b"hello",
+    props: dict[str, str] | None = None,
+    born: tuple[str, int] = ("192.0.2.5", 50000),
+    store: tuple[str, int] = ("192.0.2.6", 10911),
+    sys_flag: int = 0,
+) -> bytes:
+    msg = MessageInner(
+        topic,
+        body,
+        queue_id=i % 4,
+        flag=i,
+        properties=props if props is not None else {"TAGS": "TagA", "UNIQ_KEY": f"U{i:031d}"},
+        sys_flag=sys_flag,
+        born_timestamp=1_700_000_000_000 + i,
+        born_host=born,
+        store_host=store,
+        reconsume_times=i % 3,
+        prepared_transaction_offset=i * 7,
+    )
+    return bytes(encode_record(msg, 100 + i, 5000 + i * 300, 1_700_000_000_500 + i))
+
+
+def _v2(rec: bytes) -> bytes:
+    """The same record as a 5.x V2 record (2-byte topic length)."""
+    (sys_flag,) = struct.unpack_from(">i", rec, 36)
+    fixed = RECORD_FIXED_STRUCTS[sys_flag & 0x30].size
+    (body_len,) = struct.unpack_from(">i", rec, fixed - 4)
+    body_end = fixed + body_len
+    topic_len = rec[body_end]
+    out = bytearray(rec[:body_end] + struct.pack(">H", topic_len) + rec[body_end + 1 :])
+    struct.pack_into(">iI", out, 0, len(out), 0xDAA320AB)
+    return bytes(out)
+
+
+def test_plain_batch_matches_reference_on_every_field() -> None:
+    body = b"".join(_record(i, body=bytes([i]) * (i + 1)) for i in range(32))
+    fast = decode_pull_body(body, "b")
+    _assert_same(fast, _reference(body))
+    assert [m.queue_offset for m in fast] == list(range(100, 132))
+    assert fast[0].msg_id == "U" + "0" * 31  # the UNIQ_KEY wins over the offset id
+
+
+def test_buffer_types_and_empty_body() -> None:
+    body = b"".join(_record(i) for i in range(3))
+    ref = _reference(body)
+    _assert_same(decode_pull_body(bytearray(body), "b"), ref)
+    _assert_same(decode_pull_body(memoryview(body), "b"), ref)
+    assert decode_pull_body(b"") == []
+    assert decode_messages(b"") == []
+
+
+def test_odd_properties_hosts_v2_and_compressed_bodies() -> None:
+    raw = b"compress me " * 50
+    recs = [
+        _record(0, props={}),  # no properties at all: offset id is the msg id
+        _record(1, props={"KEYS": "k1 k2", "ünï": "çødé ✓", "a=b": "c:d;e", "TAGS": "τ"}),
+        _record(2, born=("2001:db8::1", 1), store=("192.0.2.1", 2)),
+        _record(3, born=("192.0.2.1", 1), store=("2001:db8::8a2e:370:7334", 10911)),
+        _record(4, born=("::1", 1), store=("::1", 2)),
+        _record(5, body=zlib.compress(raw), sys_flag=COMPRESSED_FLAG),
+        _record(6, body=zlib.compress(raw), sys_flag=COMPRESSED_FLAG | COMPRESSION_ZLIB),
+        _v2(_record(7)),
+        _v2(_record(8, born=("::1", 1), store=("::1", 2))),
+        _record(9, topic="%RETRY%cg", body=b""),
+    ]
+    body = b"".join(recs)
+    fast = decode_pull_body(body, "b")
+    _assert_same(fast, _reference(body))
+    assert fast[0].msg_id == fast[0].offset_msg_id
+    assert fast[1].properties["ünï"] == "çødé ✓"
+    assert fast[3].store_host == "2001:db8::8a2e:370:7334:10911"
+    assert len(fast[3].offset_msg_id) == 56
+    assert fast[5].body == raw
+    assert fast[9].topic == "%RETRY%cg"
+
+
+def _error_of(fn: object, body: bytes) -> str | None:
+    """The decode error's text, or None when `body` decodes."""
+    assert callable(fn)
+    try:
+        fn(body)
+    except MessageDecodeError as exc:
+        return str(exc)
+    return None
+
+
+def test_truncated_and_corrupt_bodies_raise_the_reference_errors() -> None:
+    good = _record(1) + _record(2)
+    cases = [good[:cut] for cut in range(1, len(good))]
+    bad_props = bytearray(_record(3, props={"KEYS": "abcd"}))
+    bad_props[-1] = 0xFF  # not UTF-8
+    bad_magic = bytearray(_record(4))
+    struct.pack_into(">I", bad_magic, 4, 0x12345678)
+    cases += [
+        bytes(bad_props),
+        bytes(bad_magic),
+        _record(5, body=b"not zlib", sys_flag=COMPRESSED_FLAG),
+        _record(6, body=b"x", sys_flag=COMPRESSED_FLAG | COMPRESSION_LZ4),
+        b"\x00" * 200,
+    ]
+    raised = 0
+    for body in cases:
+        expected = _error_of(_reference, body)
+        assert _error_of(decode_pull_body, body) == expected
+        if expected is None:  # a cut at a record boundary is a valid body
+            _assert_same(decode_pull_body(body, "b"), _reference(body))
+            continue
+        raised += 1
+        with pytest.raises(MQClientError, match="bad message records"):
+            decode_messages(body, "b")
+    assert raised == len(cases) - 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 5),
+    props=st.dictionaries(
+        st.text(min_size=1, max_size=8).filter(lambda s: "\x01" not in s and "\x02" not in s),
+        st.text(min_size=1, max_size=12).filter(lambda s: "\x01" not in s and "\x02" not in s),
+        max_size=4,
+    ),
+    body=st.binary(max_size=64),
+)
+def test_random_records_match_reference(n: int, props: dict[str, str], body: bytes) -> None:
+    data = b"".join(_record(i, body=body, props=props) for i in range(n))
+    _assert_same(decode_pull_body(data, "b"), _reference(data))
+
+
+def test_properties_are_parsed_lazily_and_pending_ones_applied() -> None:
+    msgs = decode_pull_body(b"".join(_record(i) for i in range(4)), "b")
+    assert all(m._props is None for m in msgs)
+    msgs[1].properties["X"] = "y"  # parsed before the stamps: set directly
+    put_properties_lazily(msgs, (("MIN_OFFSET", "0"), ("MAX_OFFSET", "9")))
+    put_properties_lazily(msgs[:3], (("CONSUME_START_TIME", "123"),))
+    assert msgs[0]._props is None
+    assert msgs[0]._pending is msgs[2]._pending  # one merged tuple for the batch
+    for i, m in enumerate(msgs):
+        p = m.properties
+        assert p["MIN_OFFSET"] == "0"
+        assert p["MAX_OFFSET"] == "9"
+        assert p["TAGS"] == "TagA"
+        assert ("CONSUME_START_TIME" in p) == (i < 3)
+    assert msgs[1].properties["X"] == "y"
+    # Later stamps win over the stored value, as a dict assignment would.
+    (m,) = decode_pull_body(_record(0, props={"MIN_OFFSET": "old"}), "b")
+    put_properties_lazily([m], (("MIN_OFFSET", "new"),))
+    assert m.properties["MIN_OFFSET"] == "new"
+    m.properties = {"A": "b"}
+    assert m.tags is None
+    assert m.properties == {"A": "b"}
+
+
+def test_lazy_fields_can_be_set() -> None:
+    (m,) = decode_pull_body(_record(0), "b")
+    m.born_host = "h:1"
+    m.store_host = "s:2"
+    m.offset_msg_id = "ID"
+    assert (m.born_host, m.store_host, m.offset_msg_id) == ("h:1", "s:2", "ID")
+    built = MessageExt("T", b"x", properties={"UNIQ_KEY": "u"}, offset_msg_id="o", born_host="b")
+    assert (built.msg_id, built.offset_msg_id, built.born_host, built.store_host) == (
+        "u",
+        "o",
+        "b",
+        "",
+    )
+
+
+# --- process queue ---------------------------------------------------------------------------
+
+
+def _m(off: int, size: int = 3) -> MessageExt:
+    return MessageExt("T", b"x" * size, properties={}, queue_offset=off)
+
+
+class _ModelQueue:
+    """The reference semantics: a dict and min/max over it."""
+
+    def __init__(self) -> None:
+        self.msgs: dict[int, MessageExt] = {}
+        self.top = -1
+
+    def put(self, msgs: list[MessageExt]) -> int:
+        added = 0
+        for m in msgs:
+            if m.queue_offset not in self.msgs:
+                self.msgs[m.queue_offset] = m
+                self.top = max(self.top, m.queue_offset)
+                added += 1
+        return added
+
+    def remove(self, offs: list[int]) -> int:
+        for o in offs:
+            self.msgs.pop(o, None)
+        return self.commit()
+
+    def commit(self) -> int:
+        if self.msgs:
+            return min(self.msgs)
+        return self.top + 1 if self.top >= 0 else -1
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    ops=st.lists(st.tuples(st.booleans(), st.lists(st.integers(0, 120), max_size=12)), max_size=40),
+    seed=st.integers(0, 1000),
+)
+def test_process_queue_matches_model(ops: list[tuple[bool, list[int]]], seed: int) -> None:
+    rnd = random.Random(seed)
+    pq, model = ProcessQueue(), _ModelQueue()
+    for is_put, offs in ops:
+        if is_put:
+            msgs = [_m(o, 1 + o % 5) for o in offs]
+            assert pq.put_messages(msgs) == model.put(msgs)
+        else:
+            live = list(model.msgs)
+            rnd.shuffle(live)
+            chosen = live[: len(offs)] + offs[:2]  # some in flight, some not
+            assert pq.remove([_m(o) for o in chosen]) == model.remove(chosen)
+        assert pq.commit_offset() == model.commit()
+        assert pq.msg_count == len(model.msgs) == len(pq)
+        assert pq.msg_size == sum(len(m.body) for m in model.msgs.values())
+        keys = sorted(model.msgs)
+        assert pq.max_span() == (keys[-1] - keys[0] if keys else 0)
+        assert [m.queue_offset for m in pq.take(5)] == keys[:5]
+        assert pq.queue_offset_max == model.top
+
+
+def test_process_queue_batch_remove_out_of_order_keeps_smallest() -> None:
+    pq = ProcessQueue()
+    batches = [[_m(o) for o in range(b * 32, b * 32 + 32)] for b in range(4)]
+    for b in batches:
+        pq.put_messages(b)
+    # Batches finish out of order: the commit point waits for the oldest one.
+    assert pq.remove(batches[2]) == 0
+    assert pq.remove(batches[3]) == 0
+    assert pq.max_span() == 63  # batches 0 and 1 still in flight
+    assert pq.remove(batches[0]) == 32
+    assert pq.remove(batches[1]) == 128
+    assert pq.is_empty()
+    assert pq.max_span() == 0
+    # A re-pull of an old offset after everything was consumed is accepted again.
+    assert pq.put_messages([_m(5)]) == 1
+    assert pq.commit_offset() == 5
