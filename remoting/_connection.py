@@ -164,6 +164,7 @@ class Connection:
         # frame clears it before the writer runs again.
         self._writer_idle = False
         self._inflight = trio.Semaphore(max_inflight)
+        self._max_inflight = max_inflight
         self._next_opaque = next_opaque or opaque_counter()
         self._budget = pending_budget or PendingBudget(65536)
         self._pending: dict[int, _Waiter] = {}
@@ -225,10 +226,20 @@ class Connection:
         try:
             timeout = max(timeout_ms, 0) / 1000
             parts = encode_frame_parts(cmd)
-            self._writer_idle = False
             try:
-                # Fast path: room in the outbound queue; the timer task enforces the timeout.
-                self._send_channel.send_nowait(parts)
+                if self._writer_idle and len(self._pending) == 1:
+                    # The only request in flight and nothing queued: write it now instead of
+                    # waking the writer (a sequential caller saves a task switch per call).
+                    # Concurrent callers still go through the writer, which joins them.
+                    rest = self._write_direct(parts)
+                    if rest is not None:
+                        self._writer_idle = False
+                        self._send_channel.send_nowait(rest)
+                else:
+                    # Fast path: room in the outbound queue; the timer task enforces the
+                    # timeout.
+                    self._writer_idle = False
+                    self._send_channel.send_nowait(parts)
             except trio.WouldBlock:
                 with trio.move_on_after(timeout):
                     await self.send(cmd)
@@ -457,25 +468,47 @@ class Connection:
         idle (no task switch), else queued to the writer as one item."""
         if self.closed:
             return
-        data: Body = out[0] if len(out) == 1 else b"".join(out)
+        first = out[0]
+        parts: tuple[bytes, Body | None] = (
+            (first, None) if len(out) == 1 and isinstance(first, bytes) else (b"", b"".join(out))
+        )
         if self._writer_idle:
-            try:
-                sent = os.write(self._stream.socket.fileno(), data)
-            except BlockingIOError:
-                sent = 0
-            except OSError as exc:
-                self._close_reason = f"send failed: {exc}"
-                self.close()
+            rest = self._write_direct(parts)
+            if rest is None:
                 return
-            if sent == len(data):
-                return
-            data = memoryview(data)[sent:]
+            parts = rest
+        await self._queue(parts)
+
+    def _write_direct(self, parts: tuple[bytes, Body | None]) -> tuple[bytes, Body | None] | None:
+        """Write a frame (or joined frames) to the socket now, without the writer.
+
+        Only while the writer is idle (`_writer_idle`): nothing queued, not inside `send_all`,
+        so the byte stream stays in order. The socket is non-blocking: `os.write` sends what
+        fits in the kernel buffer. Returns what is left for the writer, or None when all was
+        written (or the connection failed and is closing).
+        """
+        head, body = parts
+        data: Body = head if body is None else head + body
+        try:
+            sent = os.write(self._stream.socket.fileno(), data)
+        except BlockingIOError:
+            return b"", data
+        except OSError as exc:
+            self._close_reason = f"send failed: {exc}"
+            self.close()
+            return None
+        if sent == len(data):
+            return None
+        return b"", memoryview(data)[sent:]
+
+    async def _queue(self, parts: tuple[bytes, Body | None]) -> None:
+        """Queue a frame for the writer (waits while the queue is full); dropped if closed."""
         self._writer_idle = False
         try:
             try:
-                self._send_channel.send_nowait((b"", data))
+                self._send_channel.send_nowait(parts)
             except trio.WouldBlock:
-                await self._send_channel.send((b"", data))
+                await self._send_channel.send(parts)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass
 
@@ -566,15 +599,15 @@ class Connection:
         self._encode_response(cmd, response, out)
         head = out[0]
         assert isinstance(head, bytes)
-        parts = (head, out[1] if len(out) > 1 else None)
-        self._writer_idle = False
-        try:
-            try:
-                self._send_channel.send_nowait(parts)
-            except trio.WouldBlock:
-                await self._send_channel.send(parts)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass
+        parts: tuple[bytes, Body | None] = (head, out[1] if len(out) > 1 else None)
+        # The only handler in flight (a sequential client): write now rather than wake the
+        # writer. With more, the writer joins their answers into fewer sends.
+        if self._writer_idle and self._inflight.value == self._max_inflight - 1:
+            rest = self._write_direct(parts)
+            if rest is None:
+                return
+            parts = rest
+        await self._queue(parts)
 
 
 def _close_awaitable(awaitable: object) -> None:

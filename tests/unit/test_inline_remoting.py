@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import structlog
 import trio
+import trio.lowlevel
 import trio.testing
 
 from remoting import (
@@ -303,3 +304,37 @@ async def test_plain_handler_registered_inline_runs_its_coroutine_in_a_task() ->
         [resp] = await peer.receive(1)
     assert (resp.opaque, resp.body) == (5, b"ok")
     assert "_handle_awaitable" in seen[0]
+
+
+async def test_sequential_invoke_and_spawned_answer_skip_the_writer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    writes: list[int] = []
+    real_write = os.write
+
+    def counting_write(fd: int, data: Any) -> int:
+        writes.append(len(data))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", counting_write)
+
+    async def plain(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        await trio.lowlevel.checkpoint()
+        return cmd.make_response(body=b"plain")
+
+    a, b = trio.socket.socketpair()
+    kw: dict[str, Any] = {"max_frame_size": 1 << 20, "outbound_queue_size": 8, "max_inflight": 8}
+    server = Connection(trio.SocketStream(a), {PLAIN_SLOW: plain}, **kw)
+    client = Connection(trio.SocketStream(b), {}, **kw)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.run)
+        nursery.start_soon(client.run)
+        await trio.testing.wait_all_tasks_blocked()
+        for i in range(3):
+            resp = await client.invoke(request(PLAIN_SLOW, 0, b"q%d" % i))
+            assert resp.body == b"plain"
+            await trio.testing.wait_all_tasks_blocked()
+        client.close()
+        server.close()
+    # One request and one (spawned handler's) answer per call, each written directly.
+    assert len(writes) == 6
