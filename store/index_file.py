@@ -535,6 +535,10 @@ class IndexService:
         prefix = topic + "#"
         hashes: list[int] = []
         phys: list[int] = []
+        # `uniq_key_hash` inlined, with the cached head hash kept while the head repeats (the
+        # messages of a batch come from one producer).
+        last_head = ""
+        head_h = 0
         for phy, uniq, key_list in zip(phy_offsets, uniq_keys, keys, strict=True):
             if not uniq and not key_list:
                 continue
@@ -542,7 +546,18 @@ class IndexService:
             if phy < end or (phy == end and indexed):
                 continue
             if uniq:
-                hashes.append(uniq_key_hash(prefix, uniq))
+                cut = len(uniq) - _TAIL
+                if cut > 0 and uniq.isascii():
+                    head = uniq[:cut]
+                    if head != last_head:
+                        last_head = head
+                        head_h = _prefix_hash(prefix + head)
+                    h = (
+                        head_h + sum(map(_mul, uniq[cut:].encode("ascii"), _POW31_REV))
+                    ) & 0xFFFFFFFF
+                    hashes.append(_abs32(h - 0x100000000 if h & 0x80000000 else h))
+                else:
+                    hashes.append(key_hash(prefix + uniq))
                 phys.append(phy)
             if key_list:
                 for key in key_list.split(" "):

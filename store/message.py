@@ -1382,36 +1382,43 @@ def decode_batch_body(body: Buffer) -> list[BatchItem]:
             properties.
     """
     items: list[BatchItem] = []
+    add = items.append
+    unpack_head = _BATCH_HEAD.unpack_from
+    unpack_i16 = _I16.unpack_from
+    new_item = _new_batch_item
     end = len(body)
     pos = 0
     while pos < end:
         if end - pos < 22:
             raise MessageDecodeError(f"truncated batch item at {pos}")
-        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(body, pos)
-        if body_len < 0 or total != 22 + body_len + _props_len_at(body, pos, body_len, end):
+        total, _magic, _crc, flag, body_len = unpack_head(body, pos)
+        if body_len < 0:
             raise MessageDecodeError(f"batch item at {pos}: lengths do not add up")
-        if pos + total > end:
-            raise MessageDecodeError(f"truncated batch item at {pos}")
         b_start = pos + 20
         b_end = b_start + body_len
-        p_start = b_end + 2
+        if b_end + 2 > end:
+            raise MessageDecodeError(f"truncated batch item at {pos}")
+        (props_len,) = unpack_i16(body, b_end)
+        if props_len < 0:
+            raise MessageDecodeError(f"batch item at {pos}: negative properties length")
+        if total != 22 + body_len + props_len:
+            raise MessageDecodeError(f"batch item at {pos}: lengths do not add up")
+        item_end = pos + total
+        if item_end > end:
+            raise MessageDecodeError(f"truncated batch item at {pos}")
         try:
-            props = str(body[p_start : pos + total], "utf-8")
+            props = str(body[b_end + 2 : item_end], "utf-8")
         except UnicodeDecodeError:
             raise MessageDecodeError(f"batch item at {pos}: properties are not UTF-8") from None
-        items.append(BatchItem(flag, bytes(body[b_start:b_end]), props))
-        pos += total
+        # bytes() of a bytes slice is the slice itself: a copy only for other buffers.
+        add(new_item(BatchItem, (flag, bytes(body[b_start:b_end]), props)))
+        pos = item_end
     return items
 
 
-def _props_len_at(body: Buffer, pos: int, body_len: int, end: int) -> int:
-    at = pos + 20 + body_len
-    if at + 2 > end:
-        raise MessageDecodeError(f"truncated batch item at {pos}")
-    (n,) = _I16.unpack_from(body, at)
-    if n < 0:
-        raise MessageDecodeError(f"batch item at {pos}: negative properties length")
-    return int(n)
+# `BatchItem(...)` goes through a generated Python `__new__`; this is the tuple constructor
+# it ends in.
+_new_batch_item = tuple.__new__
 
 
 # --- UNIQ_KEY ---------------------------------------------------------------------------------

@@ -11,6 +11,10 @@ running the peers harness. Cases:
   java_string_hash    `topic#<32-hex UNIQ_KEY>` hash
   build_index         IndexService.build_index of a record with a UNIQ_KEY
   encode_record       encode_record_template of a 1 KiB message with TAGS/UNIQ_KEY/WAIT
+  encode_records32    store.message.encode_records of 32 such messages, properties string
+                      already set as the broker sets it (cost per message)
+  build_index32       IndexService.build_index_batch of 32 records with a UNIQ_KEY (per message)
+  decode_batch32      store.message.decode_batch_body of a 32-message SEND_BATCH body (per msg)
   put_single          MessageStore.put_messages of one message (ASYNC_FLUSH, index on)
   put_batch32         the same, 32 messages per call (cost per message)
   get_message32       MessageStore.get_message, 32 per call (cost per message)
@@ -136,6 +140,40 @@ def case_encode_record(n: int) -> None:
         m = msgs[i % 1000]
         m.properties_string = None
         encode_record_template(m)
+
+
+def case_encode_records32(n: int) -> None:
+    from store.message import encode_records
+
+    groups = [[_msg() for _ in range(32)] for _ in range(32)]
+    for group in groups:
+        for m in group:
+            m.encoded_properties()
+    for i in range(n // 32):
+        encode_records(groups[i % 32])
+
+
+def case_build_index32(root: Path, n: int) -> float:
+    svc = IndexService(root / "index32", slot_num=5_000_000, index_num=20_000_000)
+    now = int(time.time() * 1000)
+    batches = []
+    for b in range(n // 32):
+        phys = [(b * 32 + k) * 1170 for k in range(32)]
+        batches.append((phys, [UNIQ.next() for _ in range(32)], [None] * 32))
+    t0 = time.process_time()
+    for phys, uniq, keys in batches:
+        svc.build_index_batch(TOPIC, phys, uniq, keys, now)
+    spent = time.process_time() - t0
+    svc.close()
+    return spent / (len(batches) * 32) * 1e6
+
+
+def case_decode_batch32(n: int) -> None:
+    from store.message import BatchItem, decode_batch_body, encode_batch_body
+
+    body = encode_batch_body(BatchItem(0, BODY, encode_properties(_props())) for _ in range(32))
+    for _ in range(n // 32):
+        decode_batch_body(body)
 
 
 class _StoreCase:
@@ -354,6 +392,9 @@ def main() -> None:
             "java_string_hash": lambda: measure(case_java_string_hash, n),
             "build_index": lambda: case_build_index(root, n),
             "encode_record": lambda: measure(case_encode_record, n),
+            "encode_records32": lambda: measure(case_encode_records32, n),
+            "build_index32": lambda: case_build_index32(root, n),
+            "decode_batch32": lambda: measure(case_decode_batch32, n),
             "put_single": lambda: trio.run(_StoreCase(root).put, n, 1),
             "put_batch32": lambda: trio.run(_StoreCase(root).put, n, 32),
             "get_message32": lambda: trio.run(_StoreCase(root).get, n),
