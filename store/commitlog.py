@@ -123,7 +123,12 @@ class CommitLog:
         first_queue_offset = table.get(key, 0)
         table[key] = first_queue_offset + n
         phy_offsets: list[int] = []
-        self._write(records, first_queue_offset, now_ms, phy_offsets)
+        try:
+            self._write(records, first_queue_offset, now_ms, phy_offsets)
+        except OSError:
+            # Only the records written so far took their queue offsets (as one by one).
+            table[key] = first_queue_offset + len(phy_offsets)
+            raise
         self.last_store_timestamp = now_ms
         sizes = records.sizes
         result = AppendMessageResult(
@@ -269,7 +274,8 @@ class CommitLog:
         phy_out: list[int],
     ) -> None:
         """Patch and write the records (consecutive queue offsets from `first_queue_offset`),
-        one copy per commitlog file they land in."""
+        one copy per commitlog file they land in. `phy_out` receives the offsets of the
+        records written, also when an OSError (no new file, disk full) stops it."""
         sizes = records.sizes
         n = len(sizes)
         mfq = self.mfq
@@ -289,6 +295,7 @@ class CommitLog:
             if j == i:
                 self._pad(mf)
                 continue
+            done = len(phy_out)
             patch_records(
                 records,
                 i,
@@ -299,11 +306,15 @@ class CommitLog:
                 now_ms,
                 phy_out,
             )
-            if buf_pos == 0 and j == n:
-                mf.append(buf)
-            else:
-                with memoryview(buf) as view:
-                    mf.append(view[buf_pos : buf_pos + seg])
+            try:
+                if buf_pos == 0 and j == n:
+                    mf.append(buf)
+                else:
+                    with memoryview(buf) as view:
+                        mf.append(view[buf_pos : buf_pos + seg])
+            except OSError:
+                del phy_out[done:]  # this segment is not written
+                raise
             buf_pos += seg
             i = j
 

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from store import MessageStore, PutMessageStatus, StoreConfig
-from store.commitlog import DispatchBatch
+from store._mapped_file import MappedFile
+from store._mapped_file_queue import MappedFileQueue
+from store.commitlog import CommitLog, DispatchBatch
 from store.consume_queue import CQ_UNIT_SIZE, ConsumeQueue
 from store.message import (
     TRANSACTION_COMMIT_TYPE,
@@ -261,3 +263,34 @@ def test_dispatch_batch_columns() -> None:
     msgs = [_msg(i, queue_id=5) for i in range(3)]
     b = DispatchBatch(msgs, 10, [0, 100, 200], [100, 100, 100], NOW)
     assert (b.topic, b.queue_id, len(b)) == ("T", 5, 3)
+
+
+def test_batch_stopped_by_a_failed_new_file_keeps_offsets_of_written_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cl = CommitLog(tmp_path, 4096)
+    msgs = [_msg(i, queue_id=0) for i in range(12)]
+    records = cl.encode(msgs)
+    assert sum(records.sizes) > 4096
+    fit = 0
+    used = 0
+    while used + records.sizes[fit] + 8 <= 4096:
+        used += records.sizes[fit]
+        fit += 1
+    real = MappedFileQueue.file_for_append
+
+    def no_second_file(self: MappedFileQueue, start_offset: int = 0) -> MappedFile:
+        if self.files and self.files[-1].is_full:
+            raise OSError("cannot create the next file")
+        return real(self, start_offset)
+
+    monkeypatch.setattr(MappedFileQueue, "file_for_append", no_second_file)
+    with pytest.raises(OSError):
+        cl.append(msgs, records, NOW)
+    assert cl.topic_queue_table[("T", 0)] == fit
+    assert cl.max_offset == 4096  # the records that fit, then the BLANK padding
+    monkeypatch.setattr(MappedFileQueue, "file_for_append", real)
+    again = cl.encode([_msg(50, queue_id=0), _msg(51, queue_id=0)])
+    result, _ = cl.append([_msg(50, queue_id=0), _msg(51, queue_id=0)], again, NOW)
+    assert result.queue_offset == fit
+    assert result.wrote_offset == 4096
