@@ -1,0 +1,95 @@
+"""SYNC_FLUSH group commit on the dedicated fsync thread (`store._flush._FsyncThread`)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+import trio
+
+import store._flush as flush_module
+from store import MessageStore, PutMessageStatus, StoreConfig
+from store._mapped_file import MappedFile
+from store.message import MessageInner
+
+
+def cfg(root: Path, flush: str) -> StoreConfig:
+    return StoreConfig.model_validate(
+        {
+            "store_path_root_dir": root,
+            "mapped_file_size_commitlog": 64 * 1024,
+            "mapped_file_size_consume_queue": 100 * 20,
+            "flush_disk_type": flush,
+        }
+    )
+
+
+def msg() -> MessageInner:
+    return MessageInner(
+        "T",
+        b"x" * 100,
+        queue_id=0,
+        born_timestamp=1,
+        born_host=("192.0.2.1", 1234),
+        store_host=("192.0.2.2", 10911),
+    )
+
+
+def fsync_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "trimq-fsync"]
+
+
+async def test_sync_flush_rounds_run_on_one_thread_that_stops_with_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads: set[str] = set()
+    real = flush_module._fsync_files
+
+    def spy(files: list[MappedFile]) -> None:
+        threads.add(threading.current_thread().name)
+        real(files)
+
+    monkeypatch.setattr(flush_module, "_fsync_files", spy)
+    before = len(fsync_threads())
+    async with MessageStore(cfg(tmp_path, "SYNC_FLUSH")) as store:
+        assert len(fsync_threads()) == before + 1
+        for _ in range(5):
+            assert (await store.put_message(msg())).status is PutMessageStatus.PUT_OK
+        assert store.commitlog.mfq.flushed_where == store.max_phy_offset
+    # Group commit rounds ran on the dedicated thread (the close-time flush may not).
+    assert "trimq-fsync" in threads
+    with trio.fail_after(5):
+        while len(fsync_threads()) > before:
+            await trio.sleep(0.01)
+
+
+async def test_async_flush_starts_no_fsync_thread(tmp_path: Path) -> None:
+    before = len(fsync_threads())
+    async with MessageStore(cfg(tmp_path, "ASYNC_FLUSH")) as store:
+        await store.put_message(msg())
+        assert len(fsync_threads()) == before
+
+
+async def test_fsync_error_reaches_the_flusher_and_the_thread_survives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = flush_module._fsync_files
+    calls = [0]
+
+    def failing_once(files: list[MappedFile]) -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise OSError(5, "simulated EIO")
+        real(files)
+
+    async with MessageStore(cfg(tmp_path, "SYNC_FLUSH")) as store:
+        result, flush_end = store.put_messages_nowait([msg()])
+        assert flush_end >= 0
+        monkeypatch.setattr(flush_module, "_fsync_files", failing_once)
+        with pytest.raises(OSError, match="simulated EIO"):
+            await store.flush_service.flush_commitlog()
+        assert not store.flush_service.is_flushed(flush_end)
+        final = await store.wait_put_durable(result, flush_end)
+        assert final.status is PutMessageStatus.PUT_OK
+        assert store.flush_service.is_flushed(flush_end)
