@@ -19,6 +19,9 @@ running the peers harness. Cases:
   put_batch32         the same, 32 messages per call (cost per message)
   get_message32       MessageStore.get_message, 32 per call (cost per message)
   decode_records32    store.message.decode_records of a 32-message pull body (client side)
+  client_decode32     client._api.decode_messages of the same body (consumer MessageExt objects,
+                      body and store timestamp read, as a listener would)
+  process_queue32     ProcessQueue put + span/commit + remove of 32-message batches, 512 in flight
   invoke64            RemotingClient.invoke of a 1 KiB echo, 64 in flight, client and server
                       in this process (CPU per request and response, both sides)
   producer_send_local Producer.send of a 1 KiB message over a fake transport that encodes the
@@ -273,6 +276,43 @@ def case_decode_records(n: int) -> None:
             m.body  # noqa: B018 (touch what a consumer touches)
 
 
+def _pull_body32() -> bytes:
+    from store.message import encode_record
+
+    return b"".join(bytes(encode_record(_msg(), i, i * 1200, 1)) for i in range(32))
+
+
+def case_client_decode(n: int) -> None:
+    from client._api import decode_messages
+
+    body = _pull_body32()
+    for _ in range(n // 32):
+        for m in decode_messages(body, "broker-a"):
+            m.body  # noqa: B018 (touch what a consumer touches)
+            m.store_timestamp  # noqa: B018
+
+
+def case_process_queue(n: int) -> float:
+    from client.consumer.process_queue import ProcessQueue
+    from client.message import MessageExt
+
+    batches = [
+        [MessageExt(TOPIC, b"x", properties={}, queue_offset=b * 32 + k) for k in range(32)]
+        for b in range(n // 32)
+    ]
+    pq = ProcessQueue()
+    inflight: list[list[MessageExt]] = []
+    t0 = time.process_time()
+    for batch in batches:
+        if len(inflight) >= 16:  # 16 batches in flight, the oldest done first
+            pq.remove(inflight.pop(0))
+        pq.put_messages(batch)
+        pq.max_span()
+        pq.commit_offset()
+        inflight.append(batch)
+    return (time.process_time() - t0) / (len(batches) * 32) * 1e6
+
+
 async def _invoke64(n: int) -> float:
     from remoting import Connection, RemotingClient, RemotingServer
 
@@ -399,6 +439,8 @@ def main() -> None:
             "put_batch32": lambda: trio.run(_StoreCase(root).put, n, 32),
             "get_message32": lambda: trio.run(_StoreCase(root).get, n),
             "decode_records32": lambda: measure(case_decode_records, n),
+            "client_decode32": lambda: measure(case_client_decode, n),
+            "process_queue32": lambda: min(case_process_queue(n) for _ in range(5)),
             "invoke64": lambda: trio.run(_invoke64, n),
             "producer_send_local": lambda: trio.run(_producer_send_local, n),
         }

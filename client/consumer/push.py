@@ -241,14 +241,19 @@ class PushConsumer(ConsumerBase):
         if self._inflight == 0:
             self._idle.set()
 
-    def _restore_topic(self, msgs: list[MessageExt]) -> None:
-        """Retried messages come from %RETRY%<group>: show them under their real topic."""
+    def _restore_topic(self, mq: MessageQueue, msgs: list[MessageExt]) -> None:
+        """Retried messages come from %RETRY%<group>: show them under their real topic.
+
+        Only a batch pulled from the retry topic can hold such messages, so other batches
+        skip the per-message check (and never parse properties for it).
+        """
         retry = self._retry_topic()
-        for m in msgs:
-            if m.topic == retry:  # topic first: only retried messages parse their properties
-                real = m.properties.get(PROPERTY_RETRY_TOPIC)
-                if real:
-                    m.topic = real
+        if mq.topic == retry:
+            for m in msgs:
+                if m.topic == retry:  # not yet restored (a local retry keeps the real one)
+                    real = m.properties.get(PROPERTY_RETRY_TOPIC)
+                    if real:
+                        m.topic = real
         now = str(int(time.time() * 1000))
         put_properties_lazily(msgs, ((PROPERTY_CONSUME_START_TIMESTAMP, now),))
 
@@ -276,7 +281,7 @@ class PushConsumer(ConsumerBase):
             async with self._limiter:
                 if pq.dropped:
                     return
-                self._restore_topic(msgs)
+                self._restore_topic(mq, msgs)
                 ctx = ConsumeConcurrentlyContext(mq)
                 status = await self._call_listener(mq, msgs, ctx)
             if status is ConsumeStatus.CONSUME_SUCCESS:
@@ -500,7 +505,7 @@ class PushConsumer(ConsumerBase):
                     if pq.dropped or (clustering and not self._lock_valid(oq)):
                         continue
                     msgs = pq.take(cfg.consume_message_batch_max_size)
-                    self._restore_topic(msgs)
+                    self._restore_topic(mq, msgs)
                     ctx = ConsumeOrderlyContext(mq)
                     status = await self._call_orderly(mq, msgs, ctx)
                     if status is ConsumeOrderlyStatus.SUCCESS:
