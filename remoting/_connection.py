@@ -404,7 +404,10 @@ class Connection:
                         result = self._handler_failed(cmd, exc)
                     if result is None or isinstance(result, RemotingCommand):
                         if result is not None and not cmd.flag & FLAG_ONEWAY:
-                            self._encode_response(cmd, result, out)
+                            head, body = self._encode_response(cmd, result)
+                            out.append(head)
+                            if body is not None:
+                                out.append(body)
                         continue
                     awaitable = result
                 # A task for this one. acquire() always yields to the scheduler: only wait
@@ -438,9 +441,10 @@ class Connection:
         return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
 
     def _encode_response(
-        self, cmd: RemotingCommand, response: RemotingCommand, out: list[bytes | Body]
-    ) -> None:
-        """Mark `response` as the answer to `cmd` and append its frame to `out`."""
+        self, cmd: RemotingCommand, response: RemotingCommand
+    ) -> tuple[bytes, Body | None]:
+        """Mark `response` as the answer to `cmd` and encode it (a SYSTEM_ERROR answer if it
+        cannot be encoded)."""
         response.opaque = cmd.opaque
         response.flag |= FLAG_RESPONSE
         response.serialize_type = cmd.serialize_type
@@ -458,10 +462,8 @@ class Connection:
             )
             fallback.opaque = cmd.opaque
             fallback.flag |= FLAG_RESPONSE
-            head, body = encode_frame_parts(fallback)
-        out.append(head)
-        if body is not None:
-            out.append(body)
+            return encode_frame_parts(fallback)
+        return head, body
 
     async def _flush_batch(self, out: list[bytes | Body]) -> None:
         """Send the frames in `out` as one write: straight to the socket when the writer is
@@ -595,11 +597,7 @@ class Connection:
     async def _respond(self, cmd: RemotingCommand, response: RemotingCommand | None) -> None:
         if response is None or cmd.flag & FLAG_ONEWAY:
             return
-        out: list[bytes | Body] = []
-        self._encode_response(cmd, response, out)
-        head = out[0]
-        assert isinstance(head, bytes)
-        parts: tuple[bytes, Body | None] = (head, out[1] if len(out) > 1 else None)
+        parts = self._encode_response(cmd, response)
         # The only handler in flight (a sequential client): write now rather than wake the
         # writer. With more, the writer joins their answers into fewer sends.
         if self._writer_idle and self._inflight.value == self._max_inflight - 1:
@@ -607,7 +605,14 @@ class Connection:
             if rest is None:
                 return
             parts = rest
-        await self._queue(parts)
+        self._writer_idle = False
+        try:
+            try:
+                self._send_channel.send_nowait(parts)
+            except trio.WouldBlock:
+                await self._send_channel.send(parts)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
 
 
 def _close_awaitable(awaitable: object) -> None:

@@ -24,6 +24,9 @@ running the peers harness. Cases:
   process_queue32     ProcessQueue put + span/commit + remove of 32-message batches, 512 in flight
   invoke64            RemotingClient.invoke of a 1 KiB echo, 64 in flight, client and server
                       in this process (CPU per request and response, both sides)
+  invoke64_inline     the same with the echo registered inline (answered by the reader)
+  invoke1             invoke64 with 1 in flight (sequential caller, like W5)
+  invoke1_inline      invoke1 with the echo registered inline
   producer_send_local Producer.send of a 1 KiB message over a fake transport that encodes the
                       request frame and decodes a canned response frame (client CPU per send,
                       no sockets, no event-loop waits)
@@ -313,14 +316,20 @@ def case_process_queue(n: int) -> float:
     return (time.process_time() - t0) / (len(batches) * 32) * 1e6
 
 
-async def _invoke64(n: int) -> float:
+async def _invoke64(n: int, in_flight: int = 64, inline: bool = False) -> float:
     from remoting import Connection, RemotingClient, RemotingServer
 
     async def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.make_response(body=cmd.body)
 
+    def echo_inline(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(body=cmd.body)
+
     srv = RemotingServer()
-    srv.register_processor(1, echo)
+    if inline:
+        srv.register_processor(1, echo_inline, inline=True)
+    else:
+        srv.register_processor(1, echo)
     best = float("inf")
     async with trio.open_nursery() as nursery:
         port = await nursery.start(srv.run)
@@ -337,7 +346,7 @@ async def _invoke64(n: int) -> float:
 
                 t0 = time.process_time()
                 async with trio.open_nursery() as workers:
-                    for _ in range(64):
+                    for _ in range(in_flight):
                         workers.start_soon(worker, left)
                 best = min(best, time.process_time() - t0)
         nursery.cancel_scope.cancel()
@@ -442,6 +451,9 @@ def main() -> None:
             "client_decode32": lambda: measure(case_client_decode, n),
             "process_queue32": lambda: min(case_process_queue(n) for _ in range(5)),
             "invoke64": lambda: trio.run(_invoke64, n),
+            "invoke64_inline": lambda: trio.run(_invoke64, n, 64, True),
+            "invoke1": lambda: trio.run(_invoke64, n // 3, 1),
+            "invoke1_inline": lambda: trio.run(_invoke64, n // 3, 1, True),
             "producer_send_local": lambda: trio.run(_producer_send_local, n),
         }
         for name, fn in cases.items():
