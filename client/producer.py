@@ -488,7 +488,11 @@ class Producer:
             remoting.RemoteError: the broker refused the message (not retryable).
         """
         p = self._prepare(msg)
-        fixed = self._fixed_chooser(msg, queue, selector, arg, sharding_key)
+        fixed = (
+            None
+            if queue is None and selector is None and sharding_key is None
+            else self._fixed_chooser(msg, queue, selector, arg, sharding_key)
+        )
         return await self._send_with_retries(
             msg.topic,
             p.body,
