@@ -30,6 +30,7 @@ running the peers harness. Cases:
   producer_send_local Producer.send of a 1 KiB message over a fake transport that encodes the
                       request frame and decodes a canned response frame (client CPU per send,
                       no sockets, no event-loop waits)
+  producer_batch32_local  Producer.send_batch of 32 such messages the same way (CPU per message)
 """
 
 from __future__ import annotations
@@ -423,6 +424,21 @@ async def _producer_send_local(n: int) -> float:
     return best / n * 1e6
 
 
+async def _producer_batch32_local(n: int) -> float:
+    from client.message import Message
+    from client.producer import Producer
+
+    inst = _LocalInstance()
+    best = float("inf")
+    async with Producer("PG", inst.config, instance=inst) as producer:  # type: ignore[arg-type]
+        for _ in range(3):
+            t0 = time.process_time()
+            for _ in range(n // 32):
+                await producer.send_batch([Message(TOPIC, BODY, tags="TagA") for _ in range(32)])
+            best = min(best, time.process_time() - t0)
+    return best / (n // 32 * 32) * 1e6
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true")
@@ -455,6 +471,7 @@ def main() -> None:
             "invoke1": lambda: trio.run(_invoke64, n // 3, 1),
             "invoke1_inline": lambda: trio.run(_invoke64, n // 3, 1, True),
             "producer_send_local": lambda: trio.run(_producer_send_local, n),
+            "producer_batch32_local": lambda: trio.run(_producer_batch32_local, n),
         }
         for name, fn in cases.items():
             if only and name not in only:
