@@ -12,13 +12,17 @@ import struct
 import zlib
 
 import pytest
+import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from client._api import decode_messages
+from client.config import ClientConfig
+from client.consumer.offset_store import RemoteOffsetStore
 from client.consumer.process_queue import ProcessQueue
+from client.consumer.push import ConsumeStatus, Listener, PushConsumer
 from client.errors import MQClientError
-from client.message import MessageExt, decode_pull_body, put_properties_lazily
+from client.message import MessageExt, MessageQueue, decode_pull_body, put_properties_lazily
 from store.message import (
     COMPRESSED_FLAG,
     COMPRESSION_LZ4,
@@ -316,3 +320,56 @@ def test_process_queue_batch_remove_out_of_order_keeps_smallest() -> None:
     # A re-pull of an old offset after everything was consumed is accepted again.
     assert pq.put_messages([_m(5)]) == 1
     assert pq.commit_offset() == 5
+
+
+# --- push consumer: a consume batch end to end (no broker) -----------------------------------
+
+
+class _NoBackend:
+    async def fetch_consumer_offset(self, group: str, mq: MessageQueue) -> int:
+        return -1
+
+    async def store_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
+        return None
+
+
+def _push_consumer(concurrency: int, listener: Listener) -> PushConsumer:
+    c = PushConsumer("cg_fast", ClientConfig(consume_concurrency=concurrency), listener=listener)
+    c._offset_store = RemoteOffsetStore("cg_fast", _NoBackend())
+    c._wants_context = False
+    return c
+
+
+def test_consume_batches_respect_concurrency_and_commit_smallest_in_flight() -> None:
+    mq = MessageQueue("T", "broker-a", 0)
+    running = [0, 0]  # now, max
+    seen: list[dict[str, str]] = []
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        running[0] += 1
+        running[1] = max(running[1], running[0])
+        await trio.sleep(0.01 if msgs[0].queue_offset == 100 else 0)
+        seen.extend(m.properties for m in msgs)
+        running[0] -= 1
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    async def main() -> None:
+        c = _push_consumer(2, listener)
+        pq = ProcessQueue()
+        msgs = decode_pull_body(b"".join(_record(i) for i in range(8)), "broker-a")
+        put_properties_lazily(msgs, (("MIN_OFFSET", "100"), ("MAX_OFFSET", "108")))
+        pq.put_messages(msgs)
+        async with trio.open_nursery() as nursery:
+            for i in range(0, 8, 2):
+                c._task_started()
+                nursery.start_soon(c._consume, mq, pq, msgs[i : i + 2])
+            await trio.sleep(0.005)
+            # The first batch (100-101) is still in the listener: nothing passes it.
+            assert c.offset_store.table()[mq] == 100
+        assert running[1] == 2  # the limiter held the third and fourth batches
+        assert c.consumed_ok == 8
+        assert pq.is_empty()
+        assert c.offset_store.table()[mq] == 108
+        assert all(p["MAX_OFFSET"] == "108" and "CONSUME_START_TIME" in p for p in seen)
+
+    trio.run(main)
