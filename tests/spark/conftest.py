@@ -100,6 +100,13 @@ def _start_cluster(root: Path, started: list[Any]) -> Cluster:
     return Cluster(ns, brokers, root, lossy)
 
 
+def _stop(proc: Any) -> None:
+    try:
+        proc.stop()
+    except Exception:
+        proc.kill()
+
+
 @pytest.fixture(scope="session")
 def _cluster_boot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Future[Cluster]]:
     """Starts the cluster in a background thread, so it overlaps the JVM's start-up."""
@@ -114,11 +121,14 @@ def _cluster_boot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Future[C
                 boot.result()
             except Exception:
                 pass
-            for p in reversed(started):
-                try:
-                    p.stop()
-                except Exception:
-                    p.kill()
+            # Brokers first (in parallel: each stop mostly waits for an exit), then the
+            # NameServer.
+            brokers = [p for p in started if isinstance(p, BrokerProc)]
+            with ThreadPoolExecutor(max_workers=max(1, len(brokers))) as stopper:
+                list(stopper.map(_stop, brokers))
+            for p in started:
+                if not isinstance(p, BrokerProc):
+                    _stop(p)
 
 
 @pytest.fixture(scope="session")
