@@ -90,7 +90,18 @@ async def test_order_per_key_and_exclusive_queues(
         stop3, stop3b = trio.Event(), trio.Event()
         async with trio.open_nursery() as nursery:
             await nursery.start(run, c3, stop3)
-            await wait_until(lambda: len(locked()) == 4, total=20, what="4 queues locked")
+
+            # Wait for the rebalance after c3 joined to settle: before it, c1 and c2 hold all
+            # four queues, and one of them is released to c3 during the rebalance (a foreign
+            # lock request in that window would rightly succeed).
+            def settled() -> bool:
+                held = [
+                    {mq for mq, oq in c._orderly.items() if mq.topic == TOPIC and c._lock_valid(oq)}
+                    for c in (c1, c2, c3)
+                ]
+                return all(held) and sum(map(len, held)) == 4 and len(locked()) == 4
+
+            await wait_until(settled, total=20, what="4 queues locked, c3 holding its share")
             # A foreign client of the group cannot lock any of them.
             mqs = await admin.instance.get_subscribe_queues(TOPIC)
             assert len(mqs) == 4
