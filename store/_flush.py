@@ -13,6 +13,7 @@ of a `trio.to_thread.run_sync` call, and a sequential SYNC_FLUSH producer pays o
 from __future__ import annotations
 
 import collections
+import math
 import queue
 import threading
 from collections.abc import Callable
@@ -118,8 +119,11 @@ class FlushService:
         self._on_cq = on_consume_queues_flushed
         self.commitlog_lock = trio.Lock()
         self.cq_lock = trio.Lock()
-        self._waiters: collections.deque[tuple[int, trio.Event]] = collections.deque()
+        # (end offset, event, deadline) in arrival order: both the ends and the deadlines (one
+        # timeout for all) only grow, so releases and expiries both pop from the left.
+        self._waiters: collections.deque[tuple[int, trio.Event, float]] = collections.deque()
         self._wake = trio.Event()
+        self._timer_kick = trio.Event()
         self.flush_rounds = 0
         self._fsync_thread = _FsyncThread()
 
@@ -166,17 +170,39 @@ class FlushService:
     async def wait_flushed(self, end_offset: int) -> bool:
         """Wait (group commit) until the commitlog is durable up to `end_offset`.
 
-        Returns False if `sync_flush_timeout_ms` passed first (the data stays written).
+        Returns False if `sync_flush_timeout_ms` passed first (the data stays written). The
+        timeout is enforced by one timer task for all waiters (`_timeout_loop`), not a cancel
+        scope each: a scope's deadline bookkeeping cost ~5.5 us per wait.
         """
         if self._cl.mfq.flushed_where >= end_offset:
             return True
         ev = trio.Event()
-        self._waiters.append((end_offset, ev))
+        waiters = self._waiters
+        if not waiters:
+            self._timer_kick.set()  # the timer sleeps while nobody waits
+        waiters.append(
+            (end_offset, ev, trio.current_time() + self._cfg.sync_flush_timeout_ms / 1000)
+        )
         self._wake.set()
-        with trio.move_on_after(self._cfg.sync_flush_timeout_ms / 1000):
-            await ev.wait()
-            return True
+        await ev.wait()
         return self._cl.mfq.flushed_where >= end_offset
+
+    async def _timeout_loop(self) -> None:
+        """Wake the waiters whose deadline passed (they see the data not yet durable)."""
+        waiters = self._waiters
+        while True:
+            now = trio.current_time()
+            while waiters and waiters[0][2] <= now:
+                waiters.popleft()[1].set()
+            if self._timer_kick.is_set():
+                self._timer_kick = trio.Event()
+            with trio.move_on_at(waiters[0][2] if waiters else math.inf):
+                await self._timer_kick.wait()
+
+    def _wake_all_waiters(self) -> None:
+        waiters = self._waiters
+        while waiters:
+            waiters.popleft()[1].set()
 
     async def _group_commit_loop(self) -> None:
         while True:
@@ -243,9 +269,12 @@ class FlushService:
                 if self.sync:
                     self._fsync_thread.start()
                     nursery.start_soon(self._group_commit_loop)
+                    nursery.start_soon(self._timeout_loop)
                 task_status.started()
         finally:
             self._fsync_thread.stop()
+            # Nobody flushes or expires any more: let waiters see where the data stands.
+            self._wake_all_waiters()
 
     async def flush_all(self) -> None:
         """Flush commitlog and consume queues now (at close)."""

@@ -93,3 +93,32 @@ async def test_fsync_error_reaches_the_flusher_and_the_thread_survives(
         final = await store.wait_put_durable(result, flush_end)
         assert final.status is PutMessageStatus.PUT_OK
         assert store.flush_service.is_flushed(flush_end)
+
+
+async def test_one_timer_expires_every_waiter_and_rearms(tmp_path: Path) -> None:
+    config = StoreConfig.model_validate(
+        {
+            "store_path_root_dir": tmp_path,
+            "mapped_file_size_commitlog": 64 * 1024,
+            "mapped_file_size_consume_queue": 100 * 20,
+            "flush_disk_type": "SYNC_FLUSH",
+            "sync_flush_timeout_ms": 50,
+        }
+    )
+    async with MessageStore(config) as store:
+        statuses: list[PutMessageStatus] = []
+
+        async def put() -> None:
+            statuses.append((await store.put_message(msg())).status)
+
+        for _ in range(2):
+            # The flusher cannot run while the lock is held: every waiter times out.
+            async with store.flush_service.commitlog_lock, trio.open_nursery() as nursery:
+                for _ in range(3):
+                    nursery.start_soon(put)
+            assert statuses == [PutMessageStatus.FLUSH_DISK_TIMEOUT] * 3
+            statuses.clear()
+            # And once it can, puts are durable again.
+            await put()
+            assert statuses == [PutMessageStatus.PUT_OK]
+            statuses.clear()
