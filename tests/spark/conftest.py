@@ -172,7 +172,8 @@ def spark(
     # `_cluster_boot` first: the brokers start while the JVM does.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    if "SPARK_HOME" not in os.environ:
+    own_home = "SPARK_HOME" not in os.environ
+    if own_home:
         os.environ["SPARK_HOME"] = str(
             _spark_home_without_zips(tmp_path_factory.mktemp("spark-home"))
         )
@@ -203,6 +204,8 @@ def spark(
         yield session
     finally:
         session.stop()
+        if own_home:
+            del os.environ["SPARK_HOME"]
 
 
 _counter = itertools.count()
