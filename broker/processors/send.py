@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import structlog
 
 from broker.processors._common import InlineResult, guarded_send_inline, split_addr
-from broker.schedule import exact_delivery_ms, strip_timer_properties
+from broker.schedule import TIMER_PROPERTIES, exact_delivery_ms, strip_timer_properties
 from broker.topic_manager import (
     DLQ_GROUP_TOPIC_PREFIX,
     NOT_ALLOWED_SEND_TOPICS,
@@ -36,6 +36,8 @@ from remoting.protocol.route import TopicConfig
 from store.message import (
     MULTI_TAGS_FLAG,
     PROPERTY_CLUSTER,
+    PROPERTY_DELAY,
+    PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_WAIT,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
@@ -77,6 +79,11 @@ _STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
     PutMessageStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"),
 }
 
+_ATTR_BORN_HOST = "send.born_host"
+
+# A message with none of these properties is never rerouted (`route_special` returns at once).
+_SPECIAL_PROPERTIES = frozenset((PROPERTY_TRANSACTION_PREPARED, PROPERTY_DELAY, *TIMER_PROPERTIES))
+
 # Codes after which a Java producer treats the message as stored (it reads the ext fields).
 _STORED_CODES = frozenset(
     {
@@ -86,6 +93,14 @@ _STORED_CODES = frozenset(
         ResponseCode.SLAVE_NOT_AVAILABLE,
     }
 )
+
+
+def _born_host(conn: Connection) -> tuple[str, int]:
+    """The producer's (ip, port), parsed once per connection."""
+    host = conn.attributes.get(_ATTR_BORN_HOST)
+    if host is None:
+        host = conn.attributes[_ATTR_BORN_HOST] = split_addr(conn.remote_address)
+    return cast("tuple[str, int]", host)
 
 
 class SendProcessor:
@@ -219,6 +234,8 @@ class SendProcessor:
             None, or why the message is illegal (answered MESSAGE_ILLEGAL).
         """
         props = msg.properties
+        if _SPECIAL_PROPERTIES.isdisjoint(props):
+            return None  # the common case: a plain message (0.2 us instead of ~3)
         tran_type = msg.sys_flag & TRANSACTION_TYPE_MASK
         if is_transactional(props):
             prepare(msg)
@@ -290,7 +307,7 @@ class SendProcessor:
             properties=props,
             sys_flag=sys_flag,
             born_timestamp=hdr.born_timestamp,
-            born_host=split_addr(conn.remote_address),
+            born_host=_born_host(conn),
             store_host=ctrl.store_host,
             reconsume_times=hdr.reconsume_times or 0,
         )
@@ -341,7 +358,7 @@ class SendProcessor:
         sys_flag = hdr.sys_flag
         if topic_cfg.topic_filter_type == "MULTI_TAG":
             sys_flag |= MULTI_TAGS_FLAG
-        born_host = split_addr(conn.remote_address)
+        born_host = _born_host(conn)
         msgs = []
         for i, item in enumerate(items):
             if not item.body:
