@@ -13,7 +13,6 @@ of a `trio.to_thread.run_sync` call, and a sequential SYNC_FLUSH producer pays o
 from __future__ import annotations
 
 import collections
-import math
 import queue
 import threading
 from collections.abc import Callable
@@ -123,7 +122,6 @@ class FlushService:
         # timeout for all) only grow, so releases and expiries both pop from the left.
         self._waiters: collections.deque[tuple[int, trio.Event, float]] = collections.deque()
         self._wake = trio.Event()
-        self._timer_kick = trio.Event()
         self.flush_rounds = 0
         self._fsync_thread = _FsyncThread()
 
@@ -177,10 +175,7 @@ class FlushService:
         if self._cl.mfq.flushed_where >= end_offset:
             return True
         ev = trio.Event()
-        waiters = self._waiters
-        if not waiters:
-            self._timer_kick.set()  # the timer sleeps while nobody waits
-        waiters.append(
+        self._waiters.append(
             (end_offset, ev, trio.current_time() + self._cfg.sync_flush_timeout_ms / 1000)
         )
         self._wake.set()
@@ -188,16 +183,19 @@ class FlushService:
         return self._cl.mfq.flushed_where >= end_offset
 
     async def _timeout_loop(self) -> None:
-        """Wake the waiters whose deadline passed (they see the data not yet durable)."""
+        """Wake the waiters whose deadline passed (they see the data not yet durable).
+
+        Nobody signals this task (a wake-up per put would cost what the cancel scopes did):
+        it sleeps until the oldest waiter's deadline, or a quarter of the timeout when none
+        waits, so it always sees a new waiter well before that waiter's deadline.
+        """
         waiters = self._waiters
+        period = self._cfg.sync_flush_timeout_ms / 4000
         while True:
             now = trio.current_time()
             while waiters and waiters[0][2] <= now:
                 waiters.popleft()[1].set()
-            if self._timer_kick.is_set():
-                self._timer_kick = trio.Event()
-            with trio.move_on_at(waiters[0][2] if waiters else math.inf):
-                await self._timer_kick.wait()
+            await trio.sleep_until(min(waiters[0][2], now + period) if waiters else now + period)
 
     def _wake_all_waiters(self) -> None:
         waiters = self._waiters
