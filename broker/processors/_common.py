@@ -143,13 +143,6 @@ async def _guard_awaitable(
         return _error_response(self, conn, cmd, exc, header_error_code, extra_fields)
 
 
-async def inline_result(result: InlineResult) -> RemotingCommand | None:
-    """Await an inline handler's result if it is an awaitable (for callers that are async)."""
-    if result is None or isinstance(result, RemotingCommand):
-        return result
-    return await result
-
-
 def split_addr(addr: str) -> tuple[str, int]:
     """'ip:port' -> (ip, port); a bracketed IPv6 host loses its brackets."""
     host, _, port = addr.rpartition(":")
