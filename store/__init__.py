@@ -2,19 +2,44 @@
 
 The broker uses `MessageStore` (``async with MessageStore(StoreConfig(...)) as store``), the
 result types of `store.results` and the record codec of `store.message`.
+
+The names below are imported on first use (PEP 562): clients import only the record codec
+(`store.message`), and importing a submodule runs this file first, so eager imports here would
+load the whole engine (pydantic config, trio, structlog; ~150 ms) into every client process and
+every Spark Python worker.
 """
 
-from store.config import StoreConfig
-from store.errors import StoreClosedError, StoreError, StoreLockedError
-from store.message_store import MessageStore
-from store.results import (
-    AppendMessageResult,
-    GetMessageResult,
-    GetMessageStatus,
-    PutMessageResult,
-    PutMessageStatus,
-    QueryMessageResult,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from store.config import StoreConfig
+    from store.errors import StoreClosedError, StoreError, StoreLockedError
+    from store.message_store import MessageStore
+    from store.results import (
+        AppendMessageResult,
+        GetMessageResult,
+        GetMessageStatus,
+        PutMessageResult,
+        PutMessageStatus,
+        QueryMessageResult,
+    )
+
+_HOMES = {
+    "AppendMessageResult": "store.results",
+    "GetMessageResult": "store.results",
+    "GetMessageStatus": "store.results",
+    "MessageStore": "store.message_store",
+    "PutMessageResult": "store.results",
+    "PutMessageStatus": "store.results",
+    "QueryMessageResult": "store.results",
+    "StoreClosedError": "store.errors",
+    "StoreConfig": "store.config",
+    "StoreError": "store.errors",
+    "StoreLockedError": "store.errors",
+}
 
 __all__ = [
     "AppendMessageResult",
@@ -29,3 +54,12 @@ __all__ = [
     "StoreError",
     "StoreLockedError",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'store' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
