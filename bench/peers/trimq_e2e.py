@@ -22,6 +22,7 @@ import gc
 import json
 import os
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import trio
@@ -39,6 +40,8 @@ from remoting.logs import configure_logging
 
 from ._stats import WARMUP_S, e2e_body, e2e_latency_ms, random_body, summary
 
+WINDOW = 64  # sends in flight at most (as the peers' W4 clients)
+
 
 def freeze_startup_heap() -> None:
     """Collect once, then move every object alive now out of the collector's reach.
@@ -47,6 +50,40 @@ def freeze_startup_heap() -> None:
     what the run allocates (see the module doc)."""
     gc.collect()
     gc.freeze()
+
+
+async def paced(
+    rate: float,
+    seqs: Sequence[int],
+    send: Callable[[int], Awaitable[None]],
+    window: int = WINDOW,
+) -> None:
+    """Start `send(seq)` for each of `seqs` at `rate` per second, each in its own task, with at
+    most `window` in flight (a slow ack never delays the schedule); returns when all ended.
+
+    The loop always yields once per message (sleep 0 when behind), so a late sender cannot
+    starve the consumer task of the same process. A free slot is taken without a second
+    yield, as `asyncio.Semaphore` does in the peers' clients (trio's `acquire()` always
+    checkpoints: one more scheduler round, with its epoll call, per message); only a full
+    window waits.
+    """
+    limiter = trio.Semaphore(window)
+
+    async def one(seq: int) -> None:
+        try:
+            await send(seq)
+        finally:
+            limiter.release()
+
+    async with trio.open_nursery() as nursery:
+        start = time.perf_counter()
+        for k, seq in enumerate(seqs):
+            await trio.sleep(max(start + k / rate - time.perf_counter(), 0))
+            try:
+                limiter.acquire_nowait()
+            except trio.WouldBlock:
+                await limiter.acquire()
+            nursery.start_soon(one, seq)
 
 
 async def run(opts: argparse.Namespace) -> dict[str, Any]:
@@ -89,26 +126,15 @@ async def run(opts: argparse.Namespace) -> dict[str, Any]:
             if ready.is_set():
                 break
         freeze_startup_heap()  # both clients started, before the paced loop
-        limiter = trio.Semaphore(64)
 
         async def send(i: int) -> None:
             try:
                 await producer.send(Message(opts.topic, e2e_body(i, pad)))
             except Exception:
                 errors[0] += 1
-            finally:
-                limiter.release()
 
-        async with trio.open_nursery() as nursery:
-            start = time.perf_counter()
-            warm = int(WARMUP_S * opts.rate)  # paced warm-up (seq -1, not measured)
-            for i in range(-warm, total):
-                delay = start + (i + warm) / opts.rate - time.perf_counter()
-                # Always yield (sleep 0 when behind): a sender that is late must not starve
-                # the consumer task of the same process.
-                await trio.sleep(max(delay, 0))
-                await limiter.acquire()
-                nursery.start_soon(send, max(i, -1))
+        warm = int(WARMUP_S * opts.rate)  # paced warm-up (seq -1, not measured)
+        await paced(opts.rate, [max(i, -1) for i in range(-warm, total)], send)
         with trio.move_on_after(10):
             await all_seen.wait()
     return summary("trimq-e2e", len(lat), opts.seconds, lat, total - len(lat), rate=opts.rate)

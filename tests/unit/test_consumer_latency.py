@@ -142,3 +142,43 @@ def test_w4_harness_freezes_the_startup_heap_before_the_paced_loop() -> None:
     finally:
         gc.unfreeze()
     assert "freeze_startup_heap" in trimq_e2e.run.__code__.co_names
+
+
+class _LoopIterations(trio.abc.Instrument):
+    """Counts scheduler loop iterations (each ends in one epoll wait)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def before_io_wait(self, timeout: float) -> None:
+        self.count += 1
+
+
+def test_w4_pacing_costs_one_scheduler_round_per_message() -> None:
+    """The paced sender yields once per message (sleep 0 when behind) and takes a free window
+    slot without a second yield, as the peers' asyncio.Semaphore does; the window still
+    bounds the sends in flight."""
+    n = 400
+    sent: list[int] = []
+    in_flight = [0, 0]  # now, max
+
+    async def instant(seq: int) -> None:
+        sent.append(seq)
+
+    async def slow(seq: int) -> None:
+        in_flight[0] += 1
+        in_flight[1] = max(in_flight[1], in_flight[0])
+        await trio.sleep(0.001)
+        in_flight[0] -= 1
+
+    async def main() -> None:
+        loops = _LoopIterations()
+        trio.lowlevel.add_instrument(loops)
+        await trimq_e2e.paced(1e9, range(n), instant)  # always behind: sleep(0) each time
+        trio.lowlevel.remove_instrument(loops)
+        assert sent == list(range(n))
+        assert loops.count <= n + n // 10  # trio's Semaphore.acquire() alone: ~2n
+        await trimq_e2e.paced(1e9, range(50), slow, window=4)
+        assert in_flight[1] == 4
+
+    trio.run(main)
