@@ -11,7 +11,7 @@ import re
 import socket
 import struct
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple
@@ -23,6 +23,7 @@ from store.message import (
     COMPRESSION_TYPE_MASK,
     COMPRESSION_ZLIB,
     KEY_SEPARATOR,
+    MAX_PROPERTIES_SIZE,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     MIN_RECORD_SIZE,
@@ -44,9 +45,11 @@ from store.message import (
     RECORD_FIXED_STRUCTS,
     STOREHOSTADDRESS_V6_FLAG,
     MessageDecodeError,
+    UniqKeyGenerator,
     decode_properties,
     decode_records,
     decompress_record_body,
+    month_start_ms,
 )
 from store.message import MessageExt as StoreMessageExt
 
@@ -657,6 +660,102 @@ def _decode_fast(buf: bytes | bytearray | memoryview, broker_name: str) -> list[
 @functools.lru_cache(maxsize=1024)
 def _unpack_ip(raw: bytes) -> str:
     return socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)
+
+
+# --- batches (Producer.send_batch) ---------------------------------------------------------------
+class BatchUniqKeyGenerator(UniqKeyGenerator):
+    """A UniqKeyGenerator that also hands out a batch's keys under one clock read and lock."""
+
+    __slots__ = ()
+
+    def next_many(self, n: int) -> list[str]:
+        """`n` new UNIQ_KEYs: the same keys as `n` calls of `next()` within one millisecond.
+
+        One clock read, one lock, one format per key (a batch's keys cost ~1/4 of `next()`s).
+        """
+        now = int(self._clock() * 1000)
+        prefix = self._prefix
+        out: list[str] = []
+        with self._lock:
+            if now >= self._month_end or now < self._month_start:
+                self._month_start, self._month_end = month_start_ms(now)
+                self._last_t = -1
+            t = now - self._month_start
+            if t > self._last_t:
+                count = 0
+            else:
+                t = self._last_t
+                count = self._count_in_t
+            c = self._counter
+            left = n
+            while left > 0:
+                if count >= 0x10000:  # this millisecond's counter values are used up
+                    t += 1
+                    count = 0
+                k = min(left, 0x10000 - count)
+                base = (t & 0xFFFFFFFF) << 16
+                out += [f"{prefix}{base | ((c + i) & 0xFFFF):012X}" for i in range(k)]
+                c = (c + k) & 0xFFFF
+                count += k
+                left -= k
+            self._last_t = t
+            self._count_in_t = count
+            self._counter = c
+        return out
+
+
+_BATCH_ITEM_HEAD = struct.Struct(">iiiii")  # total, magic (0), body crc (0), flag, body length
+_PROPS_LEN = struct.Struct(">h")
+_join_props = "\x02".join
+_join_name_value = "\x01".join
+
+
+def encode_batch_chunks(
+    msgs: Sequence[Message], new_keys: Iterator[str], limit: int
+) -> list[tuple[bytes, str]] | None:
+    """Encode a checked batch as SEND_BATCH_MESSAGE bodies, split at `limit` bytes.
+
+    Sets each message's UNIQ_KEY (the next of `new_keys` when it has none) and returns
+    ``(body, comma-joined UNIQ_KEYs)`` per chunk: the bytes `encode_batch_body` gives for
+    `Producer.split_batch`'s chunks, in one pass (properties encoded once, no BatchItem).
+
+    Returns None when the batch needs the reference path: a message over `limit`, properties
+    over 32767 bytes, or a property that is not a str (None values are skipped there).
+    """
+    chunks: list[tuple[bytes, str]] = []
+    parts: list[bytes] = []
+    ids: list[str] = []
+    size = 0
+    uniq_name = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+    pack_head = _BATCH_ITEM_HEAD.pack
+    pack_len = _PROPS_LEN.pack
+    join_props, join_nv = _join_props, _join_name_value
+    add, add_id = parts.extend, ids.append
+    for m in msgs:
+        props = m.properties
+        uniq = props.get(uniq_name)
+        if not uniq:
+            uniq = props[uniq_name] = next(new_keys)
+        try:
+            encoded = join_props(map(join_nv, props.items())).encode()
+        except TypeError:  # a non-str name or value (maybe None): the reference path decides
+            return None
+        body = m.body
+        body_len = len(body)
+        props_len = len(encoded)
+        total = 22 + body_len + props_len
+        if total > limit or props_len > MAX_PROPERTIES_SIZE:
+            return None
+        if size + total > limit and parts:
+            chunks.append((b"".join(parts), ",".join(ids)))
+            parts, ids, size = [], [], 0
+            add, add_id = parts.extend, ids.append
+        add((pack_head(total, 0, 0, m.flag, body_len), body, pack_len(props_len), encoded))
+        add_id(uniq)
+        size += total
+    if parts:
+        chunks.append((b"".join(parts), ",".join(ids)))
+    return chunks
 
 
 class SendStatus(Enum):

@@ -21,11 +21,15 @@ from client.filter import java_string_hash
 from client.instance import ClientInstance, unique_instance_name
 from client.message import (
     DEFAULT_TOPIC,
+    NOT_ALLOWED_SEND_TOPICS,
     RETRY_GROUP_TOPIC_PREFIX,
+    BatchUniqKeyGenerator,
     Message,
     MessageQueue,
     SendResult,
     check_group,
+    check_topic,
+    encode_batch_chunks,
     validate_message,
 )
 from client.route import TopicPublishInfo
@@ -42,7 +46,6 @@ from store.message import (
     PROPERTY_WAIT_STORE_MSG_OK,
     TRANSACTION_PREPARED_TYPE,
     BatchItem,
-    UniqKeyGenerator,
     decode_properties,
     encode_batch_body,
     encode_properties,
@@ -139,7 +142,7 @@ class Producer:
             latency_max_ms=self.config.latency_max_ms,
             not_available_duration_ms=self.config.not_available_duration_ms,
         )
-        self._uniq = UniqKeyGenerator(self._uniq_ip())
+        self._uniq = BatchUniqKeyGenerator(self._uniq_ip())
         # The send header's per-producer fields, read once (the config is not changed later).
         self._default_topic = self.config.create_topic_key
         self._default_queue_nums = str(self.config.default_topic_queue_nums)
@@ -648,6 +651,59 @@ class Producer:
             chunks.append(current)
         return chunks
 
+    def _batch_missing_keys(self, msgs: Sequence[Message]) -> int:
+        """`_check_batch`'s rules in one cheap pass: how many messages lack a UNIQ_KEY, or
+        -1 when a rule may be broken (then `split_batch` runs the reference checks)."""
+        if not msgs:
+            return -1
+        topic = msgs[0].topic
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) or topic in NOT_ALLOWED_SEND_TOPICS:
+            return -1
+        try:
+            check_topic(topic)
+        except MessageValidationError:
+            return -1
+        wait = msgs[0].wait_store_msg_ok
+        limit = self.config.max_message_size
+        delay_name, wait_name = PROPERTY_DELAY_TIME_LEVEL, PROPERTY_WAIT_STORE_MSG_OK
+        uniq_name = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+        missing = 0
+        for m in msgs:
+            props = m.properties
+            body = m.body
+            if (
+                m.topic != topic
+                or delay_name in props
+                or (props.get(wait_name, "true") != "false") != wait
+                or not body
+                or len(body) > limit
+            ):
+                return -1
+            if not props.get(uniq_name):
+                missing += 1
+        return missing
+
+    def _batch_bodies(self, msgs: Sequence[Message]) -> list[tuple[bytes, str]]:
+        """Validate, set UNIQ_KEYs, split and encode: ``(body, comma-joined ids)`` per chunk.
+
+        The one-pass encoder (`encode_batch_chunks`) when every rule holds; `split_batch` +
+        `encode_batch_body` (same bytes, and the errors) otherwise.
+        """
+        missing = self._batch_missing_keys(msgs)
+        if missing >= 0:
+            keys = iter(self._uniq.next_many(missing) if missing else ())
+            chunks = encode_batch_chunks(msgs, keys, self.config.max_message_size)
+            if chunks is not None:
+                return chunks
+        uniq_name = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+        return [
+            (
+                encode_batch_body(item for _, item in chunk),
+                ",".join(m.properties[uniq_name] for m, _ in chunk),
+            )
+            for chunk in self.split_batch(msgs)
+        ]
+
     async def send_batch(
         self,
         msgs: Sequence[Message],
@@ -664,15 +720,13 @@ class Producer:
             MessageValidationError: mixed topics, delay levels, retry topics,
                 differing WAIT flags, or one message over the limit.
         """
-        chunks = self.split_batch(msgs)
+        chunks = self._batch_bodies(msgs)
         topic = msgs[0].topic
         wait = msgs[0].wait_store_msg_ok
         props = encode_properties({PROPERTY_WAIT_STORE_MSG_OK: "true" if wait else "false"})
         fixed = self._fixed_chooser(msgs[0], queue, None, None, None)
         results = []
-        for chunk in chunks:
-            body = encode_batch_body(item for _, item in chunk)
-            ids = ",".join(m.properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] for m, _ in chunk)
+        for body, ids in chunks:
             results.append(
                 await self._send_with_retries(
                     topic,
