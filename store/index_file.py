@@ -361,12 +361,20 @@ class IndexFile:
             nxt = prev
 
     def flush(self) -> None:
-        """msync the mapping (blocking: the caller runs it in a worker thread)."""
+        """Write the mapping's dirty pages to disk (blocking: the caller runs it in a worker
+        thread).
+
+        `os.fdatasync` on the file, never `mmap.flush()`: CPython's mmap.flush (msync) keeps the
+        GIL for the whole call, so even from a worker thread it froze the broker's event loop for
+        the length of the write-back (measured 120 ms for a 256 MiB dirty mapping, 2-18 ms per
+        flush round in the broker). On Linux the pages of a shared mapping are the file's page
+        cache, so fdatasync writes them back, as it does for the commitlog (`MappedFile.fsync`).
+        """
         with self._lock:
             if self._mm.closed or not self._dirty:
                 return
             self._dirty = False
-            self._mm.flush()
+            os.fdatasync(self._fd)
 
     def close(self) -> None:
         """Flush and unmap (blocking)."""
@@ -374,7 +382,7 @@ class IndexFile:
             if self._mm.closed:
                 return
             if self._dirty:
-                self._mm.flush()
+                os.fdatasync(self._fd)  # not mmap.flush(): see `flush`
                 self._dirty = False
             self._mm.close()
             os.close(self._fd)

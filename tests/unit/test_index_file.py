@@ -398,3 +398,34 @@ def test_flush_and_delete_in_a_thread_while_indexing(tmp_path: Path) -> None:
     assert svc.query("T", "U0000", 10, 0, 2**62)[0] == []
     assert svc.query("T", "U0399", 10, 0, 2**62)[0] == [39900]
     svc.close()
+
+
+def test_flush_and_close_use_fdatasync_not_msync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CPython's mmap.flush() (msync) keeps the GIL for the whole write-back, which froze the
+    # broker's event loop although the flush ran in a worker thread; fdatasync releases it.
+    import store.index_file as index_module
+
+    synced: list[int] = []
+    real = os.fdatasync
+
+    def recording_fdatasync(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(index_module.os, "fdatasync", recording_fdatasync)
+    path = tmp_path / "idx"
+    f = IndexFile(path, slot_num=7, index_num=10)
+    f.flush()  # a new file's header
+    synced.clear()
+    f.flush()
+    assert synced == []  # nothing dirty, nothing to write
+    assert f.put_key("T#k", 1000, T0)
+    f.flush()
+    assert len(synced) == 1
+    assert struct.unpack_from(">ii", path.read_bytes(), 32) == (1, 2)  # slot and index counts
+    assert f.put_key("T#k2", 2000, T0)
+    f.close()
+    assert len(synced) == 2
+    assert synced[0] == synced[1]
