@@ -405,7 +405,6 @@ def test_flush_and_close_use_fdatasync_not_msync(
 ) -> None:
     # CPython's mmap.flush() (msync) keeps the GIL for the whole write-back, which froze the
     # broker's event loop although the flush ran in a worker thread; fdatasync releases it.
-    import store.index_file as index_module
 
     synced: list[int] = []
     real = os.fdatasync
@@ -414,7 +413,7 @@ def test_flush_and_close_use_fdatasync_not_msync(
         synced.append(fd)
         real(fd)
 
-    monkeypatch.setattr(index_module.os, "fdatasync", recording_fdatasync)
+    monkeypatch.setattr(os, "fdatasync", recording_fdatasync)
     path = tmp_path / "idx"
     f = IndexFile(path, slot_num=7, index_num=10)
     f.flush()  # a new file's header
