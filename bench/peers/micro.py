@@ -31,6 +31,8 @@ running the peers harness. Cases:
                       request frame and decodes a canned response frame (client CPU per send,
                       no sockets, no event-loop waits)
   producer_batch32_local  Producer.send_batch of 32 such messages the same way (CPU per message)
+  batch32_prepare     the batch's client work before the send: 32 Messages built, checked, their
+                      UNIQ_KEYs set and the SEND_BATCH body encoded (Producer._batch_bodies)
 """
 
 from __future__ import annotations
@@ -439,6 +441,17 @@ async def _producer_batch32_local(n: int) -> float:
     return best / (n // 32 * 32) * 1e6
 
 
+def case_batch32_prepare(n: int) -> None:
+    from client.config import ClientConfig
+    from client.message import Message
+    from client.producer import Producer
+
+    producer = Producer("PG", ClientConfig(namesrv_addr="127.0.0.1:9876"))
+    prepare = producer._batch_bodies
+    for _ in range(n // 32):
+        prepare([Message(TOPIC, BODY, tags="TagA") for _ in range(32)])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true")
@@ -472,6 +485,7 @@ def main() -> None:
             "invoke1_inline": lambda: trio.run(_invoke64, n // 3, 1, True),
             "producer_send_local": lambda: trio.run(_producer_send_local, n),
             "producer_batch32_local": lambda: trio.run(_producer_batch32_local, n),
+            "batch32_prepare": lambda: measure(case_batch32_prepare, n // 32 * 32),
         }
         for name, fn in cases.items():
             if only and name not in only:
