@@ -44,7 +44,7 @@ from broker.topic_manager import TopicManager
 from broker.transaction import TransactionService
 from remoting import Connection, RemotingClient, RemotingServer, SerializeType
 from remoting.codes import RequestCode as R
-from store import MessageStore
+from store import MessageStore, StoreClosedError
 
 log = structlog.get_logger()
 
@@ -143,6 +143,8 @@ class BrokerController:
         self._nursery: trio.Nursery | None = None
         self._stop = trio.Event()
         self._topics_changed = trio.Event()
+        # Topic names whose consume queues were there or prepared (see `_prepare_new_topics`).
+        self._known_topics: set[str] = set()
         self._write_lock = trio.Lock()
         self._exit_stack = AsyncExitStack()
         self.port = 0
@@ -217,6 +219,30 @@ class BrokerController:
         """A topic was created, changed or deleted: persist and re-register at once."""
         self._topics_changed.set()
         self.registration.trigger()
+        self._prepare_new_topics()
+
+    def _prepare_new_topics(self) -> None:
+        """Create the consume-queue files of topics new since the last change, off the send
+        path (`MessageStore.prepare_queues`): a producer's first burst to a fresh topic
+        otherwise waits 1-2 ms per queue for each new file's first page."""
+        current = {cfg.topic_name: cfg for cfg in self.topics}
+        new = current.keys() - self._known_topics
+        self._known_topics = set(current)
+        if self._nursery is None:
+            return
+        for name in sorted(new):
+            cfg = current[name]
+            nums = max(cfg.read_queue_nums, cfg.write_queue_nums)
+            self._nursery.start_soon(self._prepare_queues, name, nums)
+
+    async def _prepare_queues(self, topic: str, queue_nums: int) -> None:
+        store = self._store
+        if store is None:
+            return
+        try:
+            await store.prepare_queues(topic, range(queue_nums))
+        except (OSError, StoreClosedError) as exc:
+            log.warning("consume_queue_prepare_failed", topic=topic, error=str(exc))
 
     async def _write(self, mgr: TopicManager | OffsetManager | SubscriptionManager) -> None:
         # Encode here (the tables change under us otherwise); write under one lock so two
@@ -270,6 +296,7 @@ class BrokerController:
         await self._load()
         async with MessageStore(cfg.store_config()) as store:
             self._store = store
+            self._known_topics = {cfg.topic_name for cfg in self.topics}
             store.add_arrival_listener(self._on_arrival)
             store.add_arrival_listener(self.schedule.on_arrival)
             self.transactions.attach(store)

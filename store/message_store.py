@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import fcntl
+import mmap
 import os
 import shutil
 import time
@@ -72,6 +73,32 @@ def _fsync_path(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# Populate a mapping's pages as if written, contents unchanged (Linux 5.14+).
+_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
+
+
+def _populate_first_pages(paths: Iterable[Path]) -> None:
+    """Fault in the first page of each (new, sparse) file for writing, in a worker thread.
+
+    The first write to a fresh file costs 1-2 ms on ext4 (block allocation in the page fault);
+    done here, the store's first append to it is a plain memory write. The contents are not
+    touched, so this is safe while the event loop appends to the same file. Errors are ignored
+    (an older kernel, a file deleted meanwhile): the first append then pays as before.
+    """
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            with mmap.mmap(fd, mmap.PAGESIZE, mmap.MAP_SHARED) as mm:
+                mm.madvise(_MADV_POPULATE_WRITE, 0, mmap.PAGESIZE)
+        except (OSError, ValueError):
+            pass
+        finally:
+            os.close(fd)
 
 
 def _destroy_all(files: Iterable[MappedFile]) -> None:
@@ -721,6 +748,34 @@ class MessageStore:
     def min_phy_offset(self) -> int:
         """First commitlog offset still stored."""
         return self.commitlog.min_offset
+
+    async def prepare_queues(self, topic: str, queue_ids: Iterable[int]) -> int:
+        """Create the first consume-queue file of each new queue of `topic` ahead of its first
+        message (a topic just created), its first page faulted in by a worker thread.
+
+        Without it the first message of each queue pays 1-2 ms on the event loop for the new
+        file's first page (ext4), which a burst of sends to a fresh topic's queues all wait
+        for. Queues that exist already (or had records) are left alone; the new queues read as
+        empty, exactly as missing ones. Returns how many queues were prepared.
+        """
+        self._require_open()
+        consume_queues = self.dispatcher.consume_queues
+        queue_table = self.commitlog.topic_queue_table
+        paths: list[Path] = []
+        for queue_id in queue_ids:
+            key = (topic, queue_id)
+            if key in consume_queues or key in queue_table:
+                continue
+            cq = self.dispatcher.get_cq(topic, queue_id)
+            try:
+                paths.append(cq.mfq.file_for_append(0).path)
+            except OSError as exc:
+                log.warning(
+                    "consume_queue_prepare_failed", topic=topic, queue=queue_id, error=str(exc)
+                )
+        if paths:
+            await trio.to_thread.run_sync(_populate_first_pages, paths)
+        return len(paths)
 
     def add_arrival_listener(self, cb: ArrivalListener) -> None:
         """Call ``cb(topic, queue_id, new_max_offset)`` after each dispatched record."""
