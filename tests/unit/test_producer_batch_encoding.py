@@ -97,6 +97,19 @@ def test_splitting_at_the_size_limit_matches(limit: int) -> None:
     assert len(fast) >= (1 if limit >= 5000 else 2)
 
 
+def test_batch_bodies_are_never_compressed_as_before() -> None:
+    """Single sends compress bodies over `compress_over`; batches never did (nor does Java's
+    MessageBatch): the body bytes go out as given, sys_flag 0."""
+    msgs = [Message("T", b"compressible " * 1000, tags="z") for _ in range(3)]
+    fast_msgs, ref_msgs = copy.deepcopy(msgs), copy.deepcopy(msgs)
+    fast_p, ref_p = _producer(), _producer()
+    for p in (fast_p, ref_p):
+        p.config = p.config.model_copy(update={"compress_over": 16})
+    fast = fast_p._batch_bodies(fast_msgs)
+    assert fast == _reference(ref_p, ref_msgs)
+    assert [i.body for i in decode_batch_body(fast[0][0])] == [m.body for m in msgs]
+
+
 def test_non_str_property_values_take_the_reference_path() -> None:
     msgs = [Message("T", b"a", tags="x"), Message("T", b"b")]
     msgs[1].properties["nothing"] = None  # type: ignore[assignment]  # skipped by the encoder
