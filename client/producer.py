@@ -23,7 +23,6 @@ from client.message import (
     DEFAULT_TOPIC,
     NOT_ALLOWED_SEND_TOPICS,
     RETRY_GROUP_TOPIC_PREFIX,
-    BatchUniqKeyGenerator,
     Message,
     MessageQueue,
     SendResult,
@@ -46,6 +45,7 @@ from store.message import (
     PROPERTY_WAIT_STORE_MSG_OK,
     TRANSACTION_PREPARED_TYPE,
     BatchItem,
+    UniqKeyGenerator,
     decode_properties,
     encode_batch_body,
     encode_properties,
@@ -142,7 +142,7 @@ class Producer:
             latency_max_ms=self.config.latency_max_ms,
             not_available_duration_ms=self.config.not_available_duration_ms,
         )
-        self._uniq = BatchUniqKeyGenerator(self._uniq_ip())
+        self._uniq = UniqKeyGenerator(self._uniq_ip())
         # The send header's per-producer fields, read once (the config is not changed later).
         self._default_topic = self.config.create_topic_key
         self._default_queue_nums = str(self.config.default_topic_queue_nums)

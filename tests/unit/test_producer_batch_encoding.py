@@ -1,5 +1,5 @@
 """`Producer.send_batch`'s one-pass batch encoder gives the bytes, ids and errors of the
-reference path (`split_batch` + `encode_batch_body`), and `next_many` the keys of `next()`."""
+reference path (`split_batch` + `encode_batch_body`), and `UniqKeyGenerator.next_many` the keys of `next()`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from client.config import ClientConfig
 from client.errors import MessageValidationError
-from client.message import BatchUniqKeyGenerator, Message, encode_batch_chunks
+from client.message import Message, encode_batch_chunks
 from client.producer import Producer
 from store.message import (
     PropertiesSizeExceededError,
@@ -32,7 +32,7 @@ def _producer(max_message_size: int = 4 * 1024 * 1024, now: float = T0) -> Produ
         namesrv_addr="ns:1", client_ip="127.0.0.1", max_message_size=max_message_size
     )
     p = Producer("pg", cfg)
-    p._uniq = BatchUniqKeyGenerator("127.0.0.1", pid=77, seed=5, clock=_clock([now]))
+    p._uniq = UniqKeyGenerator("127.0.0.1", pid=77, seed=5, clock=_clock([now]))
     p._uniq._counter = 0xFFF0  # the counter starts at random: the same start for both paths
     return p
 
@@ -165,8 +165,8 @@ def _keys_one_by_one(gen: UniqKeyGenerator, n: int) -> list[str]:
 @pytest.mark.parametrize("n", [1, 32, 100])
 def test_next_many_equals_next_called_n_times(first: int, n: int) -> None:
     now = [T0]
-    one = BatchUniqKeyGenerator("127.0.0.1", pid=9, seed=3, clock=_clock(now))
-    many = BatchUniqKeyGenerator("127.0.0.1", pid=9, seed=3, clock=_clock(now))
+    one = UniqKeyGenerator("127.0.0.1", pid=9, seed=3, clock=_clock(now))
+    many = UniqKeyGenerator("127.0.0.1", pid=9, seed=3, clock=_clock(now))
     many._counter = one._counter = 0xFFF0  # the 16-bit counter wraps inside the batch
     # `first` keys in this millisecond already (crossing the 65,536 per ms bound for some).
     assert _keys_one_by_one(one, first) == many.next_many(first)
@@ -177,7 +177,7 @@ def test_next_many_equals_next_called_n_times(first: int, n: int) -> None:
 
 
 def test_next_many_keys_are_unique_and_decode() -> None:
-    gen = BatchUniqKeyGenerator("127.0.0.1", pid=9, seed=3, clock=_clock([T0]))
+    gen = UniqKeyGenerator("127.0.0.1", pid=9, seed=3, clock=_clock([T0]))
     keys = gen.next_many(70_000) + gen.next_many(5)
     assert len(set(keys)) == len(keys)
     ip, pid, _t, _c = decode_uniq_key(keys[-1])
@@ -186,8 +186,8 @@ def test_next_many_keys_are_unique_and_decode() -> None:
 
 def test_next_many_across_a_month_boundary() -> None:
     now = [T0]
-    one = BatchUniqKeyGenerator("127.0.0.1", pid=9, seed=3, clock=_clock(now))
-    many = BatchUniqKeyGenerator("127.0.0.1", pid=9, seed=3, clock=_clock(now))
+    one = UniqKeyGenerator("127.0.0.1", pid=9, seed=3, clock=_clock(now))
+    many = UniqKeyGenerator("127.0.0.1", pid=9, seed=3, clock=_clock(now))
     many._counter = one._counter = 7
     assert _keys_one_by_one(one, 4) == many.next_many(4)
     now[0] += 40 * 86400  # next month: the time field restarts from the month's start
