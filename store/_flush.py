@@ -3,9 +3,10 @@
 fsync runs in worker threads (``trio.to_thread.run_sync``) and never on the event loop. A file's
 descriptor stays open while it is being fsync'ed because deletion takes the same lock.
 
-Group commit (SYNC_FLUSH): a put appends, then waits in `wait_flushed(end)`; one flusher task
-takes everything appended so far, runs one fsync round in a thread, and wakes every waiter whose
-end is now durable. Puts that arrive during the fsync share the next round. The group commit's
+Group commit (SYNC_FLUSH): a put appends, then waits in `wait_flushed(end)` (or registers a
+callback with `on_flushed(end, callback)`, no task needed); one flusher task takes everything
+appended so far, runs one fsync round in a thread, and wakes every waiter (calls every callback)
+whose end is now durable. Puts that arrive during the fsync share the next round. The group commit's
 fsync rounds go to one long-lived thread (`_FsyncThread`): a hand-off costs about half the CPU
 of a `trio.to_thread.run_sync` call, and a sequential SYNC_FLUSH producer pays one per message.
 """
@@ -35,6 +36,14 @@ PAGE_SIZE = 4096
 def _fsync_files(files: list[MappedFile]) -> None:
     for mf in files:
         mf.fsync()
+
+
+def _call(callback: Callable[[], object]) -> None:
+    """Run a waiter's callback; a failing one must not stop the flusher or the timer."""
+    try:
+        callback()
+    except Exception:
+        log.exception("flush_callback_failed")
 
 
 class _FsyncThread:
@@ -118,9 +127,12 @@ class FlushService:
         self._on_cq = on_consume_queues_flushed
         self.commitlog_lock = trio.Lock()
         self.cq_lock = trio.Lock()
-        # (end offset, event, deadline) in arrival order: both the ends and the deadlines (one
-        # timeout for all) only grow, so releases and expiries both pop from the left.
-        self._waiters: collections.deque[tuple[int, trio.Event, float]] = collections.deque()
+        # (end offset, callback, deadline) in arrival order: both the ends and the deadlines
+        # (one timeout for all) only grow, so releases and expiries both pop from the left. The
+        # callback is a waiting task's `Event.set` or an `on_flushed` caller's function.
+        self._waiters: collections.deque[tuple[int, Callable[[], object], float]] = (
+            collections.deque()
+        )
         self._wake = trio.Event()
         self.flush_rounds = 0
         self._fsync_thread = _FsyncThread()
@@ -159,7 +171,7 @@ class FlushService:
         flushed = self._cl.mfq.flushed_where
         waiters = self._waiters
         while waiters and waiters[0][0] <= flushed:
-            waiters.popleft()[1].set()
+            _call(waiters.popleft()[1])
 
     def is_flushed(self, end_offset: int) -> bool:
         """True if the commitlog is durable up to `end_offset` already."""
@@ -175,12 +187,22 @@ class FlushService:
         if self._cl.mfq.flushed_where >= end_offset:
             return True
         ev = trio.Event()
-        self._waiters.append(
-            (end_offset, ev, trio.current_time() + self._cfg.sync_flush_timeout_ms / 1000)
-        )
-        self._wake.set()
+        self.on_flushed(end_offset, ev.set)
         await ev.wait()
         return self._cl.mfq.flushed_where >= end_offset
+
+    def on_flushed(self, end_offset: int, callback: Callable[[], object]) -> None:
+        """Call `callback()` (on the event loop, from the flusher or the timer) once the
+        commitlog is durable up to `end_offset`, or once `sync_flush_timeout_ms` passed, or
+        when the service stops; the callee tells which with `is_flushed(end_offset)`.
+
+        `wait_flushed` without a task: under SYNC_FLUSH an answer can be sent from the
+        callback. The callback must not block; an exception it raises is logged.
+        """
+        self._waiters.append(
+            (end_offset, callback, trio.current_time() + self._cfg.sync_flush_timeout_ms / 1000)
+        )
+        self._wake.set()
 
     async def _timeout_loop(self) -> None:
         """Wake the waiters whose deadline passed (they see the data not yet durable).
@@ -194,13 +216,13 @@ class FlushService:
         while True:
             now = trio.current_time()
             while waiters and waiters[0][2] <= now:
-                waiters.popleft()[1].set()
+                _call(waiters.popleft()[1])
             await trio.sleep_until(min(waiters[0][2], now + period) if waiters else now + period)
 
     def _wake_all_waiters(self) -> None:
         waiters = self._waiters
         while waiters:
-            waiters.popleft()[1].set()
+            _call(waiters.popleft()[1])
 
     async def _group_commit_loop(self) -> None:
         while True:

@@ -510,6 +510,27 @@ class MessageStore:
         longer than `sync_flush_timeout_ms`."""
         if await self.flush_service.wait_flushed(flush_end):
             return result
+        return self._flush_timeout(result)
+
+    def when_put_durable(
+        self,
+        result: PutMessageResult,
+        flush_end: int,
+        callback: Callable[[PutMessageResult], object],
+    ) -> None:
+        """`wait_put_durable` without a task: `callback(final)` is called later on the event
+        loop (never from within this call) with the final result, PUT_OK once the group commit
+        made the commitlog durable up to `flush_end`, FLUSH_DISK_TIMEOUT (records kept) after
+        `sync_flush_timeout_ms` or when the store closes first. The callback must not block;
+        an exception it raises is logged and dropped."""
+        flush = self.flush_service
+
+        def done() -> None:
+            callback(result if flush.is_flushed(flush_end) else self._flush_timeout(result))
+
+        flush.on_flushed(flush_end, done)
+
+    def _flush_timeout(self, result: PutMessageResult) -> PutMessageResult:
         return PutMessageResult(
             PutMessageStatus.FLUSH_DISK_TIMEOUT,
             result.append,

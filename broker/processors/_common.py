@@ -21,8 +21,9 @@ class _SendFamily(Protocol):
 
 SP = TypeVar("SP", bound=_SendFamily)
 MethodHandler = Callable[[S, Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
-# The answer now, or an awaitable for it (see `remoting.InlineHandler`).
-InlineResult = RemotingCommand | Awaitable[RemotingCommand | None] | None
+# The answer now, an awaitable for it, or `Connection.DEFERRED` (answered later with
+# `conn.respond_nowait`; see `remoting.InlineHandler`).
+InlineResult = RemotingCommand | Awaitable[RemotingCommand | None] | Connection.Deferred | None
 InlineMethod = Callable[[S, Connection, RemotingCommand], InlineResult]
 
 
@@ -122,7 +123,7 @@ def _guard_inline(
             result = fn(self, conn, cmd)
         except Exception as exc:
             return _error_response(self, conn, cmd, exc, header_error_code, extra_fields)
-        if result is None or isinstance(result, RemotingCommand):
+        if result is None or isinstance(result, (RemotingCommand, Connection.Deferred)):
             return result
         return _guard_awaitable(self, conn, cmd, result, header_error_code, extra_fields)
 

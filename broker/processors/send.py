@@ -264,8 +264,8 @@ class SendProcessor:
     # -- handlers -------------------------------------------------------------------------
     # Both are inline handlers (registered with `inline=True`): everything up to and
     # including the store append runs synchronously in the connection's reader, and the
-    # answer is ready at once, except under SYNC_FLUSH, where they return a coroutine that
-    # waits for the group commit (awaited in a task of its own).
+    # answer is ready at once, except under SYNC_FLUSH, where they return
+    # `Connection.DEFERRED` and the group commit's callback sends the answer.
     @guarded_send_inline
     def send_message(self, conn: Connection, cmd: RemotingCommand) -> InlineResult:
         """SEND_MESSAGE (10) and SEND_MESSAGE_V2 (310); 320 goes to `send_batch`."""
@@ -323,7 +323,7 @@ class SendProcessor:
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"the message properties exceed {ctrl.config.max_properties_size} bytes",
             )
-        return self._put(cmd, (msg,), msg.queue_id)
+        return self._put(conn, cmd, (msg,), msg.queue_id)
 
     @guarded_send_inline
     def send_batch(self, conn: Connection, cmd: RemotingCommand) -> InlineResult:
@@ -385,23 +385,30 @@ class SendProcessor:
                     f"batch message {i}: properties exceed {ctrl.config.max_properties_size} bytes",
                 )
             msgs.append(msg)
-        return self._put(cmd, msgs, queue_id)
+        return self._put(conn, cmd, msgs, queue_id)
 
     def _put(
-        self, cmd: RemotingCommand, msgs: Sequence[MessageInner], queue_id: int
+        self, conn: Connection, cmd: RemotingCommand, msgs: Sequence[MessageInner], queue_id: int
     ) -> InlineResult:
-        """Store `msgs`: the response now, or (SYNC_FLUSH) a coroutine waiting for it."""
+        """Store `msgs`: the response now, or (SYNC_FLUSH) `Connection.DEFERRED`, the answer
+        sent by the group commit's callback (no task per send)."""
         store = self.ctrl.store
         result, flush_end = store.put_messages_nowait(msgs)
         if flush_end < 0:
             return self._put_response(cmd, result, queue_id)
-        return self._put_durable(cmd, result, flush_end, queue_id)
 
-    async def _put_durable(
-        self, cmd: RemotingCommand, result: PutMessageResult, flush_end: int, queue_id: int
-    ) -> RemotingCommand:
-        result = await self.ctrl.store.wait_put_durable(result, flush_end)
-        return self._put_response(cmd, result, queue_id)
+        def durable(final: PutMessageResult) -> None:
+            try:
+                resp = self._put_response(cmd, final, queue_id)
+            except Exception as exc:  # the request must still get its answer
+                log.exception("send_response_failed", peer=conn.remote_address)
+                resp = self._response(
+                    cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
+                )
+            conn.respond_nowait(cmd, resp)
+
+        store.when_put_durable(result, flush_end, durable)
+        return Connection.DEFERRED
 
     def _put_response(
         self, cmd: RemotingCommand, result: PutMessageResult, queue_id: int

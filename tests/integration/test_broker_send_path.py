@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+import trio
+
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
@@ -62,3 +64,43 @@ async def test_created_topic_has_its_queue_files_before_the_first_send(tmp_path:
             assert sent.ext_fields is not None
             assert sent.ext_fields["queueOffset"] == "0"
             assert ctrl.store.get_max_offset_in_queue("Fresh", 1) == 1
+
+
+async def test_sync_flush_send_is_answered_only_once_durable(tmp_path: Path) -> None:
+    async with BrokerController(config(tmp_path, "SYNC_FLUSH")) as ctrl:
+        addr = f"127.0.0.1:{ctrl.port}"
+        flush = ctrl.store.flush_service
+        mfq = ctrl.store.commitlog.mfq
+        async with RemotingClient() as client:
+            answers: list[tuple[int, int]] = []
+
+            async def send(i: int) -> None:
+                resp = await client.invoke(addr, send_request("Durable", b"m%d" % i))
+                answers.append((resp.code, mfq.flushed_where))
+
+            # While the lock is held no group commit can run.
+            async with trio.open_nursery() as nursery, flush.commitlog_lock:
+                for i in range(8):
+                    nursery.start_soon(send, i)
+                await wait_until(
+                    lambda: ctrl.store.get_max_offset_in_queue("Durable", 0) == 8,
+                    what="the 8 messages appended",
+                )
+                await trio.sleep(0.05)
+                assert answers == []  # written, not durable: no answer yet
+            assert [code for code, _ in answers] == [ResponseCode.SUCCESS] * 8
+            # Each answer left after the fsync that covered all 8 records.
+            assert all(flushed == mfq.max_offset for _, flushed in answers)
+
+
+async def test_sync_flush_timeout_is_still_reported(tmp_path: Path) -> None:
+    cfg = config(tmp_path, "SYNC_FLUSH", sync_flush_timeout_ms=100)
+    async with BrokerController(cfg) as ctrl:
+        addr = f"127.0.0.1:{ctrl.port}"
+        async with RemotingClient() as client, ctrl.store.flush_service.commitlog_lock:
+            resp = await client.invoke(addr, send_request("Slow", b"late"))
+        assert resp.code == ResponseCode.FLUSH_DISK_TIMEOUT
+        assert resp.ext_fields is not None
+        assert resp.ext_fields["queueOffset"] == "0"  # stored all the same
+        assert resp.ext_fields["msgId"]
+        assert "MSG_REGION" in resp.ext_fields
