@@ -14,7 +14,7 @@ topic; DELAY > 0 -> SCHEDULE_TOPIC_XXXX (`broker.schedule`). Batches are never r
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
 import structlog
@@ -35,8 +35,10 @@ from remoting.protocol.headers import SendMessageRequestHeader
 from remoting.protocol.route import TopicConfig
 from store.message import (
     MULTI_TAGS_FLAG,
+    NAME_VALUE_SEPARATOR,
     PROPERTY_CLUSTER,
     PROPERTY_DELAY,
+    PROPERTY_SEPARATOR,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_WAIT,
     TRANSACTION_ROLLBACK_TYPE,
@@ -93,6 +95,40 @@ _STORED_CODES = frozenset(
         ResponseCode.SLAVE_NOT_AVAILABLE,
     }
 )
+
+
+def reuse_properties(raw: str, props: Mapping[str, str], suffix: str) -> str | None:
+    """The stored properties string built from the producer's own text: `raw` without its
+    WAIT entry, then `suffix` (the encoded entries the broker adds, which `props` must not
+    hold), or None when that could differ from `encode_properties` of the merged dict.
+
+    `props` is `decode_properties(raw)`. When it holds one entry per separator-split segment
+    of `raw`, every segment was a valid, distinct ``name\x01value``, so re-encoding the dict
+    would give `raw` back: the encoding is skipped (~1 us of a ~33 us send).
+    """
+    if not raw:
+        return suffix
+    if len(props) != raw.count(PROPERTY_SEPARATOR) + 1:
+        return None  # a malformed or duplicate entry: the dict decides
+    wait = props.get(PROPERTY_WAIT)
+    if wait is not None:
+        # Values hold no separator, so a match bounded by separators is the WAIT entry.
+        wrapped = f"{PROPERTY_SEPARATOR}{raw}{PROPERTY_SEPARATOR}"
+        entry = (
+            f"{PROPERTY_SEPARATOR}{PROPERTY_WAIT}{NAME_VALUE_SEPARATOR}{wait}{PROPERTY_SEPARATOR}"
+        )
+        at = wrapped.find(entry)
+        if at < 0:
+            return None
+        raw = (wrapped[:at] + wrapped[at + len(entry) - 1 :])[1:-1]
+        if not raw:
+            return suffix
+    return f"{raw}{PROPERTY_SEPARATOR}{suffix}"
+
+
+def _text_size(text: str) -> int:
+    """UTF-8 size of `text` (ASCII, the usual case, without encoding it)."""
+    return len(text) if text.isascii() else len(text.encode())
 
 
 def _born_host(conn: Connection) -> tuple[str, int]:
@@ -295,7 +331,17 @@ class SendProcessor:
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"the message properties exceed {ctrl.config.max_properties_size} bytes",
             )
-        props = self._properties(hdr.properties)
+        raw = hdr.properties
+        props = decode_properties(raw) if raw else {}
+        cluster = ctrl.config.broker_cluster_name
+        stored = (
+            None
+            if PROPERTY_CLUSTER in props
+            else reuse_properties(
+                raw or "", props, f"{PROPERTY_CLUSTER}{NAME_VALUE_SEPARATOR}{cluster}"
+            )
+        )
+        props[PROPERTY_CLUSTER] = cluster
         sys_flag = hdr.sys_flag
         if topic_cfg.topic_filter_type == "MULTI_TAG":
             sys_flag |= MULTI_TAGS_FLAG
@@ -314,10 +360,16 @@ class SendProcessor:
         err = self._retry_or_dlq(cmd, hdr, msg)
         if err is not None:
             return err
-        reason = self.route_special(msg)
-        if reason is not None:
-            return self._response(cmd, ResponseCode.MESSAGE_ILLEGAL, reason)
-        if self._finish(msg) > ctrl.config.max_properties_size:
+        if stored is not None and _SPECIAL_PROPERTIES.isdisjoint(props):
+            # A plain message (never rerouted): the producer's text plus CLUSTER.
+            msg.properties_string = stored
+            size = _text_size(stored)
+        else:
+            reason = self.route_special(msg)
+            if reason is not None:
+                return self._response(cmd, ResponseCode.MESSAGE_ILLEGAL, reason)
+            size = self._finish(msg)
+        if size > ctrl.config.max_properties_size:
             return self._response(
                 cmd,
                 ResponseCode.MESSAGE_ILLEGAL,
@@ -354,6 +406,9 @@ class SendProcessor:
         if not items:
             return self._response(cmd, ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
         batch_props = self._properties(hdr.properties)
+        # What the broker adds to each message's own properties, encoded once.
+        batch_keys = batch_props.keys()
+        suffix = encode_properties({k: v for k, v in batch_props.items() if k != PROPERTY_WAIT})
         queue_id = self._pick_queue(hdr, topic_cfg)
         sys_flag = hdr.sys_flag
         if topic_cfg.topic_filter_type == "MULTI_TAG":
@@ -365,7 +420,9 @@ class SendProcessor:
                 return self._response(
                     cmd, ResponseCode.MESSAGE_ILLEGAL, f"batch message {i} has an empty body"
                 )
-            props = decode_properties(item.properties) if item.properties else {}
+            raw = item.properties
+            props = decode_properties(raw) if raw else {}
+            stored = reuse_properties(raw, props, suffix) if batch_keys.isdisjoint(props) else None
             props.update(batch_props)
             msg = MessageInner(
                 hdr.topic,
@@ -378,7 +435,12 @@ class SendProcessor:
                 born_host=born_host,
                 store_host=ctrl.store_host,
             )
-            if self._finish(msg) > ctrl.config.max_properties_size:
+            if stored is not None:
+                msg.properties_string = stored
+                size = _text_size(stored)
+            else:
+                size = self._finish(msg)
+            if size > ctrl.config.max_properties_size:
                 return self._response(
                     cmd,
                     ResponseCode.MESSAGE_ILLEGAL,

@@ -12,6 +12,13 @@ import trio
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from store.message import (
+    BatchItem,
+    decode_properties,
+    decode_records,
+    encode_batch_body,
+    encode_properties,
+)
 from store.paths import consume_queue_dir
 from tests.helpers import free_port, wait_until
 from tests.integration.test_broker_process import send_request
@@ -104,3 +111,49 @@ async def test_sync_flush_timeout_is_still_reported(tmp_path: Path) -> None:
         assert resp.ext_fields["queueOffset"] == "0"  # stored all the same
         assert resp.ext_fields["msgId"]
         assert "MSG_REGION" in resp.ext_fields
+
+
+PROPERTY_TEXTS = [
+    "UNIQ_KEY\x01AB12\x02WAIT\x01true\x02TAGS\x01TagA",
+    "WAIT\x01true",
+    "KEYS\x01a\x01WAIT\x01true\x02TAGS\x01t",
+    "A\x011\x02A\x012\x02WAIT\x01true",
+    "A\x011\x02",
+    "CLUSTER\x01mine\x02B\x012",
+]
+
+
+def stored_reference(raw: str, added: dict[str, str]) -> bytes:
+    props = decode_properties(raw)
+    props.update(added)
+    return encode_properties({k: v for k, v in props.items() if k != "WAIT"}).encode()
+
+
+async def test_stored_properties_match_the_dict_encoding(tmp_path: Path) -> None:
+    async with BrokerController(config(tmp_path, "ASYNC_FLUSH")) as ctrl:
+        addr = f"127.0.0.1:{ctrl.port}"
+        cluster = {"CLUSTER": ctrl.config.broker_cluster_name}
+        async with RemotingClient() as client:
+            for raw in PROPERTY_TEXTS:
+                req = send_request("PropT", b"x", code=RequestCode.SEND_MESSAGE)
+                assert req.ext_fields is not None
+                req.ext_fields["properties"] = raw
+                resp = await client.invoke(addr, req)
+                assert resp.code == ResponseCode.SUCCESS, resp.remark
+            items = [BatchItem(0, b"b%d" % i, raw) for i, raw in enumerate(PROPERTY_TEXTS)]
+            batch = send_request(
+                "PropB",
+                encode_batch_body(items),
+                code=RequestCode.SEND_BATCH_MESSAGE,
+                props={"WAIT": "true", "H": "1"},
+            )
+            resp = await client.invoke(addr, batch)
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+        store = ctrl.store
+        single = store.get_message_nowait("g", "PropT", 0, 0, 32, 1 << 20)
+        got = [m._properties_raw for m in decode_records(b"".join(single.buffers))]
+        assert got == [stored_reference(raw, cluster) for raw in PROPERTY_TEXTS]
+        batched = store.get_message_nowait("g", "PropB", 0, 0, 32, 1 << 20)
+        got = [m._properties_raw for m in decode_records(b"".join(batched.buffers))]
+        added = {"WAIT": "true", "H": "1", **cluster}
+        assert got == [stored_reference(raw, added) for raw in PROPERTY_TEXTS]
