@@ -475,8 +475,25 @@ class SendProcessor:
     def _put_response(
         self, cmd: RemotingCommand, result: PutMessageResult, queue_id: int
     ) -> RemotingCommand:
+        append = result.append
+        if result.status is PutMessageStatus.PUT_OK and append is not None:
+            # The common case in one dict literal (no status table lookup: an Enum member's
+            # hash is a Python-level call).
+            cfg = self.ctrl.config
+            self.ctrl.stats.put_count += append.msg_num
+            return cmd.make_response(
+                ResponseCode.SUCCESS,
+                None,
+                ext_fields={
+                    "MSG_REGION": cfg.region_id,
+                    "TRACE_ON": "true" if cfg.trace_on else "false",
+                    "msgId": ",".join(append.msg_ids),
+                    "queueId": str(queue_id),
+                    "queueOffset": str(append.queue_offset),
+                },
+            )
         code, remark = _STATUS_CODES.get(result.status, (ResponseCode.SYSTEM_ERROR, None))
-        if code not in _STORED_CODES or result.append is None:
+        if code not in _STORED_CODES or append is None:
             text = remark or result.status.name
             if result.remark:
                 text = f"{text}: {result.remark}"
@@ -485,7 +502,6 @@ class SendProcessor:
             cmd, code, None if code == ResponseCode.SUCCESS else result.status.name
         )
         assert resp.ext_fields is not None
-        append = result.append
         resp.ext_fields["msgId"] = ",".join(append.msg_ids)
         resp.ext_fields["queueId"] = str(queue_id)
         resp.ext_fields["queueOffset"] = str(append.queue_offset)
