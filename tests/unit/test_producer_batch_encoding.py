@@ -1,5 +1,6 @@
 """`Producer.send_batch`'s one-pass batch encoder gives the bytes, ids and errors of the
-reference path (`split_batch` + `encode_batch_body`), and `UniqKeyGenerator.next_many` the keys of `next()`."""
+reference path (`split_batch` + `encode_batch_body`), and `UniqKeyGenerator.next_many` the keys
+of `next()`."""
 
 from __future__ import annotations
 
