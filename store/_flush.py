@@ -268,7 +268,7 @@ class FlushService:
             await trio.to_thread.run_sync(_fsync_files, files)
             for cq, target, _ in work:
                 cq.mfq.flushed_to(target)
-            # The checkpoint write is an msync: worker thread too.
+            # The index write-back (fdatasync) and the checkpoint write block: worker thread too.
             await trio.to_thread.run_sync(self._on_cq, ts)
 
     async def _cq_flush_loop(self) -> None:
