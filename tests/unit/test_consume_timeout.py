@@ -1,0 +1,101 @@
+"""`consume_timeout_ms`: a listener call that runs longer is cancelled and its batch retried
+(concurrent: RECONSUME_LATER, which sends it back; orderly: SUSPEND_CURRENT_QUEUE_A_MOMENT).
+Run on trio's MockClock, so the 15-minute default costs no wall time."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import trio
+import trio.testing
+
+from client.config import ClientConfig
+from client.consumer.push import (
+    ConsumeConcurrentlyContext,
+    ConsumeOrderlyContext,
+    ConsumeOrderlyStatus,
+    ConsumeStatus,
+    PushConsumer,
+)
+from client.message import MessageExt, MessageQueue
+
+MQ = MessageQueue("T", "broker-a", 0)
+TIMEOUT_MIN = 15  # ClientConfig's default consume_timeout_ms, in minutes
+
+
+def _run(main: Callable[[], Awaitable[None]]) -> None:
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def _concurrent(minutes: float, finished: list[bool]) -> PushConsumer:
+    async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        await trio.sleep(minutes * 60)
+        finished.append(True)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = PushConsumer("cg_timeout", ClientConfig(), listener=listener)
+    c._wants_context = False
+    return c
+
+
+def test_a_listener_over_the_timeout_is_cancelled_and_retried() -> None:
+    finished: list[bool] = []
+    c = _concurrent(TIMEOUT_MIN + 1, finished)
+
+    async def main() -> None:
+        start = trio.current_time()
+        status = await c._call_listener(MQ, [], ConsumeConcurrentlyContext(MQ))
+        assert status is ConsumeStatus.RECONSUME_LATER
+        assert trio.current_time() - start == TIMEOUT_MIN * 60  # cut at the timeout, not later
+
+    _run(main)
+    assert finished == []  # the listener never ran to its end
+
+
+def test_a_listener_within_the_timeout_keeps_its_status() -> None:
+    finished: list[bool] = []
+    c = _concurrent(TIMEOUT_MIN - 1, finished)
+
+    async def main() -> None:
+        status = await c._call_listener(MQ, [], ConsumeConcurrentlyContext(MQ))
+        assert status is ConsumeStatus.CONSUME_SUCCESS
+
+    _run(main)
+    assert finished == [True]
+
+
+def test_the_timeout_follows_the_config() -> None:
+    finished: list[bool] = []
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        await trio.sleep(2)
+        finished.append(True)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = PushConsumer("cg_timeout", ClientConfig(consume_timeout_ms=1500), listener=listener)
+    c._wants_context = False
+
+    async def main() -> None:
+        status = await c._call_listener(MQ, [], ConsumeConcurrentlyContext(MQ))
+        assert status is ConsumeStatus.RECONSUME_LATER
+
+    _run(main)
+    assert finished == []
+
+
+def test_an_orderly_listener_over_the_timeout_suspends_the_queue() -> None:
+    finished: list[bool] = []
+
+    async def orderly(msgs: list[MessageExt], ctx: ConsumeOrderlyContext) -> ConsumeOrderlyStatus:
+        await trio.sleep((TIMEOUT_MIN + 1) * 60)
+        finished.append(True)
+        return ConsumeOrderlyStatus.SUCCESS
+
+    c = PushConsumer("cg_timeout", ClientConfig(), orderly_listener=orderly)
+
+    async def main() -> None:
+        status = await c._call_orderly(MQ, [], ConsumeOrderlyContext(MQ))
+        assert status is ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+
+    _run(main)
+    assert finished == []
