@@ -1390,19 +1390,22 @@ def decode_batch_body(body: Buffer) -> list[BatchItem]:
     unpack_head = _BATCH_HEAD.unpack_from
     unpack_i16 = _I16.unpack_from
     new_item = _new_batch_item
-    end = len(body)
+    # One bytes object (the request body already is one): its slices are the item bodies
+    # and `.decode()` reads the properties, with no per-item bytes()/str() calls.
+    data = body if type(body) is bytes else bytes(body)
+    end = len(data)
     pos = 0
     while pos < end:
         if end - pos < 22:
             raise MessageDecodeError(f"truncated batch item at {pos}")
-        total, _magic, _crc, flag, body_len = unpack_head(body, pos)
+        total, _magic, _crc, flag, body_len = unpack_head(data, pos)
         if body_len < 0:
             raise MessageDecodeError(f"batch item at {pos}: lengths do not add up")
         b_start = pos + 20
         b_end = b_start + body_len
         if b_end + 2 > end:
             raise MessageDecodeError(f"truncated batch item at {pos}")
-        (props_len,) = unpack_i16(body, b_end)
+        (props_len,) = unpack_i16(data, b_end)
         if props_len < 0:
             raise MessageDecodeError(f"batch item at {pos}: negative properties length")
         if total != 22 + body_len + props_len:
@@ -1411,11 +1414,10 @@ def decode_batch_body(body: Buffer) -> list[BatchItem]:
         if item_end > end:
             raise MessageDecodeError(f"truncated batch item at {pos}")
         try:
-            props = str(body[b_end + 2 : item_end], "utf-8")
+            props = data[b_end + 2 : item_end].decode()
         except UnicodeDecodeError:
             raise MessageDecodeError(f"batch item at {pos}: properties are not UTF-8") from None
-        # bytes() of a bytes slice is the slice itself: a copy only for other buffers.
-        add(new_item(BatchItem, (flag, bytes(body[b_start:b_end]), props)))
+        add(new_item(BatchItem, (flag, data[b_start:b_end], props)))
         pos = item_end
     return items
 

@@ -406,47 +406,69 @@ class SendProcessor:
         if not items:
             return self._response(cmd, ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
         batch_props = self._properties(hdr.properties)
-        # What the broker adds to each message's own properties, encoded once.
-        batch_keys = batch_props.keys()
+        # What the broker adds to each message's own properties, encoded once. The batch's
+        # WAIT is never stored, so only the other batch keys (CLUSTER, the header's own) keep
+        # a message's text from being reused: a message's own WAIT (Java producers send
+        # WAIT=true in each) is cut out of its text by `reuse_properties`.
+        override = batch_props.keys() - {PROPERTY_WAIT}
         suffix = encode_properties({k: v for k, v in batch_props.items() if k != PROPERTY_WAIT})
+        sep_suffix = PROPERTY_SEPARATOR + suffix
         queue_id = self._pick_queue(hdr, topic_cfg)
         sys_flag = hdr.sys_flag
         if topic_cfg.topic_filter_type == "MULTI_TAG":
             sys_flag |= MULTI_TAGS_FLAG
         born_host = _born_host(conn)
-        msgs = []
-        for i, item in enumerate(items):
-            if not item.body:
+        # Hoisted out of the per-message loop (~1 us of ~3 per message is this loop).
+        topic = hdr.topic
+        born_timestamp = hdr.born_timestamp
+        store_host = ctrl.store_host
+        max_props = ctrl.config.max_properties_size
+        new_msg = MessageInner
+        separator = PROPERTY_SEPARATOR
+        wait_key = PROPERTY_WAIT
+        msgs: list[MessageInner] = []
+        add = msgs.append
+        for i, (flag, item_body, raw) in enumerate(items):
+            if not item_body:
                 return self._response(
                     cmd, ResponseCode.MESSAGE_ILLEGAL, f"batch message {i} has an empty body"
                 )
-            raw = item.properties
-            props = decode_properties(raw) if raw else {}
-            stored = reuse_properties(raw, props, suffix) if batch_keys.isdisjoint(props) else None
+            if raw:
+                props = decode_properties(raw)
+                if not override.isdisjoint(props):
+                    stored = None
+                elif wait_key not in props and len(props) == raw.count(separator) + 1:
+                    # `reuse_properties`' common case inline: distinct valid entries, no WAIT.
+                    stored = raw + sep_suffix
+                else:
+                    stored = reuse_properties(raw, props, suffix)
+            else:
+                props = {}
+                stored = suffix
             props.update(batch_props)
-            msg = MessageInner(
-                hdr.topic,
-                item.body,
+            msg = new_msg(
+                topic,
+                item_body,
                 queue_id=queue_id,
-                flag=item.flag,
+                flag=flag,
                 properties=props,
+                properties_string=stored,
                 sys_flag=sys_flag,
-                born_timestamp=hdr.born_timestamp,
+                born_timestamp=born_timestamp,
                 born_host=born_host,
-                store_host=ctrl.store_host,
+                store_host=store_host,
             )
             if stored is not None:
-                msg.properties_string = stored
-                size = _text_size(stored)
+                size = len(stored) if stored.isascii() else len(stored.encode())
             else:
                 size = self._finish(msg)
-            if size > ctrl.config.max_properties_size:
+            if size > max_props:
                 return self._response(
                     cmd,
                     ResponseCode.MESSAGE_ILLEGAL,
-                    f"batch message {i}: properties exceed {ctrl.config.max_properties_size} bytes",
+                    f"batch message {i}: properties exceed {max_props} bytes",
                 )
-            msgs.append(msg)
+            add(msg)
         return self._put(conn, cmd, msgs, queue_id)
 
     def _put(
