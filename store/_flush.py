@@ -32,6 +32,12 @@ log = structlog.get_logger()
 
 PAGE_SIZE = 4096
 
+PREFAULT_INTERVAL_S = 0.02
+"""How often the commitlog pages ahead of the write position are faulted in (worker thread)."""
+
+PREFAULT_AHEAD = 2 << 20
+"""How far ahead: well over what is appended in one interval plus a journal stall (~20 ms)."""
+
 
 def _fsync_files(files: list[MappedFile]) -> None:
     for mf in files:
@@ -252,6 +258,19 @@ class FlushService:
             except OSError:
                 log.exception("commitlog_flush_failed")
 
+    async def _prefault_loop(self) -> None:
+        """Keep the commitlog pages ahead of the write position faulted in for writing.
+
+        The first write to a page (and the first after an fsync cleaned it) takes a page fault
+        that waits on the ext4 journal while any fsync commits it; this moves that wait to a
+        worker thread (`MappedFile.prefault`), off the event loop's appends.
+        """
+        mfq = self._cl.mfq
+        while True:
+            await trio.sleep(PREFAULT_INTERVAL_S)
+            if not await trio.to_thread.run_sync(mfq.prefault_ahead, PREFAULT_AHEAD):
+                return  # the kernel cannot (no MADV_POPULATE_WRITE): stop trying
+
     # ------------------------------------------------------------------ consume queues
     async def flush_consume_queues(self) -> None:
         """fsync every dirty consume queue, then report (checkpoint)."""
@@ -286,6 +305,7 @@ class FlushService:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._async_flush_loop)
                 nursery.start_soon(self._cq_flush_loop)
+                nursery.start_soon(self._prefault_loop)
                 if self.sync:
                     self._fsync_thread.start()
                     nursery.start_soon(self._group_commit_loop)

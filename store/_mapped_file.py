@@ -12,6 +12,7 @@ owners (flush and cleanup services); everything else is quick and runs on the ev
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import mmap
 import os
@@ -28,6 +29,19 @@ log = structlog.get_logger()
 
 PWRITE_MIN = 4096
 """`MappedFile.append` writes at least this many bytes with ``os.pwrite`` instead of the map."""
+
+# Fault pages in for writing without changing their contents (Linux 5.14+; not in every
+# Python's mmap module).
+_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
+_PAGE = mmap.PAGESIZE
+
+# madvise through ctypes, not `mmap.madvise`: CPython's keeps the GIL across the system call, so
+# a populate waiting on the journal would stall the event loop as much as the fault it avoids.
+# ctypes releases the GIL around foreign calls.
+_libc = ctypes.CDLL(None, use_errno=True)
+_madvise = _libc.madvise
+_madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_madvise.restype = ctypes.c_int
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -171,6 +185,36 @@ class MappedFile:
     def fsync(self) -> None:
         """Make everything written so far durable. Blocks: call from a worker thread."""
         os.fdatasync(self._fd)
+
+    def prefault(self, start: int, end: int) -> bool:
+        """Fault the pages over relative [`start`, `end`) in for writing; contents unchanged.
+
+        Blocks (it may wait on the filesystem journal): call from a worker thread. A write
+        fault on a clean page of a MAP_SHARED file runs the filesystem's page_mkwrite, which on
+        ext4 allocates the block and updates the file time inside a journal handle, so it waits
+        whenever any fsync on the filesystem is committing the journal: 15-25 ms on the event
+        loop for the append that first touches the page. Done here ahead of the write position,
+        those appends are plain memory writes. Safe while the event loop appends to the same
+        pages (MADV_POPULATE_WRITE never changes the bytes). The pages become dirty, so the
+        next fsync also writes the zero pages not yet appended to (same file contents).
+
+        Returns False when the kernel does not support it (EINVAL: before 5.14); other
+        failures (file closed or unmapped meanwhile) are ignored. Appends then fault as before.
+        """
+        start -= start % _PAGE
+        end = min(end, self.file_size)
+        if end <= start:
+            return True
+        try:
+            # The address only (the buffer export ends at once, so `close` never fails). The
+            # owners close the active file only after the flush service stopped; a file closed
+            # meanwhile (truncated away) makes madvise fail with ENOMEM, which is ignored.
+            base = ctypes.addressof(ctypes.c_char.from_buffer(self._mm))
+        except (ValueError, TypeError):  # closed
+            return True
+        if _madvise(base + start, end - start, _MADV_POPULATE_WRITE) != 0:
+            return ctypes.get_errno() != errno.EINVAL
+        return True
 
     def mtime(self) -> float:
         """Last modification time of the file (seconds since the epoch)."""

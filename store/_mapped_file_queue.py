@@ -150,6 +150,20 @@ class MappedFileQueue:
             self._prepared = MappedFile(self.directory / offset_to_file_name(start), self.file_size)
 
     # ------------------------------------------------------------------ flushing
+    def prefault_ahead(self, ahead: int) -> bool:
+        """Fault in for writing the `ahead` bytes from the last file's write position on.
+
+        Blocks: call from a worker thread (see `MappedFile.prefault`); False if the kernel
+        cannot. Reads the file list without a lock: a file replaced or closed meanwhile only
+        makes the call useless.
+        """
+        files = self.files
+        if not files:
+            return True
+        mf = files[-1]
+        pos = mf.wrote_position
+        return mf.prefault(pos, pos + ahead)
+
     @property
     def dirty_bytes(self) -> int:
         """Bytes written but not known durable."""
