@@ -43,6 +43,25 @@ _madvise = _libc.madvise
 _madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 _madvise.restype = ctypes.c_int
 
+
+def populate_for_write(mm: mmap.mmap, start: int, length: int) -> bool:
+    """madvise(MADV_POPULATE_WRITE) over [`start`, `start + length`) of a shared mapping.
+
+    Through ctypes, which releases the GIL during the call: `mmap.madvise` keeps it, so a page
+    fault waiting on the filesystem journal in a worker thread would stall the event loop too.
+    Blocks: call from a worker thread. Returns False when the kernel lacks the advice (EINVAL,
+    before Linux 5.14); other failures (a mapping closed or unmapped meanwhile) are ignored.
+    """
+    try:
+        # The address only: the buffer export ends at once, so `mm.close()` never fails.
+        base = ctypes.addressof(ctypes.c_char.from_buffer(mm))
+    except (ValueError, TypeError):  # closed
+        return True
+    if _madvise(base + start, length, _MADV_POPULATE_WRITE) != 0:
+        return ctypes.get_errno() != errno.EINVAL
+    return True
+
+
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 
@@ -205,16 +224,9 @@ class MappedFile:
         end = min(end, self.file_size)
         if end <= start:
             return True
-        try:
-            # The address only (the buffer export ends at once, so `close` never fails). The
-            # owners close the active file only after the flush service stopped; a file closed
-            # meanwhile (truncated away) makes madvise fail with ENOMEM, which is ignored.
-            base = ctypes.addressof(ctypes.c_char.from_buffer(self._mm))
-        except (ValueError, TypeError):  # closed
-            return True
-        if _madvise(base + start, end - start, _MADV_POPULATE_WRITE) != 0:
-            return ctypes.get_errno() != errno.EINVAL
-        return True
+        # The owners close the active file only after the flush service stopped; a file
+        # closed meanwhile (truncated away) makes madvise fail with ENOMEM, which is ignored.
+        return populate_for_write(self._mm, start, end - start)
 
     def mtime(self) -> float:
         """Last modification time of the file (seconds since the epoch)."""

@@ -29,7 +29,7 @@ import trio
 from store._cleanup import CleanupService, Clock, DiskUsage, disk_usage_ratio
 from store._dispatcher import ArrivalListener, Dispatcher, parse_delay_levels
 from store._flush import FlushService
-from store._mapped_file import MappedFile
+from store._mapped_file import MappedFile, populate_for_write
 from store._recovery import RecoveryReport, recover_commitlog
 from store.checkpoint import StoreCheckpoint
 from store.commitlog import CommitLog
@@ -75,10 +75,6 @@ def _fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-# Populate a mapping's pages as if written, contents unchanged (Linux 5.14+).
-_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
-
-
 def _populate_first_pages(paths: Iterable[Path]) -> None:
     """Fault in the first page of each (new, sparse) file for writing, in a worker thread.
 
@@ -94,7 +90,8 @@ def _populate_first_pages(paths: Iterable[Path]) -> None:
             continue
         try:
             with mmap.mmap(fd, mmap.PAGESIZE, mmap.MAP_SHARED) as mm:
-                mm.madvise(_MADV_POPULATE_WRITE, 0, mmap.PAGESIZE)
+                # Not mm.madvise: it keeps the GIL while the fault waits on the journal.
+                populate_for_write(mm, 0, mmap.PAGESIZE)
         except (OSError, ValueError):
             pass
         finally:
