@@ -305,7 +305,8 @@ class FlushService:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._async_flush_loop)
                 nursery.start_soon(self._cq_flush_loop)
-                nursery.start_soon(self._prefault_loop)
+                if self._cfg.warm_mapped_file_enable:
+                    nursery.start_soon(self._prefault_loop)
                 if self.sync:
                     self._fsync_thread.start()
                     nursery.start_soon(self._group_commit_loop)

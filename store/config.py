@@ -28,6 +28,11 @@ class StoreConfig(BaseModel):
         flush_commitlog_least_pages: Dirty 4 KiB pages needed before an async flush.
         flush_commitlog_thorough_interval_ms: Flush whatever is dirty at least this often.
         flush_interval_consume_queue_ms: Consume-queue (and checkpoint) flush period.
+        warm_mapped_file_enable: Pre-fault the commitlog pages ahead of the write position in a
+            worker thread (RocketMQ's name for its page warming, also off by default). Appends
+            then never take the first-write page fault that waits on the ext4 journal (W1 p99
+            7.9 -> 7.1 ms), but pages faulted ahead and written back before they are filled are
+            written twice and faulted again: batch throughput (W2) fell ~15% in the same run.
         sync_flush_timeout_ms: How long a SYNC_FLUSH put waits before FLUSH_DISK_TIMEOUT.
         file_reserved_hours: Age after which commitlog files may be deleted.
         delete_when: Local hour(s) ("04", or "03;04") at which expired files are deleted.
@@ -52,6 +57,7 @@ class StoreConfig(BaseModel):
     flush_commitlog_least_pages: int = Field(default=4, ge=0)
     flush_commitlog_thorough_interval_ms: int = Field(default=10_000, ge=1)
     flush_interval_consume_queue_ms: int = Field(default=1000, ge=1)
+    warm_mapped_file_enable: bool = False
     sync_flush_timeout_ms: int = Field(default=5000, ge=1)
     file_reserved_hours: float = Field(default=72, ge=0)
     delete_when: str = "04"

@@ -1,5 +1,6 @@
 """Pre-faulting the commitlog pages ahead of the write position (`MappedFile.prefault`,
-`MappedFileQueue.prefault_ahead`, the flush service's prefault loop)."""
+`MappedFileQueue.prefault_ahead`, the flush service's prefault loop when
+`warm_mapped_file_enable` is set; off by default)."""
 
 from __future__ import annotations
 
@@ -81,6 +82,7 @@ async def test_the_flush_service_prefaults_the_commitlog_while_running(
             "store_path_root_dir": tmp_path,
             "mapped_file_size_commitlog": SIZE,
             "mapped_file_size_consume_queue": 100 * 20,
+            "warm_mapped_file_enable": True,
         }
     )
     msg = MessageInner(
@@ -97,3 +99,22 @@ async def test_the_flush_service_prefaults_the_commitlog_while_running(
             while len(calls) < 2:
                 await trio.sleep(0.005)
     assert set(calls) == {flush_module.PREFAULT_AHEAD}
+
+
+async def test_no_prefault_loop_unless_enabled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+
+    def spy(self: MappedFileQueue, ahead: int) -> bool:
+        calls.append(ahead)
+        return True
+
+    monkeypatch.setattr(MappedFileQueue, "prefault_ahead", spy)
+    monkeypatch.setattr(flush_module, "PREFAULT_INTERVAL_S", 0.001)
+    config = StoreConfig.model_validate(
+        {"store_path_root_dir": tmp_path, "mapped_file_size_commitlog": SIZE}
+    )
+    async with MessageStore(config):
+        await trio.sleep(0.05)
+    assert calls == []
