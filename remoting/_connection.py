@@ -668,14 +668,7 @@ class Connection:
             if rest is None:
                 return
             parts = rest
-        self._writer_idle = False
-        try:
-            try:
-                self._send_channel.send_nowait(parts)
-            except trio.WouldBlock:
-                await self._send_channel.send(parts)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass
+        await self._queue(parts)
 
 
 Connection.DEFERRED = _DEFERRED = Connection.Deferred()

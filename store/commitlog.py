@@ -51,6 +51,30 @@ def is_not_queued(sys_flag: int) -> bool:
     return t in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
 
 
+def _dispatch_request(
+    msg: MessageInner, size: int, queue_offset: int, phy: int, now_ms: int, sys_flag: int
+) -> DispatchRequest:
+    """The dispatch request of one record just appended (single sends, and batches that
+    cannot take the column-wise `DispatchBatch` path)."""
+    props = msg.properties
+    return DispatchRequest(
+        DispatchStatus.OK,
+        size,
+        msg.topic,
+        msg.queue_id,
+        queue_offset,
+        phy,
+        msg.tags_code,
+        now_ms,
+        sys_flag,
+        props.get(PROPERTY_KEYS, ""),
+        props.get(PROPERTY_UNIQ_KEY),
+        msg.prepared_transaction_offset,
+        props,
+        msg.born_timestamp,
+    )
+
+
 class CommitLog:
     """The commitlog files and the (topic, queue id) -> next logical offset table.
 
@@ -167,23 +191,7 @@ class CommitLog:
         patch_record(rec, 0, queue_offset, phy, now_ms)
         mf.append(rec)
         self.last_store_timestamp = now_ms
-        props = msg.properties
-        req = DispatchRequest(
-            DispatchStatus.OK,
-            size,
-            msg.topic,
-            msg.queue_id,
-            queue_offset,
-            phy,
-            msg.tags_code,
-            now_ms,
-            sys_flag,
-            props.get(PROPERTY_KEYS, ""),
-            props.get(PROPERTY_UNIQ_KEY),
-            msg.prepared_transaction_offset,
-            props,
-            msg.born_timestamp,
-        )
+        req = _dispatch_request(msg, size, queue_offset, phy, now_ms, sys_flag)
         result = AppendMessageResult(
             phy,
             size,
@@ -207,7 +215,6 @@ class CommitLog:
         first_queue_offset = -1
         wrote = 0
         mfq = self.mfq
-        ok = DispatchStatus.OK
         buf = records.buf
         sizes = records.sizes
         buf_pos = 0
@@ -235,25 +242,7 @@ class CommitLog:
                 wrote += size
                 phy_offsets.append(phy)
                 msg_ids.append(create_offset_msg_id(msg.store_host, phy))
-                props = msg.properties
-                requests.append(
-                    DispatchRequest(
-                        ok,
-                        size,
-                        msg.topic,
-                        msg.queue_id,
-                        queue_offset,
-                        phy,
-                        msg.tags_code,
-                        now_ms,
-                        sys_flag,
-                        props.get(PROPERTY_KEYS, ""),
-                        props.get(PROPERTY_UNIQ_KEY),
-                        msg.prepared_transaction_offset,
-                        props,
-                        msg.born_timestamp,
-                    )
-                )
+                requests.append(_dispatch_request(msg, size, queue_offset, phy, now_ms, sys_flag))
         self.last_store_timestamp = now_ms
         result = AppendMessageResult(
             phy_offsets[0] if phy_offsets else self.max_offset,
