@@ -17,11 +17,15 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(RUN_STAMP): pyproject.toml | $(BIN)/python
+# The C accelerators (store/_speedups.c, remoting/_speedups.c) are built in place by the
+# editable install: a changed .c file reinstalls too.
+NATIVE_SOURCES := $(wildcard store/_speedups.c remoting/_speedups.c)
+
+$(RUN_STAMP): pyproject.toml $(NATIVE_SOURCES) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-$(TEST_STAMP): pyproject.toml | $(BIN)/python
+$(TEST_STAMP): pyproject.toml $(NATIVE_SOURCES) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
 	touch $@ $(RUN_STAMP)
 
@@ -74,7 +78,7 @@ BASE_IMAGE   ?= python:3.11-slim
 LOCAL_BASE   ?= trimq-base:bookworm
 WHEELS       := deploy/wheels
 WHEEL_STAMP  := $(WHEELS)/.stamp
-APP_SOURCES  := $(shell find namesrv broker remoting store client -name '*.py' 2>/dev/null)
+APP_SOURCES  := $(shell find namesrv broker remoting store client -name '*.py' -o -name '*.c' -o -name '*.pyi' 2>/dev/null)
 CLUSTER_PROJECT ?= trimq
 COMPOSE      ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 CLUSTER      := $(COMPOSE) -p $(CLUSTER_PROJECT) -f deploy/docker-compose.yml

@@ -42,9 +42,10 @@ from broker.schedule import ScheduleService, parse_delay_levels
 from broker.subscription_manager import SubscriptionManager
 from broker.topic_manager import TopicManager
 from broker.transaction import TransactionService
-from remoting import Connection, RemotingClient, RemotingServer, SerializeType
+from remoting import NATIVE_CODEC, Connection, RemotingClient, RemotingServer, SerializeType
 from remoting.codes import RequestCode as R
 from store import MessageStore, StoreClosedError
+from store.message import NATIVE as _STORE_NATIVE
 
 log = structlog.get_logger()
 
@@ -317,6 +318,7 @@ class BrokerController:
                         nursery.start_soon(self._topic_persist_loop)
                         nursery.start_soon(self._scan_loop)
                         nursery.start_soon(self._stats_loop)
+                        nursery.start_soon(self.long_polling.run)
                         await nursery.start(self.schedule.run, store)
                         nursery.start_soon(self.transactions.run)
                         log.info(
@@ -330,6 +332,9 @@ class BrokerController:
                             flush=cfg.flush_disk_type,
                             namesrv=cfg.namesrv_addrs,
                             registered=registered,
+                            # The C accelerators in use (False: pure Python, TRIMQ_NO_NATIVE
+                            # set or the extensions not built).
+                            native=_STORE_NATIVE and NATIVE_CODEC,
                         )
                         task_status.started(port)
                         await self._stop.wait()

@@ -17,7 +17,14 @@ from typing import Protocol
 import structlog
 
 from client.errors import MQClientError
-from client.message import MessageExt, MessageQueue, SendResult, SendStatus, decode_pull_body
+from client.message import (
+    MessageExt,
+    MessageQueue,
+    SendResult,
+    SendStatus,
+    decode_pull_body,
+    new_send_result,
+)
 from remoting import RemotingCommand
 from remoting.codes import RequestCode, ResponseCode
 from remoting.errors import (
@@ -249,25 +256,8 @@ class MQClientAPI:
             RemoteError: the broker answered with a code that is not a send status.
             remoting.HeaderError: the response header lacks msgId, queueId or queueOffset.
         """
-        cmd = RemotingCommand.request(_SEND_BATCH if batch else _SEND_V2, None, body)
-        cmd.ext_fields = fields  # built for this request only: no defensive copy
-        resp = await self.transport.invoke(addr, cmd, timeout_ms)
-        status = _SEND_STATUS_BY_CODE.get(resp.code)
-        if status is None:
-            raise RemoteError(resp.code, resp.remark)
-        ext = resp.ext_fields or _NO_FIELDS
-        try:
-            offset_msg_id = ext["msgId"]
-            queue_id = int(ext["queueId"])
-            queue_offset = int(ext["queueOffset"])
-        except (KeyError, ValueError):
-            # Let the typed header say what is wrong (HeaderError naming the field).
-            rh = headers.SendMessageResponseHeader.from_fields(ext)
-            offset_msg_id, queue_id, queue_offset = rh.msg_id, rh.queue_id, rh.queue_offset
-        if queue_id != mq.queue_id:
-            mq = MessageQueue(mq.topic, mq.broker_name, queue_id)
-        # Positional: a frozen dataclass's keyword call costs ~1/3 more.
-        return SendResult(status, msg_id, offset_msg_id, mq, queue_offset, ext.get("transactionId"))
+        resp = await self.transport.invoke(addr, send_request(fields, body, batch), timeout_ms)
+        return send_result(resp, mq, msg_id)
 
     async def send_message_oneway(
         self, addr: str, header: headers.SendMessageRequestHeader, body: bytes
@@ -606,6 +596,47 @@ class MQClientAPI:
             return {}
         body = bodies.ResetOffsetBody.from_json(resp.body_bytes())
         return {from_body_mq(k): v for k, v in body.offset_table.items()}
+
+
+def send_request(fields: dict[str, str], body: bytes, batch: bool = False) -> RemotingCommand:
+    """The SEND_MESSAGE_V2 (SEND_BATCH_MESSAGE when `batch`) request of `send_message_fields`.
+
+    `fields` (the short-name V2 extFields) is handed to the command as is, no copy.
+    """
+    cmd = RemotingCommand.request(_SEND_BATCH if batch else _SEND_V2, None, body)
+    cmd.ext_fields = fields  # built for this request only: no defensive copy
+    return cmd
+
+
+def send_result(resp: RemotingCommand, mq: MessageQueue, msg_id: str) -> SendResult:
+    """The SendResult of a send response (`send_message_fields`' answer).
+
+    Args:
+        resp: the broker's response.
+        mq: the queue the request targeted (a different queue id in the answer wins).
+        msg_id: the client id(s) reported in the result.
+
+    Raises:
+        RemoteError: the code is not a send status.
+        remoting.HeaderError: the response header lacks msgId, queueId or queueOffset.
+    """
+    status = _SEND_STATUS_BY_CODE.get(resp.code)
+    if status is None:
+        raise RemoteError(resp.code, resp.remark)
+    ext = resp.ext_fields or _NO_FIELDS
+    try:
+        offset_msg_id = ext["msgId"]
+        queue_id = int(ext["queueId"])
+        queue_offset = int(ext["queueOffset"])
+    except (KeyError, ValueError):
+        # Let the typed header say what is wrong (HeaderError naming the field).
+        rh = headers.SendMessageResponseHeader.from_fields(ext)
+        offset_msg_id, queue_id, queue_offset = rh.msg_id, rh.queue_id, rh.queue_offset
+    if queue_id != mq.queue_id:
+        mq = MessageQueue(mq.topic, mq.broker_name, queue_id)
+    return new_send_result(
+        status, msg_id, offset_msg_id, mq, queue_offset, ext.get("transactionId")
+    )
 
 
 def is_transport_error(exc: BaseException) -> bool:

@@ -26,6 +26,9 @@ def _monotonic_ms() -> float:
     return time.monotonic() * 1000.0
 
 
+_NEG_INF = float("-inf")
+
+
 def check_fault_tables(latency_max_ms: Sequence[int], not_available_ms: Sequence[int]) -> None:
     """Validate a latency -> not-available table pair.
 
@@ -110,9 +113,12 @@ class LatencyFaultTolerance:
         self._rng = rng or random.Random()
         self._items: dict[str, FaultItem] = {}
         self._worst = itertools.count(self._rng.randrange(1 << 16))
-        # The latest "available again" time ever set: before it some broker may be
-        # unavailable; from it on every broker is available, which selection checks first.
-        self._latest_start = float("-inf")
+        # The latest "available again" time set by an update with a not-available duration:
+        # before it some broker may be unavailable; from it on every broker is available,
+        # which selection checks first. -inf once passed (the clock is monotonic), so the
+        # check needs no clock read until the next isolation. An update without a duration
+        # makes its broker available from now on: it never moves this time.
+        self._isolated_until = float("-inf")
 
     def not_available_duration(self, latency_ms: float) -> int:
         """The not-available duration (ms) this table assigns to a send latency."""
@@ -123,8 +129,8 @@ class LatencyFaultTolerance:
     def update_fault_item(self, name: str, latency_ms: float, not_available_ms: float) -> None:
         """Record a latency and mark the broker unavailable for `not_available_ms`."""
         start = self._clock() + not_available_ms
-        if start > self._latest_start:
-            self._latest_start = start
+        if not_available_ms > 0 and start > self._isolated_until:
+            self._isolated_until = start
         item = self._items.get(name)
         if item is None:
             self._items[name] = FaultItem(name, latency_ms, start)
@@ -137,11 +143,19 @@ class LatencyFaultTolerance:
         return item is None or item.is_available(self._clock())
 
     def all_available(self) -> bool:
-        """Whether every broker is available now (one clock read, no per-broker lookups).
+        """Whether every broker is available now (no per-broker lookups; a clock read only
+        while some isolation may last).
 
-        Conservative: after `remove` it may say False while all are available.
+        Conservative: after `remove`, or after an isolated broker's later success, it may
+        say False while all are available (until the isolation's time passes).
         """
-        return self._clock() >= self._latest_start
+        until = self._isolated_until
+        if until == _NEG_INF:
+            return True
+        if self._clock() >= until:
+            self._isolated_until = _NEG_INF
+            return True
+        return False
 
     def remove(self, name: str) -> None:
         self._items.pop(name, None)
@@ -222,6 +236,11 @@ class FaultStrategy:
 
     def is_available(self, broker_name: str) -> bool:
         return self.tolerance.is_available(broker_name)
+
+    def all_available(self) -> bool:
+        """True when queue selection is plain round robin for a first attempt: the strategy
+        is off, or no broker is isolated (see `LatencyFaultTolerance.all_available`)."""
+        return not self.enabled or self.tolerance.all_available()
 
     def choose_broker_order(
         self, brokers: Sequence[str], last_failed: str | None

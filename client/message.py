@@ -11,7 +11,7 @@ import re
 import socket
 import struct
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple
@@ -188,7 +188,9 @@ class Message:
         wait_store_msg_ok: bool = True,
     ) -> None:
         self.topic = topic
-        self.body = body.encode() if isinstance(body, str) else bytes(body)
+        if type(body) is not bytes:
+            body = body.encode() if isinstance(body, str) else bytes(body)
+        self.body = body
         self.flag = flag
         self.properties: dict[str, str] = {}
         if properties:
@@ -742,3 +744,40 @@ class SendResult:
     message_queue: MessageQueue
     queue_offset: int
     transaction_id: str | None = None
+
+
+# SendResult's slot setters: a frozen dataclass's __init__ calls object.__setattr__ once per
+# field (~0.7 us); setting the slots through their descriptors gives the same object at
+# about half that. One SendResult per send.
+_SR_FIELDS = (
+    "status",
+    "msg_id",
+    "offset_msg_id",
+    "message_queue",
+    "queue_offset",
+    "transaction_id",
+)
+if tuple(SendResult.__dataclass_fields__) != _SR_FIELDS:  # pragma: no cover
+    raise AssertionError("new_send_result must set every SendResult field")
+_SR_SETTERS = tuple(SendResult.__dict__[f].__set__ for f in _SR_FIELDS)
+
+
+def new_send_result(
+    status: SendStatus,
+    msg_id: str,
+    offset_msg_id: str,
+    message_queue: MessageQueue,
+    queue_offset: int,
+    transaction_id: str | None,
+    _new: Callable[[type[SendResult]], SendResult] = object.__new__,
+    _set: tuple[Callable[[SendResult, object], None], ...] = _SR_SETTERS,
+) -> SendResult:
+    """`SendResult(status, msg_id, ...)` (equal to it, same fields), built faster."""
+    result = _new(SendResult)
+    _set[0](result, status)
+    _set[1](result, msg_id)
+    _set[2](result, offset_msg_id)
+    _set[3](result, message_queue)
+    _set[4](result, queue_offset)
+    _set[5](result, transaction_id)
+    return result

@@ -12,7 +12,7 @@ from typing import Any, Self
 import structlog
 import trio
 
-from client._api import is_retryable_broker_error, is_transport_error
+from client._api import is_retryable_broker_error, is_transport_error, send_request, send_result
 from client._util import close_stack
 from client.config import ClientConfig
 from client.errors import ClientClosedError, MessageValidationError, SendFailedError
@@ -56,6 +56,9 @@ log = structlog.get_logger()
 DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"
 # Per-message overhead of a batch body item besides body and properties.
 BATCH_ITEM_OVERHEAD = 4 * 5 + 2
+# Bounds of the producer's per-topic and per-queue caches (cleared when full).
+_MAX_CACHED_TOPICS = 1024
+_MAX_CACHED_QUEUES = 4096
 
 QueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
 SendCallback = Callable[[SendResult | None, BaseException | None], None]
@@ -97,17 +100,6 @@ class SendFuture:
         return self.result().__await__()
 
 
-class _Prepared:
-    __slots__ = ("body", "msg", "properties", "sys_flag", "uniq")
-
-    def __init__(self, msg: Message, body: bytes, sys_flag: int, uniq: str) -> None:
-        self.msg = msg
-        self.body = body
-        self.sys_flag = sys_flag
-        self.uniq = uniq
-        self.properties = encode_properties(msg.properties)
-
-
 class Producer:
     """Sends messages to a trimq (or RocketMQ 4.x) cluster.
 
@@ -146,6 +138,14 @@ class Producer:
         # The send header's per-producer fields, read once (the config is not changed later).
         self._default_topic = self.config.create_topic_key
         self._default_queue_nums = str(self.config.default_topic_queue_nums)
+        # Topics that passed the send checks (`validate_message`'s topic part depends on the
+        # name only), and per queue the SEND_MESSAGE_V2 extFields with the per-send values
+        # at their defaults (single sends, batches): both bounded, see `_MAX_CACHED_*`.
+        self._send_topics: set[str] = set()
+        self._templates: tuple[dict[MessageQueue, dict[str, str]], ...] = ({}, {})
+        # trio's clock: the started producer's run's clock read directly (one call instead
+        # of `trio.current_time`'s three), else `trio.current_time`.
+        self._now: Callable[[], float] = trio.current_time
         self._stack = AsyncExitStack()
         self._nursery: trio.Nursery | None = None
         self._pending_async = 0
@@ -169,6 +169,7 @@ class Producer:
                 self._instance = await self._stack.enter_async_context(ClientInstance(self.config))
             self._instance.register_producer(self.group, self)
             self._nursery = await self._stack.enter_async_context(trio.open_nursery())
+            self._now = trio.lowlevel.current_clock().current_time
         except BaseException:
             await self._stack.aclose()
             raise
@@ -190,25 +191,45 @@ class Producer:
             with trio.CancelScope(shield=True):
                 await self._instance.unregister_producer(self.group)
         self._nursery = None
+        self._now = trio.current_time
         return await close_stack(self._stack, exc_type, exc, tb)
 
     # -- preparing ----------------------------------------------------------------
-    def _prepare(self, msg: Message) -> _Prepared:
-        validate_message(msg, self.config.max_message_size)
-        uniq = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+    def _prepare(self, msg: Message) -> tuple[bytes, int, str, str]:
+        """Validate `msg`, give it a UNIQ_KEY if it has none, compress a big body.
+
+        Returns:
+            ``(body to send, sys_flag, properties string, UNIQ_KEY)``.
+
+        Raises:
+            MessageValidationError: see `validate_message`.
+        """
+        topic = msg.topic
+        body = msg.body
+        props = msg.properties
+        max_size = self.config.max_message_size
+        if topic not in self._send_topics:
+            validate_message(msg, max_size)
+            # The topic checks depend on the name only: once per topic (bounded).
+            if len(self._send_topics) >= _MAX_CACHED_TOPICS:
+                self._send_topics.clear()
+            self._send_topics.add(topic)
+        elif not body or len(body) > max_size or PROPERTY_DELAY_TIME_LEVEL in props:
+            validate_message(msg, max_size)  # the reference checks (and their errors)
+        uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         if not uniq:
             uniq = self._uniq.next()
-            msg.properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
-        body = msg.body
+            props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
         sys_flag = 0
-        if len(body) >= self.config.compress_over > 0:
+        compress_over = self.config.compress_over
+        if len(body) >= compress_over > 0:
             compressed = zlib.compress(body, self.config.compress_level)
             if len(compressed) < len(body):
                 body = compressed
-                sys_flag |= COMPRESSED_FLAG | COMPRESSION_ZLIB
-        if msg.properties.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+                sys_flag = COMPRESSED_FLAG | COMPRESSION_ZLIB
+        if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
             sys_flag |= TRANSACTION_PREPARED_TYPE
-        return _Prepared(msg, body, sys_flag, uniq)
+        return body, sys_flag, encode_properties(props), uniq
 
     def _header(
         self,
@@ -253,22 +274,54 @@ class Producer:
         batch: bool = False,
     ) -> dict[str, str]:
         """The SEND_MESSAGE_V2 extFields: `_header(...).to_fields_v2()`, built directly
-        unless the topic is a retry topic (which carries the reconsume fields)."""
+        unless the topic is a retry topic (which carries the reconsume fields).
+
+        A copy of the queue's template (`send_request_fields_v2` with the per-send values
+        at 0 / empty) with the born timestamp, properties, and sys flag and flag when not 0,
+        set in place: same keys in the same order, same values.
+        """
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return self._header(topic, mq, sys_flag, flag, properties, batch).to_fields_v2()
-        return send_request_fields_v2(
-            self.group,
-            topic,
-            self._default_topic,
-            self._default_queue_nums,
-            mq.queue_id,
-            sys_flag,
-            int(time.time() * 1000),
-            flag,
-            properties,
-            mq.broker_name,
-            batch,
-        )
+        templates = self._templates[batch]
+        template = templates.get(mq)
+        if template is None or mq.topic != topic:
+            if mq.topic != topic:  # a selector's queue of another topic: not cached
+                return send_request_fields_v2(
+                    self.group,
+                    topic,
+                    self._default_topic,
+                    self._default_queue_nums,
+                    mq.queue_id,
+                    sys_flag,
+                    int(time.time() * 1000),
+                    flag,
+                    properties,
+                    mq.broker_name,
+                    batch,
+                )
+            if len(templates) >= _MAX_CACHED_QUEUES:
+                templates.clear()
+            template = templates[mq] = send_request_fields_v2(
+                self.group,
+                topic,
+                self._default_topic,
+                self._default_queue_nums,
+                mq.queue_id,
+                0,
+                0,
+                0,
+                "",
+                mq.broker_name,
+                batch,
+            )
+        fields = template.copy()
+        if sys_flag:
+            fields["f"] = str(sys_flag)
+        fields["g"] = str(int(time.time() * 1000))
+        if flag:
+            fields["h"] = str(flag)
+        fields["i"] = properties
+        return fields
 
     # -- the send loop --------------------------------------------------------------
     def _send_with_retries(
@@ -279,7 +332,6 @@ class Producer:
         flag: int,
         properties: str,
         msg_id: str,
-        *,
         batch: bool,
         timeout_ms: int | None,
         fixed: Callable[[TopicPublishInfo], MessageQueue] | None,
@@ -291,7 +343,9 @@ class Producer:
         no extra coroutine frame per send.
         """
         timeout_s = (timeout_ms or self.config.send_timeout_ms) / 1000
-        instance = self.instance
+        instance = self._instance
+        if instance is None or not instance.running:
+            raise ClientClosedError("producer is not started (use `async with Producer(...)`)")
         info = instance.publish_info.get(topic)
         if info is not None and info.queues:
             # Route cached: every wait below is bounded by the remaining time already (the
@@ -374,24 +428,38 @@ class Producer:
         timeout_s: float,
         fixed: Callable[[TopicPublishInfo], MessageQueue] | None,
         retries: int,
+        start: float | None = None,
+        failed: tuple[BaseException, str] | None = None,
     ) -> SendResult:
         """Up to `1 + retries` attempts (one with a fixed queue) within `timeout_s`.
 
         `info` is the cached route when the caller found one (then no await happens before
         the first attempt, and its start time doubles as the deadline's base).
+
+        `start` and `failed`: the caller made the first attempt itself, starting at trio time
+        `start`, and it failed with ``failed[0]`` on broker ``failed[1]`` (recorded already by
+        `_record_failure`, which let it through as retryable): go on from the second attempt.
         """
-        current_time = trio.current_time
+        current_time = self._now
         fault = self.fault
-        start = current_time()
+        if start is None:
+            start = current_time()
         deadline = start + timeout_s
         begin: float | None = start
         if info is None:
             info = await instance.get_publish_info(topic)
             begin = None
         attempts = 1 if fixed is not None else 1 + retries
+        transport = instance.api.transport
         last_failed: str | None = None
         last_error: BaseException | None = None
-        for attempt in range(attempts):
+        first = 0
+        if failed is not None:
+            last_error, last_failed = failed
+            begin = None
+            first = 1
+            info = await self._refresh_route(instance, info, topic, last_error, deadline)
+        for attempt in range(first, attempts):
             if begin is None:
                 begin = current_time()
             remaining = deadline - begin
@@ -400,57 +468,23 @@ class Producer:
             mq = fixed(info) if fixed is not None else info.select_with_fault(fault, last_failed)
             try:
                 addr = await instance.find_master_addr(mq.broker_name, topic)
-                result = await instance.api.send_message_fields(
-                    addr,
-                    mq,
-                    self._fields(topic, mq, sys_flag, flag, properties, batch),
-                    body,
-                    msg_id=msg_id,
-                    timeout_ms=max(1, int(remaining * 1000)),
-                    batch=batch,
+                # MQClientAPI.send_message_fields, without its coroutine layer.
+                cmd = send_request(
+                    self._fields(topic, mq, sys_flag, flag, properties, batch), body, batch
                 )
+                resp = await transport.invoke(addr, cmd, max(1, int(remaining * 1000)))
+                result = send_result(resp, mq, msg_id)
             except BaseException as exc:
-                elapsed_ms = (current_time() - begin) * 1000
-                begin = None
-                if not isinstance(exc, Exception):
-                    # Cut off (the total send timeout's cancel scope, the caller's scope):
-                    # charge the broker like a timeout before the cancellation goes on, or
-                    # the next send picks this broker again. Bookkeeping only, no await.
-                    fault.update_fault_item(mq.broker_name, elapsed_ms, isolation=True)
-                    log.warning(
-                        "send_cut_off",
-                        topic=topic,
-                        broker=mq.broker_name,
-                        attempt=attempt + 1,
-                        elapsed_ms=round(elapsed_ms),
-                    )
-                    raise
-                last_error = exc
-                retryable = is_transport_error(exc) or is_retryable_broker_error(exc)
-                fault.update_fault_item(mq.broker_name, elapsed_ms, isolation=retryable)
-                log.warning(
-                    "send_failed",
-                    topic=topic,
-                    broker=mq.broker_name,
-                    attempt=attempt + 1,
-                    error=str(exc),
+                self._record_failure(
+                    exc, topic, mq.broker_name, (current_time() - begin) * 1000, attempt
                 )
-                if not retryable:
-                    raise
+                begin = None
+                last_error = exc
                 last_failed = mq.broker_name
-                if is_transport_error(exc) or getattr(exc, "code", None) == 17:
-                    # Maybe the route changed (broker gone, topic created): refresh it.
-                    try:
-                        with trio.move_on_at(deadline):
-                            await instance.update_topic_route(topic)
-                        info = instance.publish_info.get(topic, info)
-                    except Exception as route_exc:
-                        log.debug("route_refresh_failed", topic=topic, error=str(route_exc))
+                info = await self._refresh_route(instance, info, topic, exc, deadline)
                 continue
             if fault.enabled:
-                fault.update_fault_item(
-                    mq.broker_name, (current_time() - begin) * 1000, isolation=False
-                )
+                fault.update_fault_item(mq.broker_name, (current_time() - begin) * 1000, False)
             return result
         if last_error is None:
             raise RemotingTimeoutError(
@@ -459,6 +493,52 @@ class Producer:
         raise SendFailedError(
             f"Send [{attempts}] times, still failed, topic {topic}: {last_error}"
         ) from last_error
+
+    def _record_failure(
+        self, exc: BaseException, topic: str, broker: str, elapsed_ms: float, attempt: int
+    ) -> None:
+        """Charge `broker` for a failed attempt (number `attempt`, from 0); raise `exc` again
+        unless another attempt may follow (a retryable error).
+
+        A cut-off attempt (not an Exception: the total send timeout's cancel scope, the
+        caller's scope) is charged like a timeout before the cancellation goes on, or the
+        next send picks this broker again. Bookkeeping only, no await.
+        """
+        fault = self.fault
+        if not isinstance(exc, Exception):
+            fault.update_fault_item(broker, elapsed_ms, isolation=True)
+            log.warning(
+                "send_cut_off",
+                topic=topic,
+                broker=broker,
+                attempt=attempt + 1,
+                elapsed_ms=round(elapsed_ms),
+            )
+            raise exc
+        retryable = is_transport_error(exc) or is_retryable_broker_error(exc)
+        fault.update_fault_item(broker, elapsed_ms, isolation=retryable)
+        log.warning("send_failed", topic=topic, broker=broker, attempt=attempt + 1, error=str(exc))
+        if not retryable:
+            raise exc
+
+    async def _refresh_route(
+        self,
+        instance: ClientInstance,
+        info: TopicPublishInfo,
+        topic: str,
+        exc: BaseException,
+        deadline: float,
+    ) -> TopicPublishInfo:
+        """After a retryable failure: the topic's route again when it may have changed
+        (broker gone, topic created), within `deadline`; else `info`."""
+        if is_transport_error(exc) or getattr(exc, "code", None) == 17:
+            try:
+                with trio.move_on_at(deadline):
+                    await instance.update_topic_route(topic)
+                info = instance.publish_info.get(topic, info)
+            except Exception as route_exc:
+                log.debug("route_refresh_failed", topic=topic, error=str(route_exc))
+        return info
 
     # -- public API -----------------------------------------------------------------
     async def send(
@@ -490,23 +570,86 @@ class Producer:
             SendFailedError: every attempt failed; `__cause__` is the last error.
             remoting.RemoteError: the broker refused the message (not retryable).
         """
-        p = self._prepare(msg)
+        body, sys_flag, properties, uniq = self._prepare(msg)
         fixed = (
             None
             if queue is None and selector is None and sharding_key is None
             else self._fixed_chooser(msg, queue, selector, arg, sharding_key)
         )
+        instance = self._instance
+        if instance is not None and instance.running:
+            topic = msg.topic
+            info = instance.publish_info.get(topic)
+            if info is not None and info.queues:
+                timeout_s = (timeout_ms or self.config.send_timeout_ms) / 1000
+                fault = self.fault
+                if (
+                    fixed is not None
+                    or timeout_s <= 0
+                    or (fault.enabled and not fault.tolerance.all_available())
+                ):
+                    return await self._attempts(
+                        instance,
+                        info,
+                        topic,
+                        body,
+                        sys_flag,
+                        msg.flag,
+                        properties,
+                        uniq,
+                        False,
+                        timeout_s,
+                        fixed,
+                        self.config.retry_times_when_send_failed,
+                    )
+                # The common case: `_attempts`' first attempt, in this frame (round robin:
+                # no broker is isolated); a failure goes on in `_attempts` from the second.
+                now = self._now
+                begin = now()
+                mq = info.select_one()
+                try:
+                    addr = await instance.find_master_addr(mq.broker_name, topic)
+                    cmd = send_request(
+                        self._fields(topic, mq, sys_flag, msg.flag, properties, False), body
+                    )
+                    resp = await instance.api.transport.invoke(
+                        addr, cmd, max(1, int(timeout_s * 1000))
+                    )
+                    result = send_result(resp, mq, uniq)
+                except BaseException as exc:
+                    self._record_failure(exc, topic, mq.broker_name, (now() - begin) * 1000, 0)
+                    failed = (exc, mq.broker_name)
+                else:
+                    if fault.enabled:
+                        fault.update_fault_item(mq.broker_name, (now() - begin) * 1000, False)
+                    return result
+                return await self._attempts(
+                    instance,
+                    info,
+                    topic,
+                    body,
+                    sys_flag,
+                    msg.flag,
+                    properties,
+                    uniq,
+                    False,
+                    timeout_s,
+                    None,
+                    self.config.retry_times_when_send_failed,
+                    begin,
+                    failed,
+                )
         return await self._send_with_retries(
             msg.topic,
-            p.body,
-            p.sys_flag,
+            body,
+            sys_flag,
             msg.flag,
-            p.properties,
-            p.uniq,
-            batch=False,
-            timeout_ms=timeout_ms,
-            fixed=fixed,
-            retries=self.config.retry_times_when_send_failed,
+            properties,
+            uniq,
+            False,
+            timeout_ms,
+            fixed,
+            self.config.retry_times_when_send_failed,
         )
 
     def _fixed_chooser(
@@ -554,7 +697,7 @@ class Producer:
         """
         if self._nursery is None:
             raise ClientClosedError("producer is not started")
-        p = self._prepare(msg)
+        body, sys_flag, properties, uniq = self._prepare(msg)
         fixed = self._fixed_chooser(msg, queue, None, None, sharding_key)
         fut = SendFuture()
         self._pending_async += 1
@@ -566,15 +709,15 @@ class Producer:
             try:
                 result = await self._send_with_retries(
                     msg.topic,
-                    p.body,
-                    p.sys_flag,
+                    body,
+                    sys_flag,
                     msg.flag,
-                    p.properties,
-                    p.uniq,
-                    batch=False,
-                    timeout_ms=timeout_ms,
-                    fixed=fixed,
-                    retries=self.config.retry_times_when_send_async_failed,
+                    properties,
+                    uniq,
+                    False,
+                    timeout_ms,
+                    fixed,
+                    self.config.retry_times_when_send_async_failed,
                 )
             except Exception as exc:
                 error = exc
@@ -594,12 +737,12 @@ class Producer:
 
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
         """Send without waiting for any answer (no retries, no result)."""
-        p = self._prepare(msg)
+        body, sys_flag, properties, _ = self._prepare(msg)
         info = await self.instance.get_publish_info(msg.topic)
         mq = queue or info.select_with_fault(self.fault)
         addr = await self.instance.find_master_addr(mq.broker_name, msg.topic)
-        fields = self._fields(msg.topic, mq, p.sys_flag, msg.flag, p.properties)
-        await self.instance.api.send_message_oneway_fields(addr, fields, p.body)
+        fields = self._fields(msg.topic, mq, sys_flag, msg.flag, properties)
+        await self.instance.api.send_message_oneway_fields(addr, fields, body)
 
     # -- batches --------------------------------------------------------------------
     def _check_batch(self, msgs: Sequence[Message]) -> None:
@@ -735,10 +878,10 @@ class Producer:
                     0,
                     props,
                     ids,
-                    batch=True,
-                    timeout_ms=timeout_ms,
-                    fixed=fixed,
-                    retries=self.config.retry_times_when_send_failed,
+                    True,
+                    timeout_ms,
+                    fixed,
+                    self.config.retry_times_when_send_failed,
                 )
             )
         return results

@@ -155,7 +155,8 @@ class TopicPublishInfo:
                 mq = self.queues[self._next() % n]
                 if mq.broker_name != last_broker_failed:
                     return mq
-        return self.queues[self._next() % n]
+        counter = self._counter = (self._counter + 1) & 0x7FFFFFFF  # `_next()`, inline
+        return self.queues[counter % n]
 
     def select_with_fault(
         self, strategy: FaultStrategy, last_broker_failed: str | None = None
@@ -172,7 +173,8 @@ class TopicPublishInfo:
             raise IndexError(f"no queues for topic {self.topic}")
         if last_broker_failed is None and strategy.tolerance.all_available():
             # Nothing is isolated: the loop below would take the first queue it looks at.
-            return self.queues[self._next() % n]
+            counter = self._counter = (self._counter + 1) & 0x7FFFFFFF  # `_next()`, inline
+            return self.queues[counter % n]
         for _ in range(n):
             mq = self.queues[self._next() % n]
             if mq.broker_name != last_broker_failed and strategy.is_available(mq.broker_name):

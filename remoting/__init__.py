@@ -7,7 +7,7 @@ from remoting._client import RemotingClient
 from remoting._command import DEFAULT_VERSION, RemotingCommand
 from remoting._connection import Connection, Handler, InlineHandler
 from remoting._frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame
-from remoting._header_codec import decode_header, encode_header
+from remoting._header_codec import decode_header, encode_header, native
 from remoting._server import RemotingServer
 from remoting.codes import (
     FLAG_ONEWAY,
@@ -29,11 +29,16 @@ from remoting.errors import (
     RemotingTooManyRequestsError,
 )
 
+NATIVE_CODEC = native is not None
+"""True when the frame and header codec run in the C extension `remoting._speedups` (built,
+and TRIMQ_NO_NATIVE unset, empty or "0"); False: the pure-Python reference codec."""
+
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "DEFAULT_VERSION",
     "FLAG_ONEWAY",
     "FLAG_RESPONSE",
+    "NATIVE_CODEC",
     "Connection",
     "FrameDecoder",
     "FrameError",

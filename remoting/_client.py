@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from contextlib import AsyncExitStack
 from types import TracebackType
-from typing import Literal, Self, cast, overload
+from typing import Any, Literal, Self, cast, overload
 
 import structlog
 import trio
@@ -156,12 +156,13 @@ class RemotingClient:
         return conn if conn is not None and not conn.closed else None
 
     # -- calls ----------------------------------------------------------------------
-    async def invoke(
+    def invoke(
         self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000
-    ) -> RemotingCommand:
+    ) -> Coroutine[Any, Any, RemotingCommand]:
         """Send a request to `addr` and wait for its response (returned whatever its code).
 
-        The timeout covers opening the connection too.
+        A coroutine to await (as an ``async def``'s call is). The timeout covers opening the
+        connection too.
 
         Raises:
             RemotingTimeoutError: no response within `timeout_ms`.
@@ -169,6 +170,18 @@ class RemotingClient:
             RemotingConnectionLost: the connection closed before the response.
             RemotingTooManyRequestsError: `max_pending` requests are already waiting.
         """
+        conn = self._connections.get(addr)
+        if conn is not None and not conn.closed and timeout_ms >= 1:
+            # Connected: the connection's own invoke is the coroutine (no frame of ours per
+            # call, no clock reads for a connect that does not happen).
+            cmd.serialize_type = self.serialize_type
+            cmd.language = self.language
+            return conn.invoke(cmd, timeout_ms)
+        return self._connect_and_invoke(addr, cmd, timeout_ms)
+
+    async def _connect_and_invoke(
+        self, addr: str, cmd: RemotingCommand, timeout_ms: int
+    ) -> RemotingCommand:
         start = trio.current_time()
         conn = await self._get_connection(addr)
         remaining_ms = timeout_ms - (trio.current_time() - start) * 1000

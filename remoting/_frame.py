@@ -3,17 +3,29 @@ turns a command into the bytes to send.
 
 A frame is `[int32 length][int32 (serializeType << 24) | headerLen][header][body]`, where
 `length` counts everything after itself (so it is at least 4). See docs/protocol.md.
+
+With the C extension `remoting._speedups` (see remoting._header_codec), `encode_frame_parts` and
+the frame loop of `FrameDecoder.feed` are native; `py_encode_frame_parts` and `py_parse_frames`
+are the pure-Python reference they must match byte for byte and error for error.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from remoting._command import Body, RemotingCommand
-from remoting._header_codec import decode_header, encode_header
+from remoting._header_codec import native, py_decode_header, py_encode_header
 from remoting.errors import FrameError, FrameTooLargeError
 
-__all__ = ["DEFAULT_MAX_FRAME_SIZE", "FrameDecoder", "encode_frame", "encode_frame_parts"]
+__all__ = [
+    "DEFAULT_MAX_FRAME_SIZE",
+    "FrameDecoder",
+    "encode_frame",
+    "encode_frame_parts",
+    "py_encode_frame_parts",
+    "py_parse_frames",
+]
 
 DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
 
@@ -25,13 +37,13 @@ _pack_prefix = _PREFIX.pack
 _MAX_HEADER_LEN = 0xFFFFFF
 
 
-def encode_frame_parts(cmd: RemotingCommand) -> tuple[bytes, Body | None]:
+def py_encode_frame_parts(cmd: RemotingCommand) -> tuple[bytes, Body | None]:
     """The frame as (length + header word + header, body), so a writer can join many at once.
 
     Raises:
         ValueError: the header cannot be encoded, or the frame is too large to describe.
     """
-    header = encode_header(cmd)
+    header = py_encode_header(cmd)
     header_len = len(header)
     if header_len > _MAX_HEADER_LEN:
         raise ValueError(f"header of {header_len} bytes does not fit in 24 bits")
@@ -44,6 +56,48 @@ def encode_frame_parts(cmd: RemotingCommand) -> tuple[bytes, Body | None]:
     if not body_len:
         body = None
     return prefix + header, body
+
+
+def py_parse_frames(src: bytes | memoryview, max_len: int, out: list[RemotingCommand]) -> int:
+    """Decode every complete frame in `src` into `out`; return the bytes consumed.
+
+    Raises:
+        FrameTooLargeError: a frame declares a length above `max_len`.
+        FrameError: a frame has an impossible length or an undecodable header.
+    """
+    end = len(src)
+    pos = 0
+    while end - pos >= 4:
+        if end - pos >= _PREFIX_SIZE:
+            length, word = _unpack_prefix(src, pos)
+        else:
+            (length,) = _unpack_length(src, pos)
+            word = 0
+        if length > max_len:
+            raise FrameTooLargeError(f"frame length {length} above the maximum {max_len}")
+        if length < 4:
+            raise FrameError(f"frame length {length} is below 4")
+        frame_end = pos + 4 + length
+        if frame_end > end:
+            break
+        header_len = word & 0xFFFFFF
+        if header_len > length - 4:
+            raise FrameError(f"header length {header_len} exceeds frame length {length}")
+        header_start = pos + _PREFIX_SIZE
+        body_start = header_start + header_len
+        cmd = py_decode_header(word >> 24, bytes(src[header_start:body_start]))
+        if body_start < frame_end:
+            cmd.body = bytes(src[body_start:frame_end])
+        out.append(cmd)
+        pos = frame_end
+    return pos
+
+
+encode_frame_parts: Callable[[RemotingCommand], tuple[bytes, Body | None]] = py_encode_frame_parts
+_parse_frames: Callable[[bytes | memoryview, int, list[RemotingCommand]], int] = py_parse_frames
+if native is not None:
+    encode_frame_parts = native.encode_frame_parts
+    _parse_frames = native.parse_frames
 
 
 def encode_frame(cmd: RemotingCommand) -> bytes:
@@ -99,7 +153,7 @@ class FrameDecoder:
             buf += data
             view = memoryview(buf)
             try:
-                pos = self._parse(view, out)
+                pos = _parse_frames(view, self._max, out)
             finally:
                 view.release()
             if pos:
@@ -108,37 +162,7 @@ class FrameDecoder:
             return out
         # Fast path: nothing pending, parse straight from the received bytes.
         src = data if type(data) is bytes else bytes(data)
-        pos = self._parse(src, out)
+        pos = _parse_frames(src, self._max, out)
         if pos < len(src):
             buf += src[pos:] if pos else src
         return out
-
-    def _parse(self, src: bytes | memoryview, out: list[RemotingCommand]) -> int:
-        """Decode every complete frame in `src` into `out`; return the bytes consumed."""
-        end = len(src)
-        pos = 0
-        max_len = self._max
-        while end - pos >= 4:
-            if end - pos >= _PREFIX_SIZE:
-                length, word = _unpack_prefix(src, pos)
-            else:
-                (length,) = _unpack_length(src, pos)
-                word = 0
-            if length > max_len:
-                raise FrameTooLargeError(f"frame length {length} above the maximum {max_len}")
-            if length < 4:
-                raise FrameError(f"frame length {length} is below 4")
-            frame_end = pos + 4 + length
-            if frame_end > end:
-                break
-            header_len = word & 0xFFFFFF
-            if header_len > length - 4:
-                raise FrameError(f"header length {header_len} exceeds frame length {length}")
-            header_start = pos + _PREFIX_SIZE
-            body_start = header_start + header_len
-            cmd = decode_header(word >> 24, bytes(src[header_start:body_start]))
-            if body_start < frame_end:
-                cmd.body = bytes(src[body_start:frame_end])
-            out.append(cmd)
-            pos = frame_end
-        return pos

@@ -6,12 +6,20 @@ Every decode failure raises `FrameError`; an encode of values a codec cannot car
 example a code outside int16 in the binary header) raises `ValueError`.
 
 The layouts are described in docs/protocol.md.
+
+When the C extension `remoting._speedups` imports (and TRIMQ_NO_NATIVE is unset, empty or "0"),
+`encode_header` and `decode_header` are its versions: msgpack, ROCKETMQ binary and JSON headers
+are coded natively (JSON decode only for the plain subset fastjson writes); every other case
+(anything outside the native subset, every error) goes to the pure-Python `py_encode_header` /
+`py_decode_header` below, which stay the reference.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import struct
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -19,9 +27,17 @@ import msgpack  # type: ignore[import-untyped]
 
 from remoting._command import RemotingCommand, new_command
 from remoting.codes import LanguageCode, SerializeType
-from remoting.errors import FrameError
+from remoting.errors import FrameError, FrameTooLargeError
 
-__all__ = ["decode_header", "encode_header"]
+__all__ = [
+    "decode_header",
+    "encode_header",
+    "native",
+    "native_enabled",
+    "py_decode_header",
+    "py_encode_header",
+    "setup_native",
+]
 
 _JSON = int(SerializeType.JSON)
 _ROCKETMQ = int(SerializeType.ROCKETMQ)
@@ -317,7 +333,7 @@ _DECODERS: dict[int, Callable[[bytes], RemotingCommand]] = {
 }
 
 
-def encode_header(cmd: RemotingCommand) -> bytes:
+def py_encode_header(cmd: RemotingCommand) -> bytes:
     """Encode the header of `cmd` in `cmd.serialize_type`.
 
     Args:
@@ -346,7 +362,7 @@ def encode_header(cmd: RemotingCommand) -> bytes:
     return encoder(cmd)
 
 
-def decode_header(serialize_type: int, data: bytes) -> RemotingCommand:
+def py_decode_header(serialize_type: int, data: bytes) -> RemotingCommand:
     """Decode a header into a RemotingCommand (no body) whose serialize type is `serialize_type`.
 
     Args:
@@ -363,3 +379,47 @@ def decode_header(serialize_type: int, data: bytes) -> RemotingCommand:
     if decoder is None:
         raise FrameError(f"unknown serialize type {serialize_type}")
     return decoder(data)
+
+
+# ---------------------------------------------------------------------------
+# native selection
+# ---------------------------------------------------------------------------
+def setup_native(module: types.ModuleType) -> types.ModuleType:
+    """Give `remoting._speedups` this module's classes and pure-Python fallbacks; return it."""
+    module.setup(
+        RemotingCommand,
+        py_decode_header,
+        py_encode_header,
+        FrameError,
+        FrameTooLargeError,
+        tuple(sorted(_LANG_VALID)),
+        _LANG_OTHER,
+        tuple(_LANG_NAME.get(i) for i in range(max(_LANG_NAME) + 1)),
+    )
+    return module
+
+
+def native_enabled() -> bool:
+    """False when TRIMQ_NO_NATIVE is set to a non-empty value other than "0"."""
+    return os.environ.get("TRIMQ_NO_NATIVE", "") in ("", "0")
+
+
+def _load_native() -> types.ModuleType | None:
+    """`remoting._speedups`, set up; None when disabled or not built."""
+    if not native_enabled():
+        return None
+    try:
+        from remoting import _speedups
+    except ImportError:
+        return None
+    return setup_native(_speedups)
+
+
+native = _load_native()
+"""The set-up `remoting._speedups` module, or None when the pure-Python codecs are in use."""
+
+encode_header: Callable[[RemotingCommand], bytes] = py_encode_header
+decode_header: Callable[[int, bytes], RemotingCommand] = py_decode_header
+if native is not None:
+    encode_header = native.encode_header
+    decode_header = native.decode_header

@@ -44,6 +44,11 @@ def _fsync_files(files: list[MappedFile]) -> None:
         mf.fsync()
 
 
+def _sync_ranges(ranges: list[tuple[MappedFile, int, int]]) -> None:
+    for mf, start, end in ranges:
+        mf.sync_range(start, end)
+
+
 def _call(callback: Callable[[], object]) -> None:
     """Run a waiter's callback; a failing one must not stop the flusher or the timer."""
     try:
@@ -58,7 +63,7 @@ class _FsyncThread:
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[
-            tuple[list[MappedFile], trio.Event, list[BaseException | None]] | None
+            tuple[list[tuple[MappedFile, int, int]], trio.Event, list[BaseException | None]] | None
         ] = queue.SimpleQueue()
         self._token: trio.lowlevel.TrioToken | None = None
 
@@ -75,12 +80,12 @@ class _FsyncThread:
     def running(self) -> bool:
         return self._token is not None
 
-    async def fsync(self, files: list[MappedFile]) -> None:
-        """fsync `files` in the thread. Not cancellable (as `to_thread.run_sync`): the files
-        must stay open until the fsync is over."""
+    async def fsync(self, ranges: list[tuple[MappedFile, int, int]]) -> None:
+        """Sync the file `ranges` in the thread. Not cancellable (as `to_thread.run_sync`):
+        the files must stay open until the sync is over."""
         done = trio.Event()
         box: list[BaseException | None] = []
-        self._queue.put((files, done, box))
+        self._queue.put((ranges, done, box))
         with trio.CancelScope(shield=True):
             await done.wait()
         if box and box[0] is not None:
@@ -93,9 +98,9 @@ class _FsyncThread:
             item = self._queue.get()
             if item is None:
                 return
-            files, done, box = item
+            ranges, done, box = item
             try:
-                _fsync_files(files)
+                _sync_ranges(ranges)
                 box.append(None)
             except BaseException as exc:  # handed to the waiting task
                 box.append(exc)
@@ -160,13 +165,15 @@ class FlushService:
             dirty = target - mfq.flushed_where
             if dirty <= 0 or dirty < least_pages * PAGE_SIZE:
                 return False
-            plan = mfq.flush_plan(target)
+            # Only the range not yet durable: an fdatasync of the whole file would also write
+            # back (and clean) the pages pre-faulted ahead of the write position.
+            plan = mfq.flush_ranges(target)
             ts = self._cl.last_store_timestamp
-            # fsync blocks for milliseconds: keep it off the event loop.
+            # msync blocks for milliseconds: keep it off the event loop.
             if self._fsync_thread.running:
                 await self._fsync_thread.fsync(plan)
             else:
-                await trio.to_thread.run_sync(_fsync_files, plan)
+                await trio.to_thread.run_sync(_sync_ranges, plan)
             mfq.flushed_to(target)
             self.flush_rounds += 1
         self._on_cl(ts)

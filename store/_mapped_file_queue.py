@@ -121,6 +121,11 @@ class MappedFileQueue:
         if mf is None:
             self.directory.mkdir(parents=True, exist_ok=True)
             mf = MappedFile(self.directory / offset_to_file_name(start), self.file_size)
+        # No read-ahead over the holes being appended to (`MappedFile.advise_append`); the
+        # full file goes back to normal read-ahead for the readers.
+        mf.advise_append()
+        if last is not None:
+            last.advise_read()
         self.files.append(mf)
         if last is None:
             self.flushed_where = start
@@ -180,6 +185,18 @@ class MappedFileQueue:
                 break
             plan.append(mf)
         return plan
+
+    def flush_ranges(self, target: int) -> list[tuple[MappedFile, int, int]]:
+        """(file, start, end) relative ranges holding the not-yet-durable bytes below
+        `target`: `MappedFile.sync_range` each, then call `flushed_to(target)`."""
+        lo = self.flushed_where
+        ranges: list[tuple[MappedFile, int, int]] = []
+        for mf in self.flush_plan(target):
+            start = max(lo - mf.file_from_offset, 0)
+            end = min(target - mf.file_from_offset, mf.file_size)
+            if end > start:
+                ranges.append((mf, start, end))
+        return ranges
 
     def flushed_to(self, target: int) -> None:
         """Record that everything below `target` is durable."""

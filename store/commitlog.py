@@ -20,6 +20,7 @@ from store.message import (
     BLANK_RECORD_SIZE,
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_SIZE,
+    NATIVE,
     PROPERTY_KEYS,
     PROPERTY_UNIQ_KEY,
     SYSFLAG_POS,
@@ -39,6 +40,9 @@ from store.message import (
 )
 from store.paths import commitlog_dir
 from store.results import AppendMessageResult
+
+if NATIVE:
+    import store._speedups as _sp
 
 __all__ = ["CommitLog", "DispatchBatch", "is_not_queued"]
 
@@ -422,4 +426,6 @@ def _msg_ids(
     if store_host is None:
         return [create_offset_msg_id(m.store_host, p) for m, p in zip(msgs, phys, strict=True)]
     host = create_offset_msg_id(store_host, 0)[:-16]
+    if NATIVE:
+        return _sp.offset_msg_ids(host, phys)
     return [f"{host}{p:016X}" for p in phys]

@@ -14,7 +14,11 @@ import structlog
 
 from store._mapped_file import MappedFile
 from store._mapped_file_queue import MappedFileQueue
+from store.message import NATIVE
 from store.paths import consume_queue_dir
+
+if NATIVE:
+    import store._speedups as _sp
 
 __all__ = ["CQ_UNIT_SIZE", "GAP_UNIT_SIZE", "ConsumeQueue"]
 
@@ -192,7 +196,11 @@ class ConsumeQueue:
                 first_queue_offset * CQ_UNIT_SIZE == last.file_from_offset + wrote
                 and wrote + n * CQ_UNIT_SIZE <= last.file_size
             ):
-                last.append(b"".join(map(_UNIT.pack, phy_offsets, sizes, tags_codes)))
+                if NATIVE:
+                    units = _sp.pack_cq_units(phy_offsets, sizes, tags_codes)
+                else:
+                    units = b"".join(map(_UNIT.pack, phy_offsets, sizes, tags_codes))
+                last.append(units)
                 self.max_physic_offset = phy_offsets[-1] + sizes[-1]
                 return True
         wrote_any = False

@@ -28,13 +28,16 @@ import re
 import struct
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import structlog
 
-from store.message import TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, DispatchRequest
+from store.message import NATIVE, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, DispatchRequest
 from store.message import java_string_hash as _java_hash
+
+if NATIVE:
+    import store._speedups as _sp
 
 __all__ = [
     "ENTRY_SIZE",
@@ -92,7 +95,7 @@ def _prefix_hash(prefix: str) -> int:
     return _java_hash(prefix) * _POW31_TAIL
 
 
-def uniq_key_hash(prefix: str, uniq_key: str) -> int:
+def _py_uniq_key_hash(prefix: str, uniq_key: str) -> int:
     """`key_hash` of ``prefix + uniq_key`` (prefix = ``topic#``), faster for long ASCII keys."""
     if len(uniq_key) <= _TAIL or not uniq_key.isascii():
         return key_hash(prefix + uniq_key)
@@ -100,6 +103,11 @@ def uniq_key_hash(prefix: str, uniq_key: str) -> int:
     h = _prefix_hash(prefix + uniq_key[:cut])
     h = (h + sum(map(_mul, uniq_key[cut:].encode("ascii"), _POW31_REV))) & 0xFFFFFFFF
     return _abs32(h - 0x100000000 if h & 0x80000000 else h)
+
+
+uniq_key_hash: Callable[[str, str], int] = _sp.key_hash2 if NATIVE else _py_uniq_key_hash
+"""`key_hash` of ``prefix + uniq_key`` (prefix = ``topic#``), without hashing the whole
+string in Python."""
 
 
 def index_file_name(ms: int) -> str:
@@ -167,6 +175,11 @@ class IndexFile:
             if existing == 0:
                 os.ftruncate(fd, size)  # sparse: blocks are allocated as entries are written
             self._mm = mmap.mmap(fd, size)
+            # No read-ahead: hash slots are hit at random and entries appended into holes, and
+            # a fault on a hole page read-ahead-zeroes the whole window (8 MiB here) in the
+            # faulting thread, the event loop (see MappedFile.advise_append). Lookups are
+            # random reads too.
+            self._mm.madvise(mmap.MADV_RANDOM)
         except BaseException:
             os.close(fd)
             raise
@@ -283,6 +296,40 @@ class IndexFile:
             self.begin_timestamp = ts
         begin_ts = self.begin_timestamp
         time_diff = 0 if begin_ts <= 0 else min(max((ts - begin_ts) // 1000, 0), 0x7FFFFFFF)
+        if NATIVE and type(hashes) is list and type(phy_offsets) is list:
+            new_slots = _sp.index_put_hashes(
+                self._mm,
+                self.slot_num,
+                self._entries_pos,
+                count,
+                hashes,
+                phy_offsets,
+                start,
+                stop,
+                time_diff,
+            )
+            count += n
+        else:
+            new_slots = self._put_hashes_py(hashes, phy_offsets, start, stop, count, time_diff)
+            count += n
+        self.hash_slot_count += new_slots
+        self.index_count = count
+        self.end_phy_offset = phy_offsets[stop - 1]
+        self.end_timestamp = ts
+        self._dirty = True
+        return n
+
+    def _put_hashes_py(
+        self,
+        hashes: Sequence[int],
+        phy_offsets: Sequence[int],
+        start: int,
+        stop: int,
+        count: int,
+        time_diff: int,
+    ) -> int:
+        """The entry and slot writes of `put_hashes` (reference of the native version).
+        Returns how many slots were empty before."""
         mm = self._mm
         slot_num = self.slot_num
         entries_pos = self._entries_pos
@@ -300,12 +347,7 @@ class IndexFile:
             pack_entry(mm, entries_pos + count * ENTRY_SIZE, h, phy_offsets[k], time_diff, prev)
             pack_i32(mm, slot_pos, count)
             count += 1
-        self.hash_slot_count += new_slots
-        self.index_count = count
-        self.end_phy_offset = phy_offsets[stop - 1]
-        self.end_timestamp = ts
-        self._dirty = True
-        return n
+        return new_slots
 
     def write_header(self) -> None:
         """Write the header fields into the mapping (after `put_hash(write_header=False)`)."""
@@ -541,37 +583,10 @@ class IndexService:
         end = f.end_phy_offset
         indexed = f.index_count > 1 or f.end_timestamp > 0
         prefix = topic + "#"
-        hashes: list[int] = []
-        phys: list[int] = []
-        # `uniq_key_hash` inlined, with the cached head hash kept while the head repeats (the
-        # messages of a batch come from one producer).
-        last_head = ""
-        head_h = 0
-        for phy, uniq, key_list in zip(phy_offsets, uniq_keys, keys, strict=True):
-            if not uniq and not key_list:
-                continue
-            # Offsets only grow, so comparing with the end before this batch is enough.
-            if phy < end or (phy == end and indexed):
-                continue
-            if uniq:
-                cut = len(uniq) - _TAIL
-                if cut > 0 and uniq.isascii():
-                    head = uniq[:cut]
-                    if head != last_head:
-                        last_head = head
-                        head_h = _prefix_hash(prefix + head)
-                    h = (
-                        head_h + sum(map(_mul, uniq[cut:].encode("ascii"), _POW31_REV))
-                    ) & 0xFFFFFFFF
-                    hashes.append(_abs32(h - 0x100000000 if h & 0x80000000 else h))
-                else:
-                    hashes.append(key_hash(prefix + uniq))
-                phys.append(phy)
-            if key_list:
-                for key in key_list.split(" "):
-                    if key:
-                        hashes.append(key_hash(prefix + key))
-                        phys.append(phy)
+        if NATIVE:
+            hashes, phys = _sp.index_hashes(prefix, phy_offsets, uniq_keys, keys, end, indexed)
+        else:
+            hashes, phys = _batch_hashes(prefix, phy_offsets, uniq_keys, keys, end, indexed)
         done = 0
         total = len(hashes)
         while done < total:
@@ -683,6 +698,49 @@ class IndexService:
             files, self._files = self._files, []
         for f in files:
             f.destroy()
+
+
+def _batch_hashes(
+    prefix: str,
+    phy_offsets: Sequence[int],
+    uniq_keys: Sequence[str | None],
+    keys: Sequence[str | None],
+    end: int,
+    indexed: bool,
+) -> tuple[list[int], list[int]]:
+    """The (hashes, commitlog offsets) `IndexService.build_index_batch` writes: per record
+    not indexed yet, ``prefix + UNIQ_KEY`` then ``prefix + <each KEYS token>`` (reference of
+    the native version)."""
+    hashes: list[int] = []
+    phys: list[int] = []
+    # `uniq_key_hash` inlined, with the cached head hash kept while the head repeats (the
+    # messages of a batch come from one producer).
+    last_head = ""
+    head_h = 0
+    for phy, uniq, key_list in zip(phy_offsets, uniq_keys, keys, strict=True):
+        if not uniq and not key_list:
+            continue
+        # Offsets only grow, so comparing with the end before this batch is enough.
+        if phy < end or (phy == end and indexed):
+            continue
+        if uniq:
+            cut = len(uniq) - _TAIL
+            if cut > 0 and uniq.isascii():
+                head = uniq[:cut]
+                if head != last_head:
+                    last_head = head
+                    head_h = _prefix_hash(prefix + head)
+                h = (head_h + sum(map(_mul, uniq[cut:].encode("ascii"), _POW31_REV))) & 0xFFFFFFFF
+                hashes.append(_abs32(h - 0x100000000 if h & 0x80000000 else h))
+            else:
+                hashes.append(key_hash(prefix + uniq))
+            phys.append(phy)
+        if key_list:
+            for key in key_list.split(" "):
+                if key:
+                    hashes.append(key_hash(prefix + key))
+                    phys.append(phy)
+    return hashes, phys
 
 
 def _name_ms_floor(name: str) -> int:

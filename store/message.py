@@ -58,6 +58,7 @@ __all__ = [
     "MIN_RECORD_SIZE",
     "MULTI_TAGS_FLAG",
     "NAME_VALUE_SEPARATOR",
+    "NATIVE",
     "NEED_UNWRAP_FLAG",
     "PHYSICAL_OFFSET_POS",
     "PROPERTY_BUYER_ID",
@@ -144,6 +145,7 @@ __all__ = [
     "iter_records",
     "java_string_hash",
     "month_start_ms",
+    "native_build_batch_messages",
     "patch_record",
     "patch_records",
     "store_timestamp_pos",
@@ -267,6 +269,25 @@ _U8 = struct.Struct(">B")
 _PATCH_V4 = struct.Struct(">qq")  # queue offset, physical offset (contiguous at 20)
 
 
+def _native_wanted() -> bool:
+    """Whether to try `store._speedups` (native versions of the store's loops): unless the
+    environment variable TRIMQ_NO_NATIVE is set to anything but "" or "0"."""
+    flag = os.environ.get("TRIMQ_NO_NATIVE", "")
+    return not flag or flag == "0"
+
+
+NATIVE = _native_wanted()
+"""Whether the native accelerators are in use: wanted (see `_native_wanted`) and built. The
+store's modules use `store._speedups` only when this is true."""
+if NATIVE:
+    try:
+        import store._speedups as _native
+    except ImportError:
+        NATIVE = False
+_crc32: Callable[..., int] = _native.crc32 if NATIVE else zlib.crc32
+"""zlib.crc32, natively computed when available (same results)."""
+
+
 class MessageDecodeError(ValueError):
     """Bytes that are not a valid record / batch body / message id."""
 
@@ -294,7 +315,7 @@ def encode_properties(properties: Mapping[str, str]) -> str:
     )
 
 
-def decode_properties(text: str) -> dict[str, str]:
+def _py_decode_properties(text: str) -> dict[str, str]:
     """Parse a properties string with RocketMQ's rules.
 
     A ``\\x02``-separated segment is kept only if it has at least 3 characters and its first
@@ -317,6 +338,11 @@ def decode_properties(text: str) -> dict[str, str]:
     return result
 
 
+decode_properties: Callable[[str], dict[str, str]] = (
+    _native.decode_properties if NATIVE else _py_decode_properties
+)
+
+
 def _decode_properties_bytes(raw: bytes) -> dict[str, str]:
     try:
         return decode_properties(raw.decode("utf-8"))
@@ -332,7 +358,7 @@ _POW31 = tuple(pow(31, k, 1 << 32) for k in range(_HASH_CHUNK + 1))
 _UTF16_NATIVE = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
 
 
-def java_string_hash(s: str) -> int:
+def _py_java_string_hash(s: str) -> int:
     """Java's ``String.hashCode()``: ``h = 31*h + c`` over UTF-16 code units, as an int32.
 
     Characters outside the BMP count as two code units (a surrogate pair), as in Java.
@@ -361,6 +387,11 @@ def java_string_hash(s: str) -> int:
     return h - 0x100000000 if h & 0x80000000 else h
 
 
+java_string_hash: Callable[[str], int] = (
+    _native.java_string_hash if NATIVE else _py_java_string_hash
+)
+
+
 @functools.lru_cache(maxsize=4096)
 def _tags_code_cached(tags: str) -> int:
     return java_string_hash(tags)
@@ -375,7 +406,7 @@ def tags_code(tags: str | None) -> int:
 
 def body_crc(body: bytes | bytearray | memoryview) -> int:
     """RocketMQ's body CRC: ``crc32(body) & 0x7FFFFFFF``."""
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return _crc32(body) & 0x7FFFFFFF
 
 
 # --- hosts --------------------------------------------------------------------------------
@@ -647,7 +678,7 @@ class EncodedRecords:
 _pack_i16 = _I16.pack
 
 
-def encode_records(msgs: Sequence[MessageInner]) -> EncodedRecords:
+def _py_encode_records(msgs: Sequence[MessageInner]) -> EncodedRecords:
     """Encode `msgs` like `encode_record_template`, all into one buffer, in one pass.
 
     Byte for byte the concatenation of the templates. Cheaper per message: one buffer (no
@@ -716,13 +747,14 @@ def encode_records(msgs: Sequence[MessageInner]) -> EncodedRecords:
                     sys_flag |= STOREHOSTADDRESS_V6_FLAG
                 fixed = _FIXED[sys_flag & _HOST_MASK]
                 pack = fixed.pack
-                # fixed part + topic length byte + topic + properties length
-                fixed_len = fixed.size + len(topic_tail) + 2
+                fixed_len = fixed.size
                 if sys_flag & BORNHOST_V6_FLAG and ts_positions is None:
                     ts_positions = [STORE_TIMESTAMP_POS_V4] * len(sizes)
             body = msg.body
             body_len = len(body)
-            total = fixed_len + body_len + props_len
+            # fixed part + body + topic length byte + topic + properties length + properties
+            # (the topic's length is read per record: a topic change alone keeps `fixed_len`)
+            total = fixed_len + body_len + len(topic_tail) + 2 + props_len
             buf += pack(
                 total,
                 magic,
@@ -754,7 +786,19 @@ def encode_records(msgs: Sequence[MessageInner]) -> EncodedRecords:
     return EncodedRecords(buf, sizes, ts_positions, last_store if same_store else None)
 
 
-def patch_records(
+def _native_encode_records(msgs: Sequence[MessageInner]) -> EncodedRecords:
+    buf, sizes, ts_positions, store_host = _native.encode_records(
+        msgs, _pack_ip, MessageEncodeError, PropertiesSizeExceededError
+    )
+    return EncodedRecords(buf, sizes, ts_positions, store_host)
+
+
+encode_records: Callable[[Sequence[MessageInner]], EncodedRecords] = (
+    _native_encode_records if NATIVE else _py_encode_records
+)
+
+
+def _py_patch_records(
     records: EncodedRecords,
     start: int,
     stop: int,
@@ -790,6 +834,33 @@ def patch_records(
         pos += size
         phy += size
         qo += 1
+
+
+def _native_patch_records(
+    records: EncodedRecords,
+    start: int,
+    stop: int,
+    buf_pos: int,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp: int,
+    phy_out: list[int],
+) -> None:
+    _native.patch_records(
+        records.buf,
+        records.sizes,
+        records.ts_positions,
+        start,
+        stop,
+        buf_pos,
+        queue_offset,
+        physical_offset,
+        store_timestamp,
+        phy_out,
+    )
+
+
+patch_records = _native_patch_records if NATIVE else _py_patch_records
 
 
 def encode_blank(remaining: int) -> bytes:
@@ -1084,7 +1155,7 @@ def _decode_one(
     if body_len < 0 or pos + body_len + 3 > rec_end:
         raise MessageDecodeError(f"record at {offset}: bad body length {body_len}")
     body_end = pos + body_len
-    if check_crc and zlib.crc32(buf[pos:body_end]) & 0x7FFFFFFF != crc:
+    if check_crc and _crc32(buf[pos:body_end]) & 0x7FFFFFFF != crc:
         raise MessageDecodeError(f"record at {offset}: body CRC mismatch")
     body = bytes(buf[pos:body_end]) if read_body else None
     pos = body_end
@@ -1311,7 +1382,7 @@ def _check(buf: Buffer, offset: int, check_crc: bool, max_size: int) -> Dispatch
     body_end = pos + body_len
     if body_len < 0 or body_end + 3 > rec_end:
         return _INVALID
-    if check_crc and zlib.crc32(buf[pos:body_end]) & 0x7FFFFFFF != fields[2]:
+    if check_crc and _crc32(buf[pos:body_end]) & 0x7FFFFFFF != fields[2]:
         return _INVALID
     topic_end = body_end + 1 + buf[body_end]
     if topic_end + 2 > rec_end:
@@ -1378,7 +1449,7 @@ def encode_batch_body(items: Iterable[BatchItem]) -> bytes:
     return b"".join(parts)
 
 
-def decode_batch_body(body: Buffer) -> list[BatchItem]:
+def _py_decode_batch_body(body: Buffer) -> list[BatchItem]:
     """Split a SEND_BATCH_MESSAGE body into its messages.
 
     Raises:
@@ -1420,6 +1491,24 @@ def decode_batch_body(body: Buffer) -> list[BatchItem]:
         add(new_item(BatchItem, (flag, data[b_start:b_end], props)))
         pos = item_end
     return items
+
+
+def _native_decode_batch_body(body: Buffer) -> list[BatchItem]:
+    items: list[BatchItem] = _native.decode_batch_body(body, BatchItem, MessageDecodeError)
+    return items
+
+
+decode_batch_body: Callable[[Buffer], list[BatchItem]] = (
+    _native_decode_batch_body if NATIVE else _py_decode_batch_body
+)
+
+
+native_build_batch_messages: Callable[..., tuple[list[MessageInner], int, int]] | None = (
+    _native.build_batch_messages if NATIVE else None
+)
+"""The broker's batch-send loop in C (`broker.processors.send._py_build_batch_messages` is its
+reference), or None without the native accelerators (the broker may not import the store's
+private modules, so it gets it from here)."""
 
 
 # `BatchItem(...)` goes through a generated Python `__new__`; this is the tuple constructor

@@ -15,6 +15,11 @@ running the peers harness. Cases:
                       already set as the broker sets it (cost per message)
   build_index32       IndexService.build_index_batch of 32 records with a UNIQ_KEY (per message)
   decode_batch32      store.message.decode_batch_body of a 32-message SEND_BATCH body (per msg)
+  batch_messages32    broker.processors.send.build_batch_messages: the send_batch loop that turns
+                      the 32 decoded items into MessageInner objects (per message)
+  patch_records32     store.message.patch_records of 32 encoded records (per record)
+  body_crc1k          store.message.body_crc of a 1 KiB body
+  (The store's native versions are used unless TRIMQ_NO_NATIVE=1: run both for an A/B.)
   put_single          MessageStore.put_messages of one message (ASYNC_FLUSH, index on)
   put_batch32         the same, 32 messages per call (cost per message)
   get_message32       MessageStore.get_message, 32 per call (cost per message)
@@ -187,6 +192,53 @@ def case_decode_batch32(n: int) -> None:
     body = encode_batch_body(BatchItem(0, BODY, encode_properties(_props())) for _ in range(32))
     for _ in range(n // 32):
         decode_batch_body(body)
+
+
+def case_batch_messages32(n: int) -> None:
+    from broker.processors.send import build_batch_messages, reuse_properties
+    from store.message import BatchItem, decode_batch_body, encode_batch_body
+
+    body = encode_batch_body(
+        BatchItem(0, BODY, encode_properties({"TAGS": "TagA", "UNIQ_KEY": UNIQ.next()}))
+        for _ in range(32)
+    )
+    items = decode_batch_body(body)
+    batch_props = {"CLUSTER": "DefaultCluster", "WAIT": "true"}
+    override = {"CLUSTER"}
+    suffix = "CLUSTER\x01DefaultCluster"
+    born = ("127.0.0.1", 50000)
+    store = ("127.0.0.1", 10911)
+    for _ in range(n // 32):
+        build_batch_messages(
+            items,
+            MessageInner,
+            TOPIC,
+            3,
+            0,
+            1,
+            born,
+            store,
+            batch_props,
+            override,
+            suffix,
+            32767,
+            reuse_properties,
+        )
+
+
+def case_patch_records32(n: int) -> None:
+    from store.message import encode_records, patch_records
+
+    records = encode_records([_msg() for _ in range(32)])
+    for i in range(n // 32):
+        patch_records(records, 0, 32, 0, i * 32, i * 40_000, 1, [])
+
+
+def case_body_crc1k(n: int) -> None:
+    from store.message import body_crc
+
+    for _ in range(n):
+        body_crc(BODY)
 
 
 class _StoreCase:
@@ -565,6 +617,9 @@ def main() -> None:
             "encode_records32": lambda: measure(case_encode_records32, n),
             "build_index32": lambda: case_build_index32(root, n),
             "decode_batch32": lambda: measure(case_decode_batch32, n),
+            "batch_messages32": lambda: measure(case_batch_messages32, n),
+            "patch_records32": lambda: measure(case_patch_records32, n),
+            "body_crc1k": lambda: measure(case_body_crc1k, n),
             "put_single": lambda: trio.run(_StoreCase(root).put, n, 1),
             "put_batch32": lambda: trio.run(_StoreCase(root).put, n, 32),
             "get_message32": lambda: trio.run(_StoreCase(root).get, n),

@@ -13,6 +13,7 @@ import structlog
 import trio
 
 from broker.filter import SubscriptionParseError, build_subscription, tag_filter
+from broker.long_polling import ParkedPull
 from broker.processors._common import InlineResult, error, guarded_inline
 from broker.topic_manager import is_readable
 from remoting import Connection, RemotingCommand, ResponseCode
@@ -149,20 +150,76 @@ class PullProcessor:
         if hdr.sys_flag & FLAG_COMMIT_OFFSET and ctrl.config.broker_id == 0:
             ctrl.offsets.commit(hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.commit_offset)
         if code == ResponseCode.PULL_NOT_FOUND and hdr.sys_flag & FLAG_SUSPEND and not conn.closed:
-            return self._held(cmd, hdr, max_msgs, match, result)
+            return self._hold(conn, cmd, hdr, max_msgs, match, result)
         return self._response(cmd, code, result)
 
-    async def _held(
+    def _hold(
         self,
+        conn: Connection,
         cmd: RemotingCommand,
         hdr: PullMessageRequestHeader,
         max_msgs: int,
         match: Callable[[int], bool] | None,
         first: GetMessageResult,
+    ) -> InlineResult:
+        """Hold a pull that found nothing until matching messages arrive on its queue or its
+        suspend time ends, then answer it with `Connection.respond_nowait`.
+
+        With long polling the pull is parked in `LongPollingService` and answered from the
+        put path (or its timer): `Connection.DEFERRED`, no task. When new messages do not
+        match its filter it moves past them and waits again, as long as time is left. The
+        answer is read from the offset it last waited at; the offset piggybacked on the
+        request was committed when it arrived.
+        """
+        ctrl = self.ctrl
+        cfg = ctrl.config
+        if cfg.long_polling_enable:
+            wait_ms = min(max(0, hdr.suspend_timeout_millis), cfg.max_suspend_ms)
+        else:
+            wait_ms = cfg.short_polling_time_ms
+        if wait_ms <= 0:
+            return self._response(cmd, pull_code(first.status, hdr.queue_offset), first)
+        deadline = trio.current_time() + wait_ms / 1000
+        if not cfg.long_polling_enable:
+            return self._short_poll(cmd, hdr, max_msgs, match, deadline)
+
+        def resume(p: ParkedPull, final: bool) -> bool:
+            result = self._get(hdr, p.offset, max_msgs, match)
+            if (
+                not final
+                and result.status is GetMessageStatus.NO_MATCHED_MESSAGE
+                and result.next_begin_offset > p.offset
+                and trio.current_time() < p.deadline
+            ):
+                p.offset = result.next_begin_offset  # only filtered-out messages: wait on
+                return False
+            response = self._response(cmd, pull_code(result.status, p.offset), result)
+            conn.respond_nowait(cmd, response, direct=True)
+            return True
+
+        # No schedule point since the read: nothing can have arrived meanwhile. A queue that
+        # already reaches past the offset (an entry not readable, OFFSET_FOUND_NULL) would
+        # not be notified again, and a full service parks nothing: answer those now, as a
+        # woken pull would.
+        topic, queue_id, offset = hdr.topic, hdr.queue_id, hdr.queue_offset
+        if ctrl.store.get_max_offset_in_queue(topic, queue_id) <= offset and (
+            ctrl.long_polling.park(topic, queue_id, offset, deadline, resume)
+        ):
+            return Connection.DEFERRED
+        return self._response(cmd, pull_code(first.status, hdr.queue_offset), first)
+
+    async def _short_poll(
+        self,
+        cmd: RemotingCommand,
+        hdr: PullMessageRequestHeader,
+        max_msgs: int,
+        match: Callable[[int], bool] | None,
+        deadline: float,
     ) -> RemotingCommand:
-        """The slow path of `pull_message`: long-poll, then answer."""
-        result, offset = await self._suspend(hdr, max_msgs, match, first)
-        return self._response(cmd, pull_code(result.status, offset), result)
+        """Without long polling: wait the short polling time, read again, answer."""
+        await trio.sleep_until(deadline)
+        result = self._get(hdr, hdr.queue_offset, max_msgs, match)
+        return self._response(cmd, pull_code(result.status, hdr.queue_offset), result)
 
     def _get(
         self,
@@ -180,51 +237,6 @@ class PullProcessor:
             self.ctrl.config.max_pull_bytes,
             match,
         )
-
-    async def _suspend(
-        self,
-        hdr: PullMessageRequestHeader,
-        max_msgs: int,
-        match: Callable[[int], bool] | None,
-        first: GetMessageResult,
-    ) -> tuple[GetMessageResult, int]:
-        """Hold the pull until matching messages arrive on its queue or the suspend time ends.
-
-        Woken by an arrival, it pulls again; when the new messages do not match the filter it
-        moves past them and waits again, as long as time is left. Returns the last result and
-        the offset it was read from.
-        """
-        ctrl = self.ctrl
-        cfg = ctrl.config
-        if cfg.long_polling_enable:
-            wait_ms = min(max(0, hdr.suspend_timeout_millis), cfg.max_suspend_ms)
-        else:
-            wait_ms = cfg.short_polling_time_ms
-        offset = hdr.queue_offset
-        if wait_ms <= 0:
-            return first, offset
-        deadline = trio.current_time() + wait_ms / 1000
-        if not cfg.long_polling_enable:
-            await trio.sleep_until(deadline)
-            return self._get(hdr, offset, max_msgs, match), offset
-        result = first
-        while True:
-            parked = ctrl.long_polling.park(hdr.topic, hdr.queue_id, offset)
-            if parked is None:
-                return result, offset  # too many parked pulls: answer now
-            # A message may have landed between the last read and parking.
-            if ctrl.store.get_max_offset_in_queue(hdr.topic, hdr.queue_id) > offset:
-                parked.event.set()
-            woken = await ctrl.long_polling.wait(parked, deadline)
-            result = self._get(hdr, offset, max_msgs, match)
-            if (
-                not woken
-                or result.status is not GetMessageStatus.NO_MATCHED_MESSAGE
-                or result.next_begin_offset <= offset
-                or trio.current_time() >= deadline
-            ):
-                return result, offset
-            offset = result.next_begin_offset
 
     def _response(
         self, cmd: RemotingCommand, code: int, result: GetMessageResult

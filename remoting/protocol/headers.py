@@ -15,6 +15,11 @@ From that table `@_header` generates a straight-line `from_fields` and `to_field
 cost one dict lookup and one conversion per field, without a per-field loop.
 `to_fields` leaves None fields out, writes booleans as "true"/"false" and numbers in decimal.
 Booleans parse like Java's `Boolean.parseBoolean` (only "true", any case, is true).
+
+With the C extension (see remoting._header_codec), `from_fields` and `from_fields_v2` run a
+native `FieldsDecoder` built from the same table; it handles the common case (a dict of str
+values that all convert) and hands anything else to the generated Python decoder, which stays
+the reference (`_py_decode`, `_py_decode_v2`) and raises the HeaderError.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Self, TypeVar
 
 from remoting._command import RemotingCommand
+from remoting._header_codec import native as _native
 from remoting.codes import RequestCode
 from remoting.errors import HeaderError
 
@@ -85,7 +91,9 @@ class _Header:
     _WIRE_NAMES: ClassVar[Mapping[str, str]] = {}
     _SHORT_NAMES: ClassVar[Mapping[str, str]] = {}
     _decode: ClassVar[_Decoder]
+    _py_decode: ClassVar[_Decoder]
     _encode: ClassVar[_Encoder]
+    _TABLE: ClassVar[tuple[tuple[str, str, type, bool, object], ...]]
     FIELDS: ClassVar[tuple[tuple[str, str, type, bool], ...]]
     """(attribute, wire name, type, required) per field, in declaration order."""
 
@@ -173,6 +181,22 @@ def _compile(
     return env["_decode"], env["_encode"]
 
 
+_KIND_CODES: Mapping[type, int] = {str: 0, int: 1, bool: 2}
+
+
+def native_decoder(
+    module: types.ModuleType,
+    cls: type[Any],
+    table: tuple[tuple[str, str, type, bool, object], ...],
+    fallback: _Decoder,
+) -> _Decoder:
+    """`module.FieldsDecoder` (remoting._speedups) for a field table; `fallback` is the
+    generated Python decoder it hands uncommon input to."""
+    rows = tuple((a, w, _KIND_CODES[k], r, d) for a, w, k, r, d in table)
+    decoder: _Decoder = module.FieldsDecoder(cls, rows, fallback)
+    return decoder
+
+
 _H = TypeVar("_H", bound=type[_Header])
 
 
@@ -189,12 +213,19 @@ def _header(cls: _H) -> _H:
         required = not has_default and not optional
         default = f.default if has_default else None
         table.append((f.name, overrides.get(f.name) or _camel(f.name), kind, required, default))
-    dc._decode, dc._encode = _compile(dc.__name__, table)
+    dc._py_decode, dc._encode = _compile(dc.__name__, table)
+    dc._decode = dc._py_decode
+    dc._TABLE = tuple(table)
+    if _native is not None:
+        dc._decode = native_decoder(_native, dc, dc._TABLE, dc._py_decode)
     dc.FIELDS = tuple((a, w, k, r) for a, w, k, r, _ in table)
     if dc._SHORT_NAMES:
-        short = [(a, dc._SHORT_NAMES[a], k, r, d) for a, _, k, r, d in table]
-        decode_v2, encode_v2 = _compile(dc.__name__ + "V2", short)
-        dc._decode_v2 = decode_v2
+        short = tuple((a, dc._SHORT_NAMES[a], k, r, d) for a, _, k, r, d in table)
+        decode_v2, encode_v2 = _compile(dc.__name__ + "V2", list(short))
+        dc._py_decode_v2 = dc._decode_v2 = decode_v2
+        dc._TABLE_V2 = short
+        if _native is not None:
+            dc._decode_v2 = native_decoder(_native, dc, short, decode_v2)
         dc._encode_v2 = encode_v2
     result: _H = dc
     return result
@@ -244,7 +275,9 @@ class SendMessageRequestHeader(_Header):
         "broker_name": "n",
     }
     _decode_v2: ClassVar[_Decoder]
+    _py_decode_v2: ClassVar[_Decoder]
     _encode_v2: ClassVar[_Encoder]
+    _TABLE_V2: ClassVar[tuple[tuple[str, str, type, bool, object], ...]]
 
     @classmethod
     def from_fields_v2(cls, ext_fields: Mapping[str, str] | None) -> Self:
@@ -267,9 +300,12 @@ class SendMessageRequestHeader(_Header):
         Raises:
             HeaderError: a required field is missing or malformed.
         """
+        result: Self
         if cmd.code in _V2_CODES:
-            return cls.from_fields_v2(cmd.ext_fields)
-        return cls.from_fields(cmd.ext_fields)
+            result = cls._decode_v2(cls, cmd.ext_fields)
+        else:
+            result = cls._decode(cls, cmd.ext_fields)
+        return result
 
 
 def send_request_fields_v2(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -213,8 +214,14 @@ async def test_killed_consumer_hands_over_without_loss(
     all_mqs = {MessageQueue("RB2", b, q) for b in ("broker-a", "broker-b") for q in range(2)}
     victim_ids: list[str] = []
     async with trio.open_nursery() as nursery:
+        # The script imports `tests.*`: the repository root on its path (the editable
+        # install maps the project's packages only).
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        }
         victim = await trio.lowlevel.open_process(
-            [sys.executable, str(script)], cwd=str(ROOT), stdout=subprocess.PIPE
+            [sys.executable, str(script)], cwd=str(ROOT), stdout=subprocess.PIPE, env=env
         )
 
         async def read_victim() -> None:

@@ -111,3 +111,55 @@ async def test_handlers_are_inline(tmp_path: Path) -> None:
             ctrl.client_manage.heart_beat,
         ):
             assert not inspect.iscoroutinefunction(handler)
+
+
+async def test_held_pulls_skip_filtered_arrivals_time_out_and_survive_their_peer(
+    tmp_path: Path,
+) -> None:
+    flags = PULL_SUBSCRIPTION | PULL_SUSPEND
+    async with BrokerController(config(tmp_path, "ASYNC_FLUSH")) as ctrl:
+        addr = f"127.0.0.1:{ctrl.port}"
+        async with RemotingClient() as client:
+            ok = await client.invoke(addr, send_request("HoldT", b"zero", tags="TagA"))
+            assert ok.code == ResponseCode.SUCCESS
+            got: dict[str, RemotingCommand] = {}
+
+            async def pull(name: str, cmd: RemotingCommand) -> None:
+                got[name] = await client.invoke(addr, cmd, timeout_ms=30_000)
+
+            async with trio.open_nursery() as n:
+                # Waits for TagB from offset 1; a TagA arrival moves it on without an answer.
+                filtered = pull_request(
+                    "HoldT", 1, sys_flag=flags, subscription="TagB", suspend_ms=20_000
+                )
+                n.start_soon(pull, "filtered", filtered)
+                # Nothing arrives on queue 1: answered PULL_NOT_FOUND when its time is up.
+                short = pull_request("HoldT", 0, queue_id=1, sys_flag=flags, suspend_ms=300)
+                n.start_soon(pull, "timeout", short)
+                with trio.fail_after(10):
+                    while ctrl.long_polling.parked_count < 2:
+                        await trio.sleep(0.01)
+                ok = await client.invoke(addr, send_request("HoldT", b"one", tags="TagA"))
+                assert ok.code == ResponseCode.SUCCESS
+                await trio.sleep(0.05)
+                assert "filtered" not in got
+                ok = await client.invoke(addr, send_request("HoldT", b"two", tags="TagB"))
+                assert ok.code == ResponseCode.SUCCESS
+            assert got["filtered"].code == ResponseCode.SUCCESS
+            assert [m.body for m in decode_records(got["filtered"].body_bytes())] == [b"two"]
+            assert got["timeout"].code == ResponseCode.PULL_NOT_FOUND
+            assert ctrl.long_polling.parked_count == 0
+
+        # A pull held for a peer that goes away: the arrival finds a closed connection, the
+        # answer is dropped and the pull leaves; the broker keeps serving.
+        async with RemotingClient() as gone:
+            held = pull_request("HoldT", 3, sys_flag=flags, subscription="*", suspend_ms=20_000)
+            with trio.move_on_after(0.3):
+                await gone.invoke(addr, held, timeout_ms=30_000)
+            assert ctrl.long_polling.parked_count == 1
+        async with RemotingClient() as client:
+            ok = await client.invoke(addr, send_request("HoldT", b"three"))
+            assert ok.code == ResponseCode.SUCCESS
+            assert ctrl.long_polling.parked_count == 0
+            found = await client.invoke(addr, pull_request("HoldT", 3))
+            assert [m.body for m in decode_records(found.body_bytes())] == [b"three"]

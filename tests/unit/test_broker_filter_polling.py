@@ -12,7 +12,7 @@ from broker.filter import (
     java_string_hash,
     tag_filter,
 )
-from broker.long_polling import LongPollingService
+from broker.long_polling import LongPollingService, ParkedPull
 
 
 def test_java_string_hash_known_values() -> None:
@@ -49,41 +49,100 @@ def test_tag_filter_matches_by_code_including_sign_extension() -> None:
     assert f(0x80000000)
 
 
-async def test_long_poll_wakes_on_arrival(autojump_clock: trio.testing.MockClock) -> None:
+class Recorder:
+    """A parked pull's resume callback: records (offset, final, time); answers unless told to
+    keep waiting for the next `keep` calls."""
+
+    def __init__(self, keep: int = 0) -> None:
+        self.calls: list[tuple[int, bool, float]] = []
+        self.keep = keep
+
+    def __call__(self, p: ParkedPull, final: bool) -> bool:
+        self.calls.append((p.offset, final, trio.current_time()))
+        if self.keep and not final:
+            self.keep -= 1
+            p.offset += 10  # as a resume that skipped filtered-out messages
+            return False
+        return True
+
+
+async def test_long_poll_resumes_on_arrival_without_a_task(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     lp = LongPollingService()
-    results: list[tuple[bool, float]] = []
-
-    async def puller(offset: int) -> None:
-        p = lp.park("T", 0, offset)
-        assert p is not None
-        woke = await lp.wait(p, trio.current_time() + 15)
-        results.append((woke, trio.current_time()))
-
     start = trio.current_time()
+    a, b = Recorder(), Recorder()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(puller, 5)
-        nursery.start_soon(puller, 9)
-        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(lp.run)
+        assert lp.park("T", 0, 5, start + 15, a) is not None
+        assert lp.park("T", 0, 9, start + 15, b) is not None
         assert lp.parked_count == 2
         await trio.sleep(1)
         assert lp.notify("T", 1, 100) == 0  # another queue
         assert lp.notify("T", 0, 5) == 0  # nothing past offset 5 yet
-        assert lp.notify("T", 0, 6) == 1  # wakes the pull at 5 only
+        assert lp.notify("T", 0, 6) == 1  # resumes the pull at 5 only, right here
+        assert a.calls == [(5, False, start + 1)]
+        assert lp.parked_count == 1
         await trio.sleep(2)
         assert lp.notify("T", 0, 10) == 1
-    assert results == [(True, start + 1), (True, start + 3)]
-    assert lp.parked_count == 0
+        assert b.calls == [(9, False, start + 3)]
+        assert lp.parked_count == 0
+        await trio.sleep(20)  # the timer finds nothing left to finish
+        nursery.cancel_scope.cancel()
+    assert len(a.calls) == len(b.calls) == 1
 
 
-async def test_long_poll_times_out(autojump_clock: trio.testing.MockClock) -> None:
+async def test_long_poll_filtered_arrivals_keep_waiting_then_time_out(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     lp = LongPollingService()
-    p = lp.park("T", 0, 0)
-    assert p is not None
     start = trio.current_time()
-    assert not await lp.wait(p, start + 15)
-    assert trio.current_time() == start + 15
+    r = Recorder(keep=1)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lp.run)
+        p = lp.park("T", 0, 0, start + 15, r)
+        assert p is not None
+        await trio.sleep(1)
+        assert lp.notify("T", 0, 1) == 0  # resumed, moved on to offset 10, still parked
+        assert lp.notify("T", 0, 10) == 0  # not past its new offset: not resumed
+        assert lp.parked_count == 1
+        await trio.sleep(30)
+        nursery.cancel_scope.cancel()
+    # The timer finished it once, at its deadline, as final.
+    assert r.calls == [(0, False, start + 1), (10, True, start + 15)]
+    assert p.done
     assert lp.parked_count == 0
-    # Bounded: a full service refuses to park.
+
+
+async def test_long_poll_timer_follows_an_earlier_deadline_and_survives_errors(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    lp = LongPollingService()
+    start = trio.current_time()
+    late, early = Recorder(), Recorder()
+
+    def boom(p: ParkedPull, final: bool) -> bool:
+        raise RuntimeError("resume failed")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lp.run)
+        lp.park("T", 0, 0, start + 20, late)
+        await trio.sleep(1)
+        lp.park("T", 1, 0, start + 5, early)  # earlier than the timer's current wake-up
+        lp.park("T", 2, 0, start + 3, boom)
+        await trio.sleep(30)
+        nursery.cancel_scope.cancel()
+    assert early.calls == [(0, True, start + 5)]
+    assert late.calls == [(0, True, start + 20)]
+    assert lp.parked_count == 0  # the failing one left too
+
+
+async def test_long_poll_is_bounded_and_wake_all_finishes_everything() -> None:
     small = LongPollingService(max_parked=1)
-    assert small.park("T", 0, 0) is not None
-    assert small.park("T", 0, 0) is None
+    r = Recorder(keep=5)
+    assert small.park("T", 0, 0, 15.0, r) is not None
+    assert small.park("T", 0, 0, 15.0, r) is None
+    small.wake_all()
+    assert [final for _o, final, _t in r.calls] == [True]
+    assert small.parked_count == 0
+    assert small.park("T", 0, 0, 15.0, r) is not None

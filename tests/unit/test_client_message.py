@@ -48,6 +48,18 @@ def test_topic_rules(topic: str, reason: str) -> None:
         check_topic(topic)
 
 
+@pytest.mark.parametrize(
+    "body", [b"ab\xff", bytearray(b"ab\xff"), memoryview(b"ab\xff"), "ab\u00ff"]
+)
+def test_message_body_is_always_bytes(body: bytes | bytearray | memoryview | str) -> None:
+    m = Message("T", body)
+    assert type(m.body) is bytes
+    assert m.body == (body.encode() if isinstance(body, str) else bytes(body))
+    if isinstance(body, bytearray):
+        body[0] = 0  # a copy, not a view of the caller's buffer
+        assert m.body[0] == ord("a")
+
+
 def test_topic_rules_accept() -> None:
     check_topic("a" * 127)
     check_topic("%RETRY%group-1_x|y")

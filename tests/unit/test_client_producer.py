@@ -19,21 +19,72 @@ def _producer(**cfg: object) -> Producer:
 
 def test_prepare_sets_uniq_key_and_compresses_big_bodies() -> None:
     p = _producer()
-    small = p._prepare(Message("T", b"x" * 100, tags="A"))
-    assert small.sys_flag == 0
-    assert small.body == b"x" * 100
-    assert len(small.uniq) == 32
-    assert decode_properties(small.properties)["UNIQ_KEY"] == small.uniq
+    msg = Message("T", b"x" * 100, tags="A")
+    body, sys_flag, properties, uniq = p._prepare(msg)
+    assert sys_flag == 0
+    assert body == b"x" * 100
+    assert len(uniq) == 32
+    assert msg.properties["UNIQ_KEY"] == uniq
+    assert decode_properties(properties) == {"TAGS": "A", "UNIQ_KEY": uniq}
     big_body = b"abcd" * 2000
     big = p._prepare(Message("T", big_body))
-    assert big.sys_flag == 0x1 | 0x300
-    assert zlib.decompress(big.body) == big_body
-    assert big.uniq != small.uniq
+    assert big[1] == 0x1 | 0x300
+    assert zlib.decompress(big[0]) == big_body
+    assert big[3] != uniq
+
+
+def test_prepare_keeps_a_given_uniq_key_and_flags_prepared_transactions() -> None:
+    p = _producer()
+    msg = Message("T", b"x", properties={"k": "v"})
+    msg.properties["UNIQ_KEY"] = "ABC"
+    msg.properties["TRAN_MSG"] = "true"
+    _, sys_flag, properties, uniq = p._prepare(msg)
+    assert uniq == "ABC"
+    assert sys_flag == 0x4  # TRANSACTION_PREPARED_TYPE
+    assert decode_properties(properties) == {"k": "v", "UNIQ_KEY": "ABC", "TRAN_MSG": "true"}
 
 
 def test_compression_threshold_is_configurable() -> None:
     p = _producer(compress_over=10_000)
-    assert p._prepare(Message("T", b"a" * 5000)).sys_flag == 0
+    assert p._prepare(Message("T", b"a" * 5000))[1] == 0
+
+
+@pytest.mark.parametrize(
+    ("msg", "error"),
+    [
+        (Message("T", b""), "body length is zero"),
+        (Message("T", b"x" * 101), "over max value"),
+        (Message("T", b"x", delay_time_level=19), "out of range"),
+        (Message("TBW102", b"x"), "AUTO_CREATE_TOPIC_KEY_TOPIC"),
+        (Message("SCHEDULE_TOPIC_XXXX", b"x"), "forbidden"),
+        (Message("bad topic", b"x"), "illegal characters"),
+    ],
+)
+def test_prepare_checks_every_message_also_after_its_topic_passed(msg: Message, error: str) -> None:
+    """The topic checks run once per topic; the other checks on every message."""
+    p = _producer(max_message_size=100)
+    try:
+        p._prepare(Message(msg.topic, b"ok"))  # the topic passes (and is cached), or not
+    except MessageValidationError:
+        pass
+    for _ in range(2):
+        with pytest.raises(MessageValidationError, match=error):
+            p._prepare(msg)
+    assert "UNIQ_KEY" not in msg.properties  # nothing set on a refused message
+
+
+def test_prepare_accepts_a_valid_delay_level_on_a_known_topic() -> None:
+    p = _producer()
+    p._prepare(Message("T", b"ok"))
+    _, _, properties, _ = p._prepare(Message("T", b"x", delay_time_level=3))
+    assert decode_properties(properties)["DELAY"] == "3"
+
+
+def test_topic_cache_is_bounded() -> None:
+    p = _producer()
+    for i in range(3000):
+        p._prepare(Message(f"T{i}", b"x"))
+    assert 0 < len(p._send_topics) <= 1024
 
 
 async def test_validation_happens_before_any_network_call() -> None:

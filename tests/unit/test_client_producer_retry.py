@@ -282,3 +282,141 @@ async def test_configured_fault_tables_shorten_the_isolation(
     clock.now += 1
     used = {(await p.send(Message("T", b"x"))).message_queue.broker_name for _ in range(4)}
     assert used == {"broker-a", "broker-b"}
+
+
+class CountingInstance(FakeInstance):
+    def __init__(self, broker: Broker) -> None:
+        super().__init__(broker)
+        self.route_updates = 0
+
+    async def update_topic_route(self, topic: str, *, use_default: bool = False) -> bool:
+        self.route_updates += 1
+        return True
+
+
+async def test_first_attempt_failure_goes_on_with_the_next_attempts() -> None:
+    """The first attempt (made in `send` itself) failing with a transport error: charged,
+    route refreshed, retried on the other broker, like any later attempt."""
+    broker, clock = Broker(), Clock()
+    inst = CountingInstance(broker)
+    p = _producer(broker, clock, inst)
+    broker.mode[ADDRS["broker-a"]] = "refuse"
+    broker.mode[ADDRS["broker-b"]] = "refuse"
+    with pytest.raises(SendFailedError, match=r"Send \[3\] times") as info:
+        await p.send(Message("T", b"x"))
+    assert isinstance(info.value.__cause__, RemotingConnectError)
+    assert len(broker.calls) == 3
+    assert inst.route_updates == 3
+    # Both brokers isolated now: the next send takes the selection with fault tolerance.
+    assert not p.fault.is_available("broker-a")
+    assert not p.fault.is_available("broker-b")
+    assert not p.fault.all_available()
+    broker.calls.clear()
+    broker.mode[ADDRS["broker-a"]] = "ok"
+    broker.mode[ADDRS["broker-b"]] = "ok"
+    await p.send(Message("T", b"x"))
+    assert len(broker.calls) == 1
+
+
+@pytest.mark.parametrize("fault_enabled", [True, False])
+async def test_first_attempt_with_a_final_broker_error_is_not_retried(fault_enabled: bool) -> None:
+    broker, clock = Broker(), Clock()
+    for addr in ADDRS.values():
+        broker.mode[addr] = str(int(ResponseCode.MESSAGE_ILLEGAL))
+    inst = CountingInstance(broker)
+    p = _producer(broker, clock, inst)
+    p.fault = FaultStrategy(fault_enabled, clock)
+    with pytest.raises(RemoteError) as info:
+        await p.send(Message("T", b"x"))
+    assert info.value.code == ResponseCode.MESSAGE_ILLEGAL
+    assert info.value.__context__ is None
+    assert len(broker.calls) == 1
+    assert inst.route_updates == 0
+    # Recorded, but not isolating (a refusal is not the broker's fault).
+    items = p.fault.tolerance.snapshot()
+    assert len(items) == (1 if fault_enabled else 0)
+    assert p.fault.all_available()
+
+
+async def test_success_records_the_latency_without_isolation(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    class Slow(Broker):
+        async def invoke(
+            self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000
+        ) -> RemotingCommand:
+            await trio.sleep(0.04)
+            return await super().invoke(addr, cmd, timeout_ms)
+
+    broker, clock = Slow(), Clock()
+    p = _producer(broker, clock)
+    result = await p.send(Message("T", b"x"))
+    item = p.fault.tolerance.snapshot()[result.message_queue.broker_name]
+    assert item.current_latency == pytest.approx(40.0)
+    assert item.start_timestamp == clock.now
+    assert p.fault.all_available()
+
+
+async def test_first_attempt_cut_off_by_the_callers_scope_charges_its_broker(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Cached route (the first attempt runs in `send`): the caller's cancel scope cutting
+    the attempt off isolates the broker, and the cancellation goes on."""
+    broker, clock = Broker(), Clock()
+    frozen = ADDRS["broker-b"]
+    broker.mode[frozen] = "freeze"
+    p = _producer(broker, clock)
+    n = await _send_until_cut_off(p, broker, frozen, own_scope=True)
+    assert n <= 3  # round robin over a0, a1, b0, b1
+    item = p.fault.tolerance.snapshot()["broker-b"]
+    assert item.current_latency == pytest.approx(2000.0)
+    assert item.start_timestamp == clock.now + 600_000
+    broker.calls.clear()
+    used = {(await p.send(Message("T", b"x"))).message_queue.broker_name for _ in range(6)}
+    assert used == {"broker-a"}
+
+
+async def test_round_robin_visits_every_queue_in_turn() -> None:
+    broker, clock = Broker(), Clock()
+    p = _producer(broker, clock)
+    got = [(await p.send(Message("T", b"x"))).message_queue for _ in range(8)]
+    queues = p.instance.publish_info["T"].queues
+    start = queues.index(got[0])
+    assert got == [queues[(start + i) % len(queues)] for i in range(8)]
+
+
+async def test_a_negative_timeout_times_out_without_an_attempt() -> None:
+    broker, clock = Broker(), Clock()
+    p = _producer(broker, clock)
+    with pytest.raises(RemotingTimeoutError, match="sendDefaultImpl call timeout"):
+        await p.send(Message("T", b"x"), timeout_ms=-5)
+    assert broker.calls == []
+
+
+async def test_a_started_producer_times_attempts_on_its_runs_clock(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    class Slow(Broker):
+        delay = 0.25
+
+        async def invoke(
+            self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000
+        ) -> RemotingCommand:
+            await trio.sleep(self.delay)
+            return await super().invoke(addr, cmd, timeout_ms)
+
+    broker, clock = Slow(), Clock()
+    p = _producer(broker, clock)
+    async with p:
+        result = await p.send(Message("T", b"x"))
+        item = p.fault.tolerance.snapshot()[result.message_queue.broker_name]
+        assert item.current_latency == pytest.approx(250.0)  # the MockClock's time
+        # and the send timeout too: a hanging broker is cut off at the (virtual) 1 s.
+        broker.delay = 0
+        for addr in ADDRS.values():
+            broker.mode[addr] = "hang"
+        start = trio.current_time()
+        with pytest.raises((RemotingTimeoutError, SendFailedError)):
+            await p.send(Message("T", b"x"), timeout_ms=1000)
+        assert trio.current_time() - start == pytest.approx(1.0, abs=0.01)
+    assert p._now is trio.current_time

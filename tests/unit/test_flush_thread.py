@@ -44,13 +44,13 @@ async def test_sync_flush_rounds_run_on_one_thread_that_stops_with_the_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads: set[str] = set()
-    real = flush_module._fsync_files
+    real = flush_module._sync_ranges
 
-    def spy(files: list[MappedFile]) -> None:
+    def spy(ranges: list[tuple[MappedFile, int, int]]) -> None:
         threads.add(threading.current_thread().name)
-        real(files)
+        real(ranges)
 
-    monkeypatch.setattr(flush_module, "_fsync_files", spy)
+    monkeypatch.setattr(flush_module, "_sync_ranges", spy)
     before = len(fsync_threads())
     async with MessageStore(cfg(tmp_path, "SYNC_FLUSH")) as store:
         assert len(fsync_threads()) == before + 1
@@ -74,19 +74,19 @@ async def test_async_flush_starts_no_fsync_thread(tmp_path: Path) -> None:
 async def test_fsync_error_reaches_the_flusher_and_the_thread_survives(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = flush_module._fsync_files
+    real = flush_module._sync_ranges
     calls = [0]
 
-    def failing_once(files: list[MappedFile]) -> None:
+    def failing_once(ranges: list[tuple[MappedFile, int, int]]) -> None:
         calls[0] += 1
         if calls[0] == 1:
             raise OSError(5, "simulated EIO")
-        real(files)
+        real(ranges)
 
     async with MessageStore(cfg(tmp_path, "SYNC_FLUSH")) as store:
         result, flush_end = store.put_messages_nowait([msg()])
         assert flush_end >= 0
-        monkeypatch.setattr(flush_module, "_fsync_files", failing_once)
+        monkeypatch.setattr(flush_module, "_sync_ranges", failing_once)
         with pytest.raises(OSError, match="simulated EIO"):
             await store.flush_service.flush_commitlog()
         assert not store.flush_service.is_flushed(flush_end)

@@ -7,6 +7,7 @@ frames, so what goes over the wire (and how many writes) is visible.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -179,6 +180,52 @@ async def test_answers_of_one_batch_leave_in_one_write(monkeypatch: pytest.Monke
         answers = await peer.receive(5)
     assert sorted(r.opaque for r in answers) == list(range(5))
     assert len(writes) == 1
+
+
+async def test_a_long_batch_is_answered_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pipelining peer's window arrives in one read; its answers leave every 16 requests
+    (and by size), so the peer can work on the first answers while the rest are handled."""
+    writes: list[int] = []
+    real_write = os.write
+    readable_at_17th: list[int] = []
+
+    def counting_write(fd: int, data: Any) -> int:
+        writes.append(len(data))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", counting_write)
+
+    async with serve({}) as (conn, peer):
+
+        def echo(c: Connection, cmd: RemotingCommand) -> RemotingCommand:
+            if cmd.opaque == 16:
+                # What the peer could already read while this 17th request is handled.
+                try:
+                    raw = socket.socket(fileno=peer.sock.fileno())
+                    try:
+                        peeked = raw.recv(1 << 20, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+                    finally:
+                        raw.detach()
+                    readable_at_17th.append(len(peeked))
+                except BlockingIOError:
+                    readable_at_17th.append(0)
+            return cmd.make_response(body=cmd.body)
+
+        conn._inline_processors = {INLINE: echo}
+        await trio.testing.wait_all_tasks_blocked()  # the writer is idle
+        await peer.send(*(request(INLINE, i, b"x" * 100) for i in range(40)))
+        answers = await peer.receive(40)
+        assert sorted(r.opaque for r in answers) == list(range(40))
+        assert len(writes) == 3  # 16 + 16 + 8
+        assert readable_at_17th[0] == writes[0] > 0
+
+        # Large answers leave once 64 KiB are ready: 40 KiB each, so after every second one.
+        writes.clear()
+        await trio.testing.wait_all_tasks_blocked()
+        await peer.send(*(request(INLINE, i, b"y" * 40_000) for i in range(3)))
+        answers = await peer.receive(3)
+        assert sorted(r.opaque for r in answers) == [0, 1, 2]
+        assert len(writes) == 2
 
 
 async def test_batch_queued_to_a_busy_writer_as_one_item() -> None:

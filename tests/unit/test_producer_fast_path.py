@@ -4,19 +4,20 @@ formatting, the send response parsed without the typed header."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
 
-from client._api import MQClientAPI
+from client._api import MQClientAPI, send_request, send_result
 from client.config import ClientConfig
 from client.fault import FaultStrategy
-from client.message import Message, MessageQueue, SendStatus
+from client.message import Message, MessageQueue, SendResult, SendStatus, new_send_result
 from client.producer import Producer
 from client.route import TopicPublishInfo
 from remoting import RemotingCommand, encode_frame
-from remoting.codes import RequestCode, SerializeType
-from remoting.errors import HeaderError
+from remoting.codes import RequestCode, ResponseCode, SerializeType
+from remoting.errors import HeaderError, RemoteError
 from remoting.protocol.headers import SendMessageRequestHeader, send_request_fields_v2
 from store.message import UniqKeyGenerator, decode_uniq_key
 
@@ -251,3 +252,121 @@ async def test_producer_send_puts_the_header_fields_on_the_wire() -> None:
     assert transport.sent[1].is_oneway
     assert transport.sent[1].ext_fields is not None
     assert transport.sent[1].ext_fields["b"] == "T"
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_cached_field_templates_give_the_reference_fields(batch: bool) -> None:
+    """`_fields` copies a per-queue template: equal (key order too) to the direct build for
+    every per-send value, queue and batch flag, and never leaks one send's values into the
+    next."""
+    p = _producer()
+    props = ["TAGS\x01A\x02UNIQ_KEY\x01X", "", "KEYS\x01ключ"]
+    seen = []
+    for i in range(60):
+        mq = MessageQueue("T", f"broker-{i % 2}", i % 3)
+        sys_flag = (0, 0x1 | 0x300, 0x4)[i % 3]
+        flag = (0, 7, -1, 2**31 - 1)[i % 4]
+        fields = p._fields("T", mq, sys_flag, flag, props[i % 3], batch)
+        born = fields["g"]
+        expected = send_request_fields_v2(
+            "pg", "T", "TBW102", "4", mq.queue_id, sys_flag, int(born), flag,
+            props[i % 3], mq.broker_name, batch,
+        )  # fmt: skip
+        assert list(fields.items()) == list(expected.items())
+        seen.append(fields)
+    assert len({id(f) for f in seen}) == len(seen)  # a fresh dict per send
+    assert len(p._templates[batch]) == 6
+    assert not p._templates[not batch]
+
+
+def test_fields_for_a_selectors_queue_of_another_topic_keep_the_message_topic() -> None:
+    p = _producer()
+    mq = MessageQueue("Other", "broker-a", 1)
+    fields = p._fields("T", mq, 0, 0, "", False)
+    assert (fields["b"], fields["e"], fields["n"]) == ("T", "1", "broker-a")
+    assert mq not in p._templates[False]
+    fields = p._fields("Other", mq, 0, 0, "", False)
+    assert fields["b"] == "Other"
+
+
+def test_field_template_cache_is_bounded() -> None:
+    p = _producer()
+    for i in range(5000):
+        p._fields("T", MessageQueue("T", f"b{i}", 0), 0, 0, "", False)
+    assert 0 < len(p._templates[False]) <= 4096
+
+
+@pytest.mark.parametrize("tx", [None, "tx"])
+def test_new_send_result_equals_the_dataclass_constructor(tx: str | None) -> None:
+    mq = MessageQueue("T", "b", 2)
+    fast = new_send_result(SendStatus.FLUSH_DISK_TIMEOUT, "U", "O", mq, 7, tx)
+    slow = SendResult(SendStatus.FLUSH_DISK_TIMEOUT, "U", "O", mq, 7, tx)
+    assert fast == slow
+    assert hash(fast) == hash(slow)
+    assert repr(fast) == repr(slow)
+    assert type(fast) is SendResult
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.queue_offset = 8  # type: ignore[misc]
+
+
+def test_send_request_and_send_result_are_send_message_fields_parts() -> None:
+    fields = {"b": "T"}
+    cmd = send_request(fields, b"body")
+    assert (cmd.code, cmd.body, cmd.is_oneway) == (RequestCode.SEND_MESSAGE_V2, b"body", False)
+    assert cmd.ext_fields is fields
+    assert send_request(fields, b"b", batch=True).code == RequestCode.SEND_BATCH_MESSAGE
+    mq = MessageQueue("T", "b", 0)
+    resp = RemotingCommand(
+        int(ResponseCode.SLAVE_NOT_AVAILABLE),
+        ext_fields={"msgId": "O", "queueId": "0", "queueOffset": "3"},
+    )
+    assert send_result(resp, mq, "U") == SendResult(
+        SendStatus.SLAVE_NOT_AVAILABLE, "U", "O", mq, 3, None
+    )
+    with pytest.raises(RemoteError) as info:
+        send_result(RemotingCommand(int(ResponseCode.SYSTEM_BUSY), remark="busy"), mq, "U")
+    assert (info.value.code, info.value.remark) == (ResponseCode.SYSTEM_BUSY, "busy")
+
+
+class _CountingClock(_Clock):
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        return self.now
+
+
+def test_all_available_reads_no_clock_while_nothing_is_isolated() -> None:
+    clock = _CountingClock()
+    fs = FaultStrategy(True, clock)
+    for _ in range(3):
+        fs.update_fault_item("a", 3.0, isolation=False)  # a success: available from now on
+    reads = clock.reads
+    assert fs.tolerance.all_available()
+    assert fs.all_available()
+    assert clock.reads == reads
+    fs.update_fault_item("b", 700.0, isolation=False)  # slow: 30 s not available
+    assert not fs.tolerance.all_available()
+    fs.update_fault_item("b", 3.0, isolation=False)  # conservative until the 30 s pass
+    assert not fs.tolerance.all_available()
+    assert fs.is_available("b")
+    clock.now += 30_000
+    assert fs.tolerance.all_available()
+    reads = clock.reads
+    assert fs.tolerance.all_available()
+    assert clock.reads == reads  # passed: no clock read again
+    # A later isolation counts again, from its own time.
+    fs.update_fault_item("a", 5.0, isolation=True)
+    assert not fs.tolerance.all_available()
+    clock.now += 599_999
+    assert not fs.tolerance.all_available()
+    clock.now += 1
+    assert fs.tolerance.all_available()
+
+
+def test_disabled_strategy_is_always_round_robin() -> None:
+    fs = FaultStrategy(False, _Clock())
+    fs.update_fault_item("a", 5.0, isolation=True)
+    assert fs.all_available()
+    assert fs.tolerance.snapshot() == {}

@@ -1,0 +1,1512 @@
+/* store._speedups: native versions of the store's per-message loops.
+ *
+ * Every function here has a pure-Python reference in store/ (the module that imports it says
+ * which); the Python code picks these only when this module imports and TRIMQ_NO_NATIVE is not
+ * set. Exception classes and helpers that live in Python modules are passed in as arguments, so
+ * the module holds no state besides the CRC table (computed once at import, never written
+ * again).
+ *
+ * Byte order: every record field is big-endian (RocketMQ's format).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <structmember.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ helpers */
+
+static inline void put_be32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static inline void put_be16(unsigned char *p, uint16_t v) {
+    p[0] = (unsigned char)(v >> 8);
+    p[1] = (unsigned char)v;
+}
+
+static inline void put_be64(unsigned char *p, uint64_t v) {
+    put_be32(p, (uint32_t)(v >> 32));
+    put_be32(p + 4, (uint32_t)v);
+}
+
+static inline uint32_t get_be32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+static inline uint16_t get_be16(const unsigned char *p) {
+    return (uint16_t)(((unsigned)p[0] << 8) | (unsigned)p[1]);
+}
+
+/* An int (or __index__ object) within [lo, hi]; else `err` (NULL: OverflowError / TypeError as
+ * Python raises them) with a message naming `what`. Returns -1 with an exception set. */
+static int get_ll(PyObject *obj, long long lo, long long hi, long long *out, PyObject *err,
+                  const char *what) {
+    PyObject *num = PyNumber_Index(obj);
+    if (num == NULL) {
+        if (err != NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(err, "field out of range: %s is not an integer", what);
+        }
+        return -1;
+    }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(num, &overflow);
+    Py_DECREF(num);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (overflow || v < lo || v > hi) {
+        PyErr_Format(err != NULL ? err : PyExc_OverflowError,
+                     "field out of range: %s must be in [%lld, %lld]", what, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A writable buffer; TypeError (as struct.pack_into raises) for a read-only object. */
+static int get_writable(PyObject *obj, Py_buffer *view) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE) == 0) return 0;
+    if (PyErr_ExceptionMatches(PyExc_BufferError)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "argument must be read-write bytes-like object, not %.100s",
+                     Py_TYPE(obj)->tp_name);
+    }
+    return -1;
+}
+
+/* Replace the pending OverflowError / TypeError / ValueError by struct.error with the same
+ * message: what struct.pack / pack_into raise for the same input in the Python reference. */
+static void as_struct_error(void) {
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError) && !PyErr_ExceptionMatches(PyExc_TypeError) &&
+        !PyErr_ExceptionMatches(PyExc_ValueError))
+        return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyObject *mod = PyImport_ImportModule("struct");
+    PyObject *err = mod != NULL ? PyObject_GetAttrString(mod, "error") : NULL;
+    Py_XDECREF(mod);
+    if (err == NULL) { /* keep the original error */
+        PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        return;
+    }
+    PyObject *msg = value != NULL ? PyObject_Str(value) : NULL;
+    if (msg == NULL) PyErr_Clear();
+    PyErr_SetObject(err, msg != NULL ? msg : Py_None);
+    Py_XDECREF(msg);
+    Py_DECREF(err);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+}
+
+#define I32_MIN (-2147483647LL - 1)
+#define I32_MAX 2147483647LL
+#define I64_MIN (-9223372036854775807LL - 1)
+#define I64_MAX 9223372036854775807LL
+
+/* ------------------------------------------------------------------ CRC32 (IEEE, zlib's) */
+
+static uint32_t crc_table[8][256]; /* filled once in PyInit, read-only afterwards */
+
+static void crc_init(void) {
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[0][n] = c;
+    }
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = crc_table[0][n];
+        for (int k = 1; k < 8; k++) {
+            c = crc_table[0][c & 0xFF] ^ (c >> 8);
+            crc_table[k][n] = c;
+        }
+    }
+}
+
+/* Slicing-by-8 over little-endian loads (x86 / arm64 Linux). */
+static uint32_t crc32_ieee(uint32_t crc, const unsigned char *p, size_t n) {
+    crc = ~crc;
+    while (n && ((uintptr_t)p & 7)) {
+        crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+        n--;
+    }
+    while (n >= 8) {
+        uint32_t lo, hi;
+        memcpy(&lo, p, 4);
+        memcpy(&hi, p + 4, 4);
+#if PY_BIG_ENDIAN
+        lo = __builtin_bswap32(lo);
+        hi = __builtin_bswap32(hi);
+#endif
+        lo ^= crc;
+        crc = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^
+              crc_table[5][(lo >> 16) & 0xFF] ^ crc_table[4][lo >> 24] ^
+              crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF] ^
+              crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    return ~crc;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_CLMUL_CRC 1
+static int use_clmul; /* set once in PyInit from the CPU's feature bits, read-only afterwards */
+
+/* CRC folding with carry-less multiplication (Intel's "Fast CRC Computation for Generic
+ * Polynomials Using PCLMULQDQ", bit-reflected constants of the IEEE polynomial). `crc` is the
+ * pre-inverted running value; `len` >= 64 and a multiple of 16. Returns the pre-inverted value.
+ */
+__attribute__((target("pclmul,sse4.1"))) static uint32_t crc32_clmul(uint32_t crc,
+                                                                      const unsigned char *p,
+                                                                      size_t len) {
+    const __m128i k1k2 = _mm_set_epi64x(0x01c6e41596LL, 0x0154442bd4LL);
+    const __m128i k3k4 = _mm_set_epi64x(0x00ccaa009eLL, 0x01751997d0LL);
+    const __m128i k5k0 = _mm_set_epi64x(0, 0x0163cd6124LL);
+    const __m128i poly = _mm_set_epi64x(0x01f7011641LL, 0x01db710641LL);
+    const __m128i mask32 = _mm_setr_epi32(~0, 0, ~0, 0);
+    __m128i x0, x1, x2, x3, x4, x5, x6, x7, x8;
+
+    x1 = _mm_loadu_si128((const __m128i *)(p + 0x00));
+    x2 = _mm_loadu_si128((const __m128i *)(p + 0x10));
+    x3 = _mm_loadu_si128((const __m128i *)(p + 0x20));
+    x4 = _mm_loadu_si128((const __m128i *)(p + 0x30));
+    x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)crc));
+    p += 64;
+    len -= 64;
+    while (len >= 64) {
+        x5 = _mm_clmulepi64_si128(x1, k1k2, 0x00);
+        x6 = _mm_clmulepi64_si128(x2, k1k2, 0x00);
+        x7 = _mm_clmulepi64_si128(x3, k1k2, 0x00);
+        x8 = _mm_clmulepi64_si128(x4, k1k2, 0x00);
+        x1 = _mm_clmulepi64_si128(x1, k1k2, 0x11);
+        x2 = _mm_clmulepi64_si128(x2, k1k2, 0x11);
+        x3 = _mm_clmulepi64_si128(x3, k1k2, 0x11);
+        x4 = _mm_clmulepi64_si128(x4, k1k2, 0x11);
+        x1 = _mm_xor_si128(_mm_xor_si128(x1, x5), _mm_loadu_si128((const __m128i *)(p + 0x00)));
+        x2 = _mm_xor_si128(_mm_xor_si128(x2, x6), _mm_loadu_si128((const __m128i *)(p + 0x10)));
+        x3 = _mm_xor_si128(_mm_xor_si128(x3, x7), _mm_loadu_si128((const __m128i *)(p + 0x20)));
+        x4 = _mm_xor_si128(_mm_xor_si128(x4, x8), _mm_loadu_si128((const __m128i *)(p + 0x30)));
+        p += 64;
+        len -= 64;
+    }
+    /* fold the four lanes into one */
+    x0 = k3k4;
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x3), x5);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x4), x5);
+    while (len >= 16) {
+        x2 = _mm_loadu_si128((const __m128i *)p);
+        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+        x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+        x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
+        p += 16;
+        len -= 16;
+    }
+    /* 128 -> 64 bits */
+    x2 = _mm_clmulepi64_si128(x1, x0, 0x10);
+    x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), x2);
+    x2 = _mm_srli_si128(x1, 4);
+    x1 = _mm_and_si128(x1, mask32);
+    x1 = _mm_clmulepi64_si128(x1, k5k0, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    /* Barrett reduction to 32 bits */
+    x2 = _mm_and_si128(x1, mask32);
+    x2 = _mm_clmulepi64_si128(x2, poly, 0x10);
+    x2 = _mm_and_si128(x2, mask32);
+    x2 = _mm_clmulepi64_si128(x2, poly, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    return (uint32_t)_mm_extract_epi32(x1, 1);
+}
+#endif
+
+/* zlib.crc32(data, crc): the folding kernel for the bulk when the CPU has it, tables else. */
+static uint32_t crc32_any(uint32_t crc, const unsigned char *p, size_t n) {
+#ifdef HAVE_CLMUL_CRC
+    if (use_clmul && n >= 64) {
+        size_t bulk = n & ~(size_t)15;
+        crc = ~crc32_clmul(~crc, p, bulk);
+        p += bulk;
+        n -= bulk;
+    }
+#endif
+    return n ? crc32_ieee(crc, p, n) : crc;
+}
+
+static PyObject *sp_crc32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "crc32(data, value=0)");
+        return NULL;
+    }
+    uint32_t start = 0;
+    if (nargs == 2) {
+        unsigned long v = PyLong_AsUnsignedLongMask(args[1]);
+        if (v == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+        start = (uint32_t)v;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    uint32_t c;
+    if (view.len > 4096) {
+        Py_BEGIN_ALLOW_THREADS c = crc32_any(start, view.buf, (size_t)view.len);
+        Py_END_ALLOW_THREADS
+    } else {
+        c = crc32_any(start, view.buf, (size_t)view.len);
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(c);
+}
+
+/* ------------------------------------------------------------------ Java String.hashCode */
+
+/* h = 31*h + unit over the UTF-16 code units of `s`, continuing from `h`. */
+static uint32_t java_hash_cont(uint32_t h, PyObject *s) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    int kind = PyUnicode_KIND(s);
+    const void *data = PyUnicode_DATA(s);
+    if (kind == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *d = data;
+        for (Py_ssize_t i = 0; i < n; i++) h = 31u * h + d[i];
+    } else if (kind == PyUnicode_2BYTE_KIND) {
+        const Py_UCS2 *d = data;
+        for (Py_ssize_t i = 0; i < n; i++) h = 31u * h + d[i];
+    } else {
+        const Py_UCS4 *d = data;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_UCS4 c = d[i];
+            if (c >= 0x10000) {
+                c -= 0x10000;
+                h = 31u * h + (0xD800u + (c >> 10));
+                h = 31u * h + (0xDC00u + (c & 0x3FF));
+            } else {
+                h = 31u * h + c;
+            }
+        }
+    }
+    return h;
+}
+
+/* abs() of the int32 hash as RocketMQ's index stores it (Integer.MIN_VALUE -> 0). */
+static inline int32_t abs32(uint32_t h) {
+    int32_t v = (int32_t)h;
+    if (v < 0) v = (v == INT32_MIN) ? 0 : -v;
+    return v;
+}
+
+static PyObject *sp_java_string_hash(PyObject *self, PyObject *arg) {
+    (void)self;
+    if (!PyUnicode_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "java_string_hash() needs a str, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    if (PyUnicode_READY(arg) < 0) return NULL;
+    return PyLong_FromLong((long)(int32_t)java_hash_cont(0, arg));
+}
+
+/* key_hash(prefix + key) without building the string. */
+static PyObject *sp_key_hash2(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyUnicode_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "key_hash2(prefix: str, key: str)");
+        return NULL;
+    }
+    if (PyUnicode_READY(args[0]) < 0 || PyUnicode_READY(args[1]) < 0) return NULL;
+    uint32_t h = java_hash_cont(java_hash_cont(0, args[0]), args[1]);
+    return PyLong_FromLong((long)abs32(h));
+}
+
+/* ------------------------------------------------------------------ properties */
+
+static PyObject *decode_props_into(PyObject *dict, PyObject *text) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t start = 0;
+    while (start <= n) {
+        /* segment [start, end) */
+        Py_ssize_t end = start;
+        Py_ssize_t sep = -1;
+        while (end < n) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, end);
+            if (c == 2) break;
+            if (c == 1 && sep < 0) sep = end;
+            end++;
+        }
+        if (sep > start && sep + 1 < end) {
+            PyObject *name = PyUnicode_Substring(text, start, sep);
+            if (name == NULL) return NULL;
+            PyObject *value = PyUnicode_Substring(text, sep + 1, end);
+            if (value == NULL) {
+                Py_DECREF(name);
+                return NULL;
+            }
+            int rc = PyDict_SetItem(dict, name, value);
+            Py_DECREF(name);
+            Py_DECREF(value);
+            if (rc < 0) return NULL;
+        }
+        start = end + 1;
+    }
+    return dict;
+}
+
+static PyObject *sp_decode_properties(PyObject *self, PyObject *arg) {
+    (void)self;
+    if (!PyUnicode_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "decode_properties() needs a str, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    if (PyUnicode_READY(arg) < 0) return NULL;
+    PyObject *dict = PyDict_New();
+    if (dict == NULL) return NULL;
+    if (PyUnicode_GET_LENGTH(arg) == 0) return dict;
+    if (decode_props_into(dict, arg) == NULL) {
+        Py_DECREF(dict);
+        return NULL;
+    }
+    return dict;
+}
+
+/* ------------------------------------------------------------------ interned names */
+
+static PyObject *s_topic, *s_body, *s_queue_id, *s_flag, *s_properties, *s_properties_string,
+    *s_sys_flag, *s_born_timestamp, *s_born_host, *s_store_host, *s_reconsume_times,
+    *s_prepared_transaction_offset, *s_tags_code, *s_encoded_properties, *s_TAGS, *s_WAIT;
+
+static int intern_names(void) {
+#define INTERN(var, text)                                                                          \
+    if ((var = PyUnicode_InternFromString(text)) == NULL) return -1;
+    INTERN(s_topic, "topic")
+    INTERN(s_body, "body")
+    INTERN(s_queue_id, "queue_id")
+    INTERN(s_flag, "flag")
+    INTERN(s_properties, "properties")
+    INTERN(s_properties_string, "properties_string")
+    INTERN(s_sys_flag, "sys_flag")
+    INTERN(s_born_timestamp, "born_timestamp")
+    INTERN(s_born_host, "born_host")
+    INTERN(s_store_host, "store_host")
+    INTERN(s_reconsume_times, "reconsume_times")
+    INTERN(s_prepared_transaction_offset, "prepared_transaction_offset")
+    INTERN(s_tags_code, "tags_code")
+    INTERN(s_encoded_properties, "encoded_properties")
+    INTERN(s_TAGS, "TAGS")
+    INTERN(s_WAIT, "WAIT")
+#undef INTERN
+    return 0;
+}
+
+/* ------------------------------------------------------------------ MessageInner slots */
+
+/* MessageInner's attributes. When a type keeps each of them in a plain object slot (its
+ * __slots__), they are read and written at the slot's offset, found per call through the
+ * type's member descriptors; anything else (a property, a __dict__ attribute) goes through
+ * getattr / setattr. */
+enum {
+    F_TOPIC,
+    F_BODY,
+    F_QUEUE_ID,
+    F_FLAG,
+    F_PROPERTIES,
+    F_PROPERTIES_STRING,
+    F_SYS_FLAG,
+    F_BORN_TS,
+    F_BORN_HOST,
+    F_STORE_HOST,
+    F_RECONSUME,
+    F_PREPARED,
+    F_TAGS_CODE,
+    N_FIELDS
+};
+
+static PyObject **const field_names[N_FIELDS] = {
+    &s_topic,          &s_body,           &s_queue_id,          &s_flag,
+    &s_properties,     &s_properties_string, &s_sys_flag,       &s_born_timestamp,
+    &s_born_host,      &s_store_host,     &s_reconsume_times,   &s_prepared_transaction_offset,
+    &s_tags_code,
+};
+
+typedef struct {
+    PyTypeObject *type; /* borrowed: the objects of that type are alive during the call */
+    int fast;
+    Py_ssize_t off[N_FIELDS];
+} fields_t;
+
+static void fields_for(fields_t *f, PyTypeObject *tp) {
+    f->type = tp;
+    f->fast = 0;
+    for (int i = 0; i < N_FIELDS; i++) {
+        PyObject *d = _PyType_Lookup(tp, *field_names[i]);
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)) return;
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type != T_OBJECT_EX || (m->flags & READONLY) || m->offset <= 0 ||
+            (size_t)m->offset + sizeof(PyObject *) > (size_t)tp->tp_basicsize)
+            return;
+        f->off[i] = m->offset;
+    }
+    f->fast = 1;
+}
+
+/* New reference to obj.<field>. */
+static PyObject *get_field(fields_t *f, PyObject *obj, int i) {
+    if (Py_TYPE(obj) != f->type) fields_for(f, Py_TYPE(obj));
+    if (!f->fast) return PyObject_GetAttr(obj, *field_names[i]);
+    PyObject *v = *(PyObject **)((char *)obj + f->off[i]);
+    if (v == NULL) {
+        PyErr_Format(PyExc_AttributeError, "'%.100s' object has no attribute '%U'",
+                     Py_TYPE(obj)->tp_name, *field_names[i]);
+        return NULL;
+    }
+    return Py_NewRef(v);
+}
+
+/* obj.<field> = value (a new object of f->type: its slots are empty). */
+static int set_field(fields_t *f, PyObject *obj, int i, PyObject *value) {
+    if (!f->fast || Py_TYPE(obj) != f->type) return PyObject_SetAttr(obj, *field_names[i], value);
+    PyObject **slot = (PyObject **)((char *)obj + f->off[i]);
+    PyObject *old = *slot;
+    *slot = Py_NewRef(value);
+    Py_XDECREF(old);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ encode_records */
+
+#define MESSAGE_MAGIC_CODE 0xDAA320A7u
+#define BORNHOST_V6_FLAG 0x10
+#define STOREHOST_V6_FLAG 0x20
+#define HOST_MASK (BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
+#define MAX_TOPIC_SIZE 127
+#define MAX_PROPERTIES_SIZE 32767
+
+/* A required int attribute as a long long within [lo, hi] (MessageEncodeError otherwise). */
+static int attr_ll(fields_t *f, PyObject *obj, int field, long long lo, long long hi,
+                   long long *out, PyObject *err) {
+    PyObject *v = get_field(f, obj, field);
+    if (v == NULL) return -1;
+    int rc = get_ll(v, lo, hi, out, err, PyUnicode_AsUTF8(*field_names[field]));
+    Py_DECREF(v);
+    return rc;
+}
+
+/* (ip bytes, port) of a host tuple via the Python `pack_ip` (cached there). */
+static PyObject *host_ip(PyObject *host, PyObject *pack_ip, PyObject *err) {
+    PyObject *ip = PySequence_GetItem(host, 0);
+    if (ip == NULL) return NULL;
+    PyObject *raw = PyObject_CallOneArg(pack_ip, ip);
+    Py_DECREF(ip);
+    if (raw == NULL) return NULL;
+    if (!PyBytes_Check(raw) || (PyBytes_GET_SIZE(raw) != 4 && PyBytes_GET_SIZE(raw) != 16)) {
+        Py_DECREF(raw);
+        PyErr_SetString(err, "pack_ip must return 4 or 16 bytes");
+        return NULL;
+    }
+    return raw;
+}
+
+static int host_port(PyObject *host, PyObject *err, const char *what, long long *out) {
+    PyObject *port = PySequence_GetItem(host, 1);
+    if (port == NULL) return -1;
+    int rc = get_ll(port, I32_MIN, I32_MAX, out, err, what);
+    Py_DECREF(port);
+    return rc;
+}
+
+/*
+ * encode_records(msgs, pack_ip, encode_error, size_error)
+ *   -> (bytearray, sizes, ts_positions | None, store_host | None)
+ * The fields of `store.message.EncodedRecords`; queue offset, physical offset and store
+ * timestamp are left 0.
+ */
+static PyObject *sp_encode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError,
+                        "encode_records(msgs, pack_ip, encode_error, size_error)");
+        return NULL;
+    }
+    PyObject *pack_ip = args[1], *enc_err = args[2], *size_err = args[3];
+    PyObject *seq = PySequence_Tuple(args[0]);
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *buf = PyByteArray_FromStringAndSize(NULL, 0);
+    PyObject *sizes = PyList_New(0);
+    PyObject *ts_positions = NULL; /* list, once a v6 born host appears */
+    PyObject *last_topic = NULL, *topic_b = NULL;
+    PyObject *last_born = NULL, *last_store = NULL, *last_sys = NULL;
+    PyObject *born_raw = NULL, *store_raw = NULL;
+    long long born_port = 0, store_port = 0, sys_flag = 0;
+    int same_store = 1;
+    PyObject *result = NULL;
+    fields_t fl;
+    fl.type = NULL;
+    fl.fast = 0;
+    if (buf == NULL || sizes == NULL) goto done;
+
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *msg = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *topic = get_field(&fl, msg, F_TOPIC);
+        if (topic == NULL) goto done;
+        if (topic != last_topic) {
+            int eq = last_topic != NULL ? PyObject_RichCompareBool(topic, last_topic, Py_EQ) : 0;
+            if (eq < 0) {
+                Py_DECREF(topic);
+                goto done;
+            }
+            if (!eq) {
+                if (!PyUnicode_Check(topic)) {
+                    PyErr_Format(PyExc_AttributeError, "'%.100s' object has no attribute 'encode'",
+                                 Py_TYPE(topic)->tp_name);
+                    Py_DECREF(topic);
+                    goto done;
+                }
+                PyObject *tb = PyUnicode_AsUTF8String(topic);
+                if (tb == NULL) {
+                    Py_DECREF(topic);
+                    goto done;
+                }
+                if (PyBytes_GET_SIZE(tb) > MAX_TOPIC_SIZE) {
+                    PyErr_Format(enc_err, "topic is %zd bytes, V1 records allow 127",
+                                 PyBytes_GET_SIZE(tb));
+                    Py_DECREF(tb);
+                    Py_DECREF(topic);
+                    goto done;
+                }
+                Py_XSETREF(topic_b, tb);
+            }
+            Py_XSETREF(last_topic, topic);
+        } else {
+            Py_DECREF(topic);
+        }
+
+        PyObject *props_s = get_field(&fl, msg, F_PROPERTIES_STRING);
+        if (props_s == NULL) goto done;
+        if (props_s == Py_None) {
+            Py_DECREF(props_s);
+            props_s = PyObject_CallMethodNoArgs(msg, s_encoded_properties);
+            if (props_s == NULL) goto done;
+        }
+        if (!PyUnicode_Check(props_s)) {
+            PyErr_Format(PyExc_AttributeError, "'%.100s' object has no attribute 'encode'",
+                         Py_TYPE(props_s)->tp_name);
+            Py_DECREF(props_s);
+            goto done;
+        }
+        Py_ssize_t props_len;
+        const char *props_c = PyUnicode_AsUTF8AndSize(props_s, &props_len);
+        if (props_c == NULL) {
+            Py_DECREF(props_s);
+            goto done;
+        }
+        if (props_len > MAX_PROPERTIES_SIZE) {
+            PyErr_Format(size_err, "properties are %zd bytes, the limit is %d", props_len,
+                         MAX_PROPERTIES_SIZE);
+            Py_DECREF(props_s);
+            goto done;
+        }
+
+        PyObject *born = get_field(&fl, msg, F_BORN_HOST);
+        PyObject *store = born != NULL ? get_field(&fl, msg, F_STORE_HOST) : NULL;
+        PyObject *msys = store != NULL ? get_field(&fl, msg, F_SYS_FLAG) : NULL;
+        if (msys == NULL) {
+            Py_XDECREF(born);
+            Py_XDECREF(store);
+            Py_DECREF(props_s);
+            goto done;
+        }
+        int changed = last_born == NULL;
+        if (!changed) {
+            int eq = PyObject_RichCompareBool(born, last_born, Py_EQ);
+            if (eq > 0) eq = PyObject_RichCompareBool(store, last_store, Py_EQ);
+            if (eq > 0) eq = PyObject_RichCompareBool(msys, last_sys, Py_EQ);
+            if (eq < 0) {
+                Py_DECREF(born);
+                Py_DECREF(store);
+                Py_DECREF(msys);
+                Py_DECREF(props_s);
+                goto done;
+            }
+            changed = !eq;
+        }
+        if (changed) {
+            if (last_store != NULL) {
+                int eq = PyObject_RichCompareBool(store, last_store, Py_EQ);
+                if (eq < 0) {
+                    Py_DECREF(born);
+                    Py_DECREF(store);
+                    Py_DECREF(msys);
+                    Py_DECREF(props_s);
+                    goto done;
+                }
+                if (!eq) same_store = 0;
+            }
+            Py_XSETREF(last_born, born);
+            Py_XSETREF(last_store, store);
+            Py_XSETREF(last_sys, msys);
+            Py_CLEAR(born_raw);
+            Py_CLEAR(store_raw);
+            born_raw = host_ip(last_born, pack_ip, enc_err);
+            if (born_raw == NULL) {
+                Py_DECREF(props_s);
+                goto done;
+            }
+            store_raw = host_ip(last_store, pack_ip, enc_err);
+            if (store_raw == NULL) {
+                Py_DECREF(props_s);
+                goto done;
+            }
+            long long sf;
+            if (get_ll(last_sys, I64_MIN, I64_MAX, &sf, enc_err, "sys_flag") < 0) {
+                Py_DECREF(props_s);
+                goto done;
+            }
+            sf &= ~(long long)HOST_MASK;
+            if (PyBytes_GET_SIZE(born_raw) == 16) sf |= BORNHOST_V6_FLAG;
+            if (PyBytes_GET_SIZE(store_raw) == 16) sf |= STOREHOST_V6_FLAG;
+            sys_flag = sf;
+            if ((sf & BORNHOST_V6_FLAG) && ts_positions == NULL) {
+                Py_ssize_t k = PyList_GET_SIZE(sizes);
+                ts_positions = PyList_New(k);
+                if (ts_positions == NULL) {
+                    Py_DECREF(props_s);
+                    goto done;
+                }
+                for (Py_ssize_t j = 0; j < k; j++) {
+                    PyObject *v = PyLong_FromLong(56);
+                    if (v == NULL) {
+                        Py_DECREF(props_s);
+                        goto done;
+                    }
+                    PyList_SET_ITEM(ts_positions, j, v);
+                }
+            }
+            /* ports are packed (and checked) per record in Python: re-read below */
+        } else {
+            Py_DECREF(born);
+            Py_DECREF(store);
+            Py_DECREF(msys);
+        }
+
+        PyObject *body = get_field(&fl, msg, F_BODY);
+        if (body == NULL) {
+            Py_DECREF(props_s);
+            goto done;
+        }
+        Py_buffer bview;
+        if (PyObject_GetBuffer(body, &bview, PyBUF_SIMPLE) < 0) {
+            Py_DECREF(body);
+            Py_DECREF(props_s);
+            goto done;
+        }
+        Py_DECREF(body); /* the buffer export keeps the object alive */
+        Py_ssize_t topic_len = PyBytes_GET_SIZE(topic_b);
+        Py_ssize_t born_len = PyBytes_GET_SIZE(born_raw), store_len = PyBytes_GET_SIZE(store_raw);
+        Py_ssize_t fixed = 4 * 8 + 4 * 4 + born_len + 4 + 8 + store_len + 4 + 4 + 8 + 4;
+        long long total = (long long)fixed + bview.len + 3 + topic_len + props_len;
+        uint32_t crc = crc32_any(0, bview.buf, (size_t)bview.len) & 0x7FFFFFFFu;
+        long long queue_id, flag, born_ts, reconsume, prepared;
+        if (attr_ll(&fl, msg, F_QUEUE_ID, I32_MIN, I32_MAX, &queue_id, enc_err) < 0 ||
+            attr_ll(&fl, msg, F_FLAG, I32_MIN, I32_MAX, &flag, enc_err) < 0 ||
+            attr_ll(&fl, msg, F_BORN_TS, I64_MIN, I64_MAX, &born_ts, enc_err) < 0 ||
+            host_port(last_born, enc_err, "born port", &born_port) < 0 ||
+            host_port(last_store, enc_err, "store port", &store_port) < 0 ||
+            attr_ll(&fl, msg, F_RECONSUME, I32_MIN, I32_MAX, &reconsume, enc_err) < 0 ||
+            attr_ll(&fl, msg, F_PREPARED, I64_MIN, I64_MAX, &prepared, enc_err) < 0) {
+            PyBuffer_Release(&bview);
+            Py_DECREF(props_s);
+            goto done;
+        }
+        if (total > I32_MAX || sys_flag < I32_MIN || sys_flag > I32_MAX) {
+            PyErr_SetString(enc_err, total > I32_MAX ? "field out of range: record too large"
+                                                     : "field out of range: sys_flag");
+            PyBuffer_Release(&bview);
+            Py_DECREF(props_s);
+            goto done;
+        }
+        Py_ssize_t old = PyByteArray_GET_SIZE(buf);
+        if (PyByteArray_Resize(buf, old + (Py_ssize_t)total) < 0) {
+            PyBuffer_Release(&bview);
+            Py_DECREF(props_s);
+            goto done;
+        }
+        unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(buf) + old;
+        put_be32(p, (uint32_t)total);
+        put_be32(p + 4, MESSAGE_MAGIC_CODE);
+        put_be32(p + 8, crc);
+        put_be32(p + 12, (uint32_t)queue_id);
+        put_be32(p + 16, (uint32_t)flag);
+        memset(p + 20, 0, 16); /* queue offset, physical offset */
+        put_be32(p + 36, (uint32_t)sys_flag);
+        put_be64(p + 40, (uint64_t)born_ts);
+        unsigned char *q = p + 48;
+        memcpy(q, PyBytes_AS_STRING(born_raw), (size_t)born_len);
+        q += born_len;
+        put_be32(q, (uint32_t)born_port);
+        q += 4;
+        memset(q, 0, 8); /* store timestamp */
+        q += 8;
+        memcpy(q, PyBytes_AS_STRING(store_raw), (size_t)store_len);
+        q += store_len;
+        put_be32(q, (uint32_t)store_port);
+        q += 4;
+        put_be32(q, (uint32_t)reconsume);
+        q += 4;
+        put_be64(q, (uint64_t)prepared);
+        q += 8;
+        put_be32(q, (uint32_t)bview.len);
+        q += 4;
+        if (bview.len) memcpy(q, bview.buf, (size_t)bview.len);
+        q += bview.len;
+        PyBuffer_Release(&bview);
+        *q++ = (unsigned char)topic_len;
+        if (topic_len) memcpy(q, PyBytes_AS_STRING(topic_b), (size_t)topic_len);
+        q += topic_len;
+        put_be16(q, (uint16_t)props_len);
+        q += 2;
+        if (props_len) memcpy(q, props_c, (size_t)props_len);
+        Py_DECREF(props_s);
+
+        PyObject *sz = PyLong_FromLongLong(total);
+        if (sz == NULL) goto done;
+        int rc = PyList_Append(sizes, sz);
+        Py_DECREF(sz);
+        if (rc < 0) goto done;
+        if (ts_positions != NULL) {
+            PyObject *tp = PyLong_FromLong((sys_flag & BORNHOST_V6_FLAG) ? 68 : 56);
+            if (tp == NULL) goto done;
+            rc = PyList_Append(ts_positions, tp);
+            Py_DECREF(tp);
+            if (rc < 0) goto done;
+        }
+    }
+    {
+        PyObject *host = (same_store && last_store != NULL) ? last_store : Py_None;
+        result = PyTuple_Pack(4, buf, sizes, ts_positions != NULL ? ts_positions : Py_None, host);
+    }
+done:
+    Py_DECREF(seq);
+    Py_XDECREF(buf);
+    Py_XDECREF(sizes);
+    Py_XDECREF(ts_positions);
+    Py_XDECREF(last_topic);
+    Py_XDECREF(topic_b);
+    Py_XDECREF(last_born);
+    Py_XDECREF(last_store);
+    Py_XDECREF(last_sys);
+    Py_XDECREF(born_raw);
+    Py_XDECREF(store_raw);
+    return result;
+}
+
+/* ------------------------------------------------------------------ patch_records */
+
+/*
+ * patch_records(buf, sizes, ts_positions, start, stop, buf_pos, queue_offset, physical_offset,
+ *               store_timestamp, phy_out) -> None
+ */
+static PyObject *sp_patch_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError,
+                        "patch_records(buf, sizes, ts_positions, start, stop, buf_pos, "
+                        "queue_offset, physical_offset, store_timestamp, phy_out)");
+        return NULL;
+    }
+    PyObject *sizes = args[1], *ts_pos = args[2], *phy_out = args[9];
+    if (!PyList_Check(sizes) || (ts_pos != Py_None && !PyList_Check(ts_pos)) ||
+        !PyList_Check(phy_out)) {
+        PyErr_SetString(PyExc_TypeError, "sizes, ts_positions and phy_out must be lists");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[3]);
+    Py_ssize_t stop = PyLong_AsSsize_t(args[4]);
+    Py_ssize_t pos = PyLong_AsSsize_t(args[5]);
+    long long qo = PyLong_AsLongLong(args[6]);
+    long long phy = PyLong_AsLongLong(args[7]);
+    long long ts = PyLong_AsLongLong(args[8]);
+    if (PyErr_Occurred()) return NULL;
+    if (start < 0 || stop > PyList_GET_SIZE(sizes) ||
+        (ts_pos != Py_None && stop > PyList_GET_SIZE(ts_pos)) || pos < 0) {
+        PyErr_SetString(PyExc_IndexError, "record index out of range");
+        return NULL;
+    }
+    Py_buffer view;
+    if (get_writable(args[0], &view) < 0) return NULL;
+    unsigned char *b = view.buf;
+    PyObject *res = NULL;
+    for (Py_ssize_t k = start; k < stop; k++) {
+        /* (re-checked: converting an item may run Python code that shrinks the lists) */
+        if (k >= PyList_GET_SIZE(sizes) || (ts_pos != Py_None && k >= PyList_GET_SIZE(ts_pos))) {
+            PyErr_SetString(PyExc_IndexError, "record index out of range");
+            goto out;
+        }
+        long long size = PyLong_AsLongLong(PyList_GET_ITEM(sizes, k));
+        if (size == -1 && PyErr_Occurred()) goto out;
+        long long tpos = 56;
+        if (ts_pos != Py_None) {
+            tpos = PyLong_AsLongLong(PyList_GET_ITEM(ts_pos, k));
+            if (tpos == -1 && PyErr_Occurred()) goto out;
+        }
+        if (size < 0 || tpos < 36 || tpos + 8 > view.len || pos > view.len - 36 ||
+            pos > view.len - (Py_ssize_t)tpos - 8) {
+            PyErr_SetString(PyExc_ValueError, "record position beyond the buffer");
+            as_struct_error();
+            goto out;
+        }
+        put_be64(b + pos + 20, (uint64_t)qo);
+        put_be64(b + pos + 28, (uint64_t)phy);
+        put_be64(b + pos + tpos, (uint64_t)ts);
+        PyObject *v = PyLong_FromLongLong(phy);
+        if (v == NULL) goto out;
+        int rc = PyList_Append(phy_out, v);
+        Py_DECREF(v);
+        if (rc < 0) goto out;
+        pos += (Py_ssize_t)size;
+        phy += size;
+        qo += 1;
+    }
+    res = Py_NewRef(Py_None);
+out:
+    PyBuffer_Release(&view);
+    return res;
+}
+
+/* ------------------------------------------------------------------ message ids */
+
+static const char HEX[] = "0123456789ABCDEF";
+
+/* offset_msg_ids(host_hex, phys) -> [host_hex + "%016X" % p for p in phys] */
+static PyObject *sp_offset_msg_ids(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2 || !PyUnicode_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "offset_msg_ids(host_hex: str, phys)");
+        return NULL;
+    }
+    Py_ssize_t hlen;
+    const char *host = PyUnicode_AsUTF8AndSize(args[0], &hlen);
+    if (host == NULL) return NULL;
+    if (!PyUnicode_IS_ASCII(args[0]) || hlen > 64) {
+        PyErr_SetString(PyExc_ValueError, "host_hex must be at most 64 ASCII characters");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Tuple(args[1]);
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n);
+    if (out == NULL) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    char tmp[96];
+    memcpy(tmp, host, (size_t)hlen);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long p = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (p == -1 && PyErr_Occurred()) goto fail;
+        if (p < 0) {
+            PyErr_SetString(PyExc_ValueError, "negative commitlog offset");
+            goto fail;
+        }
+        uint64_t v = (uint64_t)p;
+        for (int k = 15; k >= 0; k--) {
+            tmp[hlen + k] = HEX[v & 0xF];
+            v >>= 4;
+        }
+        PyObject *s = PyUnicode_FromStringAndSize(tmp, hlen + 16);
+        if (s == NULL) goto fail;
+        PyList_SET_ITEM(out, i, s);
+    }
+    Py_DECREF(seq);
+    return out;
+fail:
+    Py_DECREF(seq);
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ consume queue units */
+
+/* pack_cq_units(phys, sizes, tags_codes) -> bytes of 20-byte '>qiq' units */
+static PyObject *sp_pack_cq_units(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "pack_cq_units(phys, sizes, tags_codes)");
+        return NULL;
+    }
+    PyObject *a = PySequence_Tuple(args[0]);
+    PyObject *b = a ? PySequence_Tuple(args[1]) : NULL;
+    PyObject *c = b ? PySequence_Tuple(args[2]) : NULL;
+    PyObject *out = NULL;
+    if (c == NULL) goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(a);
+    if (PySequence_Fast_GET_SIZE(b) < n || PySequence_Fast_GET_SIZE(c) < n) n = -1;
+    if (n > PY_SSIZE_T_MAX / 20) n = -1;
+    if (n < 0 || PySequence_Fast_GET_SIZE(b) != PySequence_Fast_GET_SIZE(a) ||
+        PySequence_Fast_GET_SIZE(c) != PySequence_Fast_GET_SIZE(a)) {
+        /* map() stops at the shortest: mirror that */
+        n = PySequence_Fast_GET_SIZE(a);
+        if (PySequence_Fast_GET_SIZE(b) < n) n = PySequence_Fast_GET_SIZE(b);
+        if (PySequence_Fast_GET_SIZE(c) < n) n = PySequence_Fast_GET_SIZE(c);
+    }
+    out = PyBytes_FromStringAndSize(NULL, n * 20);
+    if (out == NULL) goto done;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long phy, size, tags;
+        if (get_ll(PySequence_Fast_GET_ITEM(a, i), I64_MIN, I64_MAX, &phy, NULL, "phy") < 0 ||
+            get_ll(PySequence_Fast_GET_ITEM(b, i), I32_MIN, I32_MAX, &size, NULL, "size") < 0 ||
+            get_ll(PySequence_Fast_GET_ITEM(c, i), I64_MIN, I64_MAX, &tags, NULL, "tags") < 0) {
+            as_struct_error();
+            Py_CLEAR(out);
+            goto done;
+        }
+        put_be64(p, (uint64_t)phy);
+        put_be32(p + 8, (uint32_t)size);
+        put_be64(p + 12, (uint64_t)tags);
+        p += 20;
+    }
+done:
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    Py_XDECREF(c);
+    return out;
+}
+
+/* ------------------------------------------------------------------ index */
+
+static int append_pair(PyObject *hashes, PyObject *phys, uint32_t h, PyObject *phy) {
+    PyObject *v = PyLong_FromLong((long)abs32(h));
+    if (v == NULL) return -1;
+    int rc = PyList_Append(hashes, v);
+    Py_DECREF(v);
+    if (rc < 0) return -1;
+    return PyList_Append(phys, phy);
+}
+
+/*
+ * index_hashes(prefix, phy_offsets, uniq_keys, keys, end, indexed) -> (hashes, phys)
+ * The key hashes `IndexService.build_index_batch` writes, in order: for each record not yet
+ * indexed (offset > end, or == end and not `indexed`), prefix+UNIQ_KEY, then prefix+each
+ * non-empty space-separated KEYS token.
+ */
+static PyObject *sp_index_hashes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 6 || !PyUnicode_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "index_hashes(prefix: str, phy_offsets, uniq_keys, keys, end, indexed)");
+        return NULL;
+    }
+    long long end = PyLong_AsLongLong(args[4]);
+    if (end == -1 && PyErr_Occurred()) return NULL;
+    int indexed = PyObject_IsTrue(args[5]);
+    if (indexed < 0) return NULL;
+    PyObject *ph = PySequence_Tuple(args[1]);
+    PyObject *uq = ph ? PySequence_Tuple(args[2]) : NULL;
+    PyObject *ks = uq ? PySequence_Tuple(args[3]) : NULL;
+    PyObject *hashes = NULL, *phys = NULL, *res = NULL;
+    if (ks == NULL) goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(ph);
+    if (PySequence_Fast_GET_SIZE(uq) != n || PySequence_Fast_GET_SIZE(ks) != n) {
+        PyErr_SetString(PyExc_ValueError, "phy_offsets, uniq_keys and keys differ in length");
+        goto done;
+    }
+    hashes = PyList_New(0);
+    phys = PyList_New(0);
+    if (hashes == NULL || phys == NULL) goto done;
+    if (PyUnicode_READY(args[0]) < 0) goto done;
+    uint32_t hp = java_hash_cont(0, args[0]);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *phy = PySequence_Fast_GET_ITEM(ph, i);
+        PyObject *uniq = PySequence_Fast_GET_ITEM(uq, i);
+        PyObject *key_list = PySequence_Fast_GET_ITEM(ks, i);
+        if ((PyUnicode_Check(uniq) && PyUnicode_READY(uniq) < 0) ||
+            (PyUnicode_Check(key_list) && PyUnicode_READY(key_list) < 0))
+            goto done;
+        int has_u = uniq != Py_None && (PyUnicode_Check(uniq) ? PyUnicode_GET_LENGTH(uniq) > 0
+                                                              : PyObject_IsTrue(uniq));
+        int has_k = key_list != Py_None &&
+                    (PyUnicode_Check(key_list) ? PyUnicode_GET_LENGTH(key_list) > 0
+                                               : PyObject_IsTrue(key_list));
+        if (has_u < 0 || has_k < 0) goto done;
+        if (!has_u && !has_k) continue;
+        long long p = PyLong_AsLongLong(phy);
+        if (p == -1 && PyErr_Occurred()) goto done;
+        if (p < end || (p == end && indexed)) continue;
+        if (has_u) {
+            if (!PyUnicode_Check(uniq)) {
+                PyErr_SetString(PyExc_TypeError, "a UNIQ_KEY must be a str");
+                goto done;
+            }
+            if (append_pair(hashes, phys, java_hash_cont(hp, uniq), phy) < 0) goto done;
+        }
+        if (has_k) {
+            if (!PyUnicode_Check(key_list)) {
+                PyErr_SetString(PyExc_TypeError, "KEYS must be a str");
+                goto done;
+            }
+            Py_ssize_t len = PyUnicode_GET_LENGTH(key_list);
+            int kind = PyUnicode_KIND(key_list);
+            const void *data = PyUnicode_DATA(key_list);
+            uint32_t h = hp;
+            Py_ssize_t tok = 0; /* characters in the current token */
+            for (Py_ssize_t j = 0; j <= len; j++) {
+                Py_UCS4 c = j < len ? PyUnicode_READ(kind, data, j) : ' ';
+                if (c == ' ') {
+                    if (tok > 0 && append_pair(hashes, phys, h, phy) < 0) goto done;
+                    h = hp;
+                    tok = 0;
+                    continue;
+                }
+                tok++;
+                if (c >= 0x10000) {
+                    c -= 0x10000;
+                    h = 31u * h + (0xD800u + (c >> 10));
+                    h = 31u * h + (0xDC00u + (c & 0x3FF));
+                } else {
+                    h = 31u * h + c;
+                }
+            }
+        }
+    }
+    res = PyTuple_Pack(2, hashes, phys);
+done:
+    Py_XDECREF(ph);
+    Py_XDECREF(uq);
+    Py_XDECREF(ks);
+    Py_XDECREF(hashes);
+    Py_XDECREF(phys);
+    return res;
+}
+
+/*
+ * index_put_hashes(mm, slot_num, entries_pos, count, hashes, phys, start, stop, time_diff)
+ *   -> new_slots
+ * Entries count, count+1, ... for hashes[start:stop] (the caller checked they fit): each
+ * entry is (hash, phy, time_diff, previous entry of its slot), and the slot points at it.
+ */
+static PyObject *sp_index_put_hashes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "index_put_hashes(mm, slot_num, entries_pos, count, "
+                                         "hashes, phys, start, stop, time_diff)");
+        return NULL;
+    }
+    long long slot_num = PyLong_AsLongLong(args[1]);
+    long long entries_pos = PyLong_AsLongLong(args[2]);
+    long long count = PyLong_AsLongLong(args[3]);
+    Py_ssize_t start = PyLong_AsSsize_t(args[6]);
+    Py_ssize_t stop = PyLong_AsSsize_t(args[7]);
+    long long time_diff = PyLong_AsLongLong(args[8]);
+    if (PyErr_Occurred()) return NULL;
+    if (!PyList_Check(args[4]) || !PyList_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "hashes and phys must be lists");
+        return NULL;
+    }
+    PyObject *hashes = args[4], *phys = args[5];
+    if (slot_num <= 0 || entries_pos < 40 || count < 0 || start < 0 ||
+        stop > PyList_GET_SIZE(hashes) || stop > PyList_GET_SIZE(phys) || time_diff < I32_MIN ||
+        time_diff > I32_MAX || count + (stop - start) > I32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "index_put_hashes: argument out of range");
+        return NULL;
+    }
+    Py_buffer view;
+    if (get_writable(args[0], &view) < 0) return NULL;
+    unsigned char *b = view.buf;
+    long long len = (long long)view.len;
+    long long new_slots = 0;
+    PyObject *res = NULL;
+    if (len < 40 || slot_num > (len - 40) / 4 || entries_pos > len) {
+        PyErr_SetString(PyExc_ValueError, "slots or entries beyond the mapping");
+        as_struct_error();
+        goto out;
+    }
+    for (Py_ssize_t k = start; k < stop; k++, count++) {
+        long long h, phy;
+        /* (re-checked: converting an item may run Python code that shrinks the lists) */
+        if (k >= PyList_GET_SIZE(hashes) || k >= PyList_GET_SIZE(phys)) {
+            PyErr_SetString(PyExc_IndexError, "hash index out of range");
+            goto out;
+        }
+        if (get_ll(PyList_GET_ITEM(hashes, k), I32_MIN, I32_MAX, &h, PyExc_ValueError, "hash") <
+                0 ||
+            get_ll(PyList_GET_ITEM(phys, k), I64_MIN, I64_MAX, &phy, PyExc_ValueError, "phy") <
+                0) {
+            as_struct_error();
+            goto out;
+        }
+        long long slot = h % slot_num; /* Python's modulo: never negative */
+        if (slot < 0) slot += slot_num;
+        long long slot_pos = 40 + slot * 4;
+        long long epos = entries_pos + count * 20;
+        if (epos + 20 > len) {
+            PyErr_SetString(PyExc_ValueError, "index entry beyond the mapping");
+            as_struct_error();
+            goto out;
+        }
+        long long prev = (int32_t)get_be32(b + slot_pos);
+        if (prev <= 0 || prev >= count) {
+            prev = 0;
+            new_slots++;
+        }
+        unsigned char *e = b + epos;
+        put_be32(e, (uint32_t)h);
+        put_be64(e + 4, (uint64_t)phy);
+        put_be32(e + 12, (uint32_t)time_diff);
+        put_be32(e + 16, (uint32_t)prev);
+        put_be32(b + slot_pos, (uint32_t)count);
+    }
+    res = PyLong_FromLongLong(new_slots);
+out:
+    PyBuffer_Release(&view);
+    return res;
+}
+
+/* ------------------------------------------------------------------ SEND_BATCH body */
+
+/*
+ * decode_batch_body(body, item_type, decode_error) -> list[item_type]
+ * item_type is a tuple subclass of 3 fields: (flag, body bytes, properties str).
+ */
+static PyObject *sp_decode_batch_body(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3 || !PyType_Check(args[1]) ||
+        !PyType_IsSubtype((PyTypeObject *)args[1], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "decode_batch_body(body, item_type, decode_error)");
+        return NULL;
+    }
+    PyTypeObject *item_type = (PyTypeObject *)args[1];
+    PyObject *err = args[2];
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *d = view.buf;
+    Py_ssize_t end = view.len, pos = 0;
+    PyObject *items = PyList_New(0);
+    if (items == NULL) goto fail;
+    while (pos < end) {
+        if (end - pos < 22) {
+            PyErr_Format(err, "truncated batch item at %zd", pos);
+            goto fail;
+        }
+        int32_t total = (int32_t)get_be32(d + pos);
+        int32_t flag = (int32_t)get_be32(d + pos + 12);
+        int32_t body_len = (int32_t)get_be32(d + pos + 16);
+        if (body_len < 0) {
+            PyErr_Format(err, "batch item at %zd: lengths do not add up", pos);
+            goto fail;
+        }
+        Py_ssize_t b_start = pos + 20;
+        if ((Py_ssize_t)body_len > end - b_start - 2) {
+            PyErr_Format(err, "truncated batch item at %zd", pos);
+            goto fail;
+        }
+        Py_ssize_t b_end = b_start + body_len;
+        int16_t props_len = (int16_t)get_be16(d + b_end);
+        if (props_len < 0) {
+            PyErr_Format(err, "batch item at %zd: negative properties length", pos);
+            goto fail;
+        }
+        if ((long long)total != 22LL + body_len + props_len) {
+            PyErr_Format(err, "batch item at %zd: lengths do not add up", pos);
+            goto fail;
+        }
+        if ((Py_ssize_t)total > end - pos) {
+            PyErr_Format(err, "truncated batch item at %zd", pos);
+            goto fail;
+        }
+        Py_ssize_t item_end = pos + total;
+        PyObject *props = PyUnicode_DecodeUTF8((const char *)d + b_end + 2, props_len, NULL);
+        if (props == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                PyErr_Clear();
+                PyErr_Format(err, "batch item at %zd: properties are not UTF-8", pos);
+            }
+            goto fail;
+        }
+        PyObject *fl = PyLong_FromLong(flag);
+        PyObject *bd = fl ? PyBytes_FromStringAndSize((const char *)d + b_start, body_len) : NULL;
+        PyObject *item = bd ? item_type->tp_alloc(item_type, 3) : NULL;
+        if (item == NULL) {
+            Py_DECREF(props);
+            Py_XDECREF(fl);
+            Py_XDECREF(bd);
+            goto fail;
+        }
+        PyTuple_SET_ITEM(item, 0, fl);
+        PyTuple_SET_ITEM(item, 1, bd);
+        PyTuple_SET_ITEM(item, 2, props);
+        int rc = PyList_Append(items, item);
+        Py_DECREF(item);
+        if (rc < 0) goto fail;
+        pos = item_end;
+    }
+    PyBuffer_Release(&view);
+    return items;
+fail:
+    PyBuffer_Release(&view);
+    Py_XDECREF(items);
+    return NULL;
+}
+
+/* Number of \x02 in `s`. */
+static Py_ssize_t count_sep(PyObject *s) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s), c = 0;
+    int kind = PyUnicode_KIND(s);
+    const void *data = PyUnicode_DATA(s);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (PyUnicode_READ(kind, data, i) == 2) c++;
+    return c;
+}
+
+/* UTF-8 size of a str (ASCII without encoding). */
+static Py_ssize_t utf8_size(PyObject *s) {
+    if (PyUnicode_IS_ASCII(s)) return PyUnicode_GET_LENGTH(s);
+    Py_ssize_t size;
+    if (PyUnicode_AsUTF8AndSize(s, &size) == NULL) return -1;
+    return size;
+}
+
+/*
+ * build_batch_messages(items, msg_type, topic, queue_id, sys_flag, born_timestamp, born_host,
+ *                      store_host, batch_props, override, suffix, max_props, reuse_properties)
+ *   -> (msgs, error_index, error_kind)
+ *
+ * `SendProcessor.send_batch`'s per-message loop. Stops at the first item with an empty body
+ * (error_kind 1) or stored properties larger than max_props (error_kind 2); error_index -1
+ * when none. A message whose stored properties must be re-encoded from the dict gets
+ * properties_string None (the caller encodes it and checks its size).
+ */
+static PyObject *sp_build_batch_messages(PyObject *self, PyObject *const *args,
+                                         Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 13 || !PyType_Check(args[1]) || !PyUnicode_Check(args[2]) ||
+        !PyDict_Check(args[8]) || !PyAnySet_Check(args[9]) || !PyUnicode_Check(args[10])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "build_batch_messages(items, msg_type, topic: str, queue_id, sys_flag, "
+                        "born_timestamp, born_host, store_host, batch_props: dict, "
+                        "override: set, suffix: str, max_props, reuse_properties)");
+        return NULL;
+    }
+    PyTypeObject *msg_type = (PyTypeObject *)args[1];
+    PyObject *topic = args[2], *queue_id = args[3], *sys_flag = args[4], *born_ts = args[5];
+    PyObject *born_host = args[6], *store_host = args[7], *batch_props = args[8];
+    PyObject *override = args[9], *suffix = args[10], *reuse = args[12];
+    long long max_props = PyLong_AsLongLong(args[11]);
+    if (max_props == -1 && PyErr_Occurred()) return NULL;
+    PyObject *seq = PySequence_Tuple(args[0]);
+    if (seq == NULL) return NULL;
+    PyObject *msgs = PyList_New(0);
+    PyObject *sep_suffix = NULL, *zero = NULL, *empty = NULL, *res = NULL;
+    Py_ssize_t err_index = -1;
+    int err_kind = 0;
+    fields_t fl;
+    fields_for(&fl, msg_type);
+    if (msgs == NULL) goto done;
+    sep_suffix = PyUnicode_FromFormat("\x02%U", suffix);
+    zero = PyLong_FromLong(0);
+    empty = PyTuple_New(0);
+    if (sep_suffix == NULL || zero == NULL || empty == NULL) goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
+            PyErr_SetString(PyExc_TypeError, "batch items must be (flag, body, properties)");
+            goto done;
+        }
+        PyObject *flag = PyTuple_GET_ITEM(item, 0);
+        PyObject *body = PyTuple_GET_ITEM(item, 1);
+        PyObject *raw = PyTuple_GET_ITEM(item, 2);
+        int nonempty = PyObject_IsTrue(body);
+        if (nonempty < 0) goto done;
+        if (!nonempty) {
+            err_index = i;
+            err_kind = 1;
+            break;
+        }
+        if (!PyUnicode_Check(raw)) {
+            PyErr_SetString(PyExc_TypeError, "batch item properties must be a str");
+            goto done;
+        }
+        if (PyUnicode_READY(raw) < 0) goto done;
+        PyObject *props = PyDict_New();
+        if (props == NULL) goto done;
+        PyObject *stored = NULL;
+        if (PyUnicode_GET_LENGTH(raw) > 0) {
+            if (decode_props_into(props, raw) == NULL) {
+                Py_DECREF(props);
+                goto done;
+            }
+            /* override.isdisjoint(props) */
+            int disjoint = 1;
+            Py_ssize_t ppos = 0;
+            PyObject *key, *val;
+            while (PyDict_Next(props, &ppos, &key, &val)) {
+                int in = PySet_Contains(override, key);
+                if (in < 0) {
+                    Py_DECREF(props);
+                    goto done;
+                }
+                if (in) {
+                    disjoint = 0;
+                    break;
+                }
+            }
+            if (!disjoint) {
+                stored = Py_NewRef(Py_None);
+            } else {
+                int has_wait = PyDict_Contains(props, s_WAIT);
+                if (has_wait < 0) {
+                    Py_DECREF(props);
+                    goto done;
+                }
+                if (!has_wait && PyDict_GET_SIZE(props) == count_sep(raw) + 1) {
+                    stored = PyUnicode_Concat(raw, sep_suffix);
+                } else {
+                    PyObject *cargs[3] = {raw, props, suffix};
+                    stored = PyObject_Vectorcall(reuse, cargs, 3, NULL);
+                }
+                if (stored == NULL) {
+                    Py_DECREF(props);
+                    goto done;
+                }
+            }
+        } else {
+            stored = Py_NewRef(suffix);
+        }
+        if (PyDict_Update(props, batch_props) < 0) {
+            Py_DECREF(props);
+            Py_DECREF(stored);
+            goto done;
+        }
+        /* tags code: Java hash of TAGS (0 without) */
+        long tags = 0;
+        PyObject *tv = PyDict_GetItemWithError(props, s_TAGS);
+        if (tv == NULL && PyErr_Occurred()) {
+            Py_DECREF(props);
+            Py_DECREF(stored);
+            goto done;
+        }
+        if (tv != NULL && PyUnicode_Check(tv)) {
+            if (PyUnicode_READY(tv) < 0) {
+                Py_DECREF(props);
+                Py_DECREF(stored);
+                goto done;
+            }
+            if (PyUnicode_GET_LENGTH(tv) > 0) tags = (long)(int32_t)java_hash_cont(0, tv);
+        }
+        /* object.__new__(msg_type): the slots are set below, __init__ is not run */
+        PyObject *msg = msg_type->tp_new(msg_type, empty, NULL);
+        PyObject *tags_obj = msg != NULL ? PyLong_FromLong(tags) : NULL;
+        if (tags_obj == NULL || set_field(&fl, msg, F_TOPIC, topic) < 0 ||
+            set_field(&fl, msg, F_BODY, body) < 0 ||
+            set_field(&fl, msg, F_QUEUE_ID, queue_id) < 0 ||
+            set_field(&fl, msg, F_FLAG, flag) < 0 ||
+            set_field(&fl, msg, F_PROPERTIES, props) < 0 ||
+            set_field(&fl, msg, F_PROPERTIES_STRING, stored) < 0 ||
+            set_field(&fl, msg, F_SYS_FLAG, sys_flag) < 0 ||
+            set_field(&fl, msg, F_BORN_TS, born_ts) < 0 ||
+            set_field(&fl, msg, F_BORN_HOST, born_host) < 0 ||
+            set_field(&fl, msg, F_STORE_HOST, store_host) < 0 ||
+            set_field(&fl, msg, F_RECONSUME, zero) < 0 ||
+            set_field(&fl, msg, F_PREPARED, zero) < 0 ||
+            set_field(&fl, msg, F_TAGS_CODE, tags_obj) < 0) {
+            Py_XDECREF(tags_obj);
+            Py_XDECREF(msg);
+            Py_DECREF(props);
+            Py_DECREF(stored);
+            goto done;
+        }
+        Py_DECREF(tags_obj);
+        Py_DECREF(props);
+        int too_big = 0;
+        if (stored != Py_None && !PyUnicode_Check(stored)) {
+            PyErr_SetString(PyExc_TypeError, "reuse_properties must return a str or None");
+            Py_DECREF(msg);
+            Py_DECREF(stored);
+            goto done;
+        }
+        if (stored != Py_None) {
+            Py_ssize_t size = utf8_size(stored);
+            if (size < 0) {
+                Py_DECREF(msg);
+                Py_DECREF(stored);
+                goto done;
+            }
+            too_big = size > max_props;
+        }
+        Py_DECREF(stored);
+        int rc = PyList_Append(msgs, msg);
+        Py_DECREF(msg);
+        if (rc < 0) goto done;
+        if (too_big) {
+            err_index = i;
+            err_kind = 2;
+            break;
+        }
+    }
+    res = Py_BuildValue("(Oni)", msgs, err_index, err_kind);
+done:
+    Py_DECREF(seq);
+    Py_XDECREF(msgs);
+    Py_XDECREF(sep_suffix);
+    Py_XDECREF(zero);
+    Py_XDECREF(empty);
+    return res;
+}
+
+/* ------------------------------------------------------------------ module */
+
+static PyMethodDef methods[] = {
+    {"crc32", (PyCFunction)(void (*)(void))sp_crc32, METH_FASTCALL,
+     "crc32(data, value=0): zlib.crc32 (IEEE polynomial)."},
+    {"java_string_hash", sp_java_string_hash, METH_O, "Java String.hashCode() as an int32."},
+    {"key_hash2", (PyCFunction)(void (*)(void))sp_key_hash2, METH_FASTCALL,
+     "key_hash2(prefix, key): the index hash of prefix + key."},
+    {"decode_properties", sp_decode_properties, METH_O, "RocketMQ properties string -> dict."},
+    {"encode_records", (PyCFunction)(void (*)(void))sp_encode_records, METH_FASTCALL,
+     "Encode messages back to back (see store.message.encode_records)."},
+    {"patch_records", (PyCFunction)(void (*)(void))sp_patch_records, METH_FASTCALL,
+     "Write queue offsets, physical offsets and store timestamps (store.message)."},
+    {"offset_msg_ids", (PyCFunction)(void (*)(void))sp_offset_msg_ids, METH_FASTCALL,
+     "Offset message ids of commitlog offsets on one store host."},
+    {"pack_cq_units", (PyCFunction)(void (*)(void))sp_pack_cq_units, METH_FASTCALL,
+     "Consume-queue units ('>qiq') of parallel sequences."},
+    {"index_hashes", (PyCFunction)(void (*)(void))sp_index_hashes, METH_FASTCALL,
+     "Index key hashes of a batch (store.index_file)."},
+    {"index_put_hashes", (PyCFunction)(void (*)(void))sp_index_put_hashes, METH_FASTCALL,
+     "Write index entries and slots into a mapped index file."},
+    {"decode_batch_body", (PyCFunction)(void (*)(void))sp_decode_batch_body, METH_FASTCALL,
+     "Split a SEND_BATCH_MESSAGE body (store.message.decode_batch_body)."},
+    {"build_batch_messages", (PyCFunction)(void (*)(void))sp_build_batch_messages,
+     METH_FASTCALL, "The per-message loop of SendProcessor.send_batch."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "store._speedups", "Native accelerators of the store's hot loops.", 0,
+    methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void) {
+    crc_init();
+#ifdef HAVE_CLMUL_CRC
+    __builtin_cpu_init();
+    use_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+#endif
+    if (intern_names() < 0) return NULL;
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,100 @@
+"""Native versions of the store's per-message loops (store/_speedups.c).
+
+The pure-Python functions named in each docstring are the reference; callers go through
+`store.message.load_native`, which honours TRIMQ_NO_NATIVE.
+"""
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
+
+def crc32(data: bytes | bytearray | memoryview, value: int = 0, /) -> int:
+    """`zlib.crc32` (IEEE polynomial), with carry-less multiplication when the CPU has it."""
+
+def java_string_hash(s: str, /) -> int:
+    """`store.message._py_java_string_hash`."""
+
+def key_hash2(prefix: str, key: str, /) -> int:
+    """`store.index_file.key_hash(prefix + key)` without building the string."""
+
+def decode_properties(text: str, /) -> dict[str, str]:
+    """`store.message._py_decode_properties`."""
+
+def encode_records(
+    msgs: Sequence[Any],
+    pack_ip: Callable[[str], bytes],
+    encode_error: type[Exception],
+    size_error: type[Exception],
+    /,
+) -> tuple[bytearray, list[int], list[int] | None, tuple[str, int] | None]:
+    """`store.message._py_encode_records` as the fields of an `EncodedRecords`."""
+
+def patch_records(
+    buf: bytearray,
+    sizes: list[int],
+    ts_positions: list[int] | None,
+    start: int,
+    stop: int,
+    buf_pos: int,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp: int,
+    phy_out: list[int],
+    /,
+) -> None:
+    """`store.message._py_patch_records` on the fields of an `EncodedRecords`."""
+
+def offset_msg_ids(host_hex: str, phys: Sequence[int], /) -> list[str]:
+    """``[f"{host_hex}{p:016X}" for p in phys]`` (offsets must be >= 0)."""
+
+def pack_cq_units(phys: Sequence[int], sizes: Sequence[int], tags_codes: Sequence[int], /) -> bytes:
+    """``b"".join(map(struct.Struct(">qiq").pack, phys, sizes, tags_codes))``."""
+
+def index_hashes(
+    prefix: str,
+    phy_offsets: Sequence[int],
+    uniq_keys: Sequence[str | None],
+    keys: Sequence[str | None],
+    end: int,
+    indexed: bool,
+    /,
+) -> tuple[list[int], list[int]]:
+    """The (hashes, offsets) `IndexService.build_index_batch` writes."""
+
+def index_put_hashes(
+    mm: Any,
+    slot_num: int,
+    entries_pos: int,
+    count: int,
+    hashes: list[int],
+    phys: list[int],
+    start: int,
+    stop: int,
+    time_diff: int,
+    /,
+) -> int:
+    """The entry / slot writes of `IndexFile.put_hashes`; returns how many slots were new."""
+
+def decode_batch_body(
+    body: bytes | bytearray | memoryview, item_type: type[_T], decode_error: type[Exception], /
+) -> list[_T]:
+    """`store.message._py_decode_batch_body`, items built as `item_type`."""
+
+def build_batch_messages(
+    items: Sequence[tuple[int, bytes, str]],
+    msg_type: type[_T],
+    topic: str,
+    queue_id: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: tuple[str, int],
+    store_host: tuple[str, int],
+    batch_props: dict[str, str],
+    override: set[str] | frozenset[str],
+    suffix: str,
+    max_props: int,
+    reuse_properties: Callable[[str, dict[str, str], str], str | None],
+    /,
+) -> tuple[list[_T], int, int]:
+    """`SendProcessor.send_batch`'s per-message loop: (messages, error index, error kind)."""
