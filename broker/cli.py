@@ -9,6 +9,7 @@ cleanly (unregister, persist, close the store); a second signal stops at once.
 
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 from typing import Any
@@ -40,8 +41,26 @@ async def _serve(config: BrokerConfig) -> None:
                         nursery.cancel_scope.cancel()
 
             nursery.start_soon(watch)
-            await controller.run()
-            nursery.cancel_scope.cancel()
+
+            async def run(*, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+                await controller.run(task_status=task_status)
+                nursery.cancel_scope.cancel()
+
+            await nursery.start(run)
+            freeze_startup_heap()
+
+
+def freeze_startup_heap() -> None:
+    """Collect once, then move every object alive now out of the garbage collector's reach.
+
+    The start-up heap (imports, configuration, topic tables: ~50,000 objects) lives as long as
+    the process, but every full (generation 2) collection rescans it: measured in a W4 run
+    (bench/peers), three of them stalled the event loop for 190 ms in all, 100 ms at most.
+    Frozen, later collections scan only what serving allocates. A process entry point's
+    decision, not the controller's: embedded brokers (tests) leave their host's heap alone.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

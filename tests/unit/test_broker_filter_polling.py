@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 import trio
 import trio.testing
@@ -146,3 +149,30 @@ async def test_long_poll_is_bounded_and_wake_all_finishes_everything() -> None:
     assert [final for _o, final, _t in r.calls] == [True]
     assert small.parked_count == 0
     assert small.park("T", 0, 0, 15.0, r) is not None
+
+
+async def test_pulls_answered_early_leave_no_garbage_behind() -> None:
+    """Answered pulls drop their callback at once, and their heap entries go at the next
+    park once they outnumber the parked ones 4:1, not at the (far) timer wake-up."""
+    lp = LongPollingService()
+    callbacks: list[weakref.ref[Recorder]] = []
+    for i in range(5000):  # a busy queue: each pull answered by the next arrival
+        r = Recorder()
+        callbacks.append(weakref.ref(r))
+        assert lp.park("T", 0, i, 1_000.0, r) is not None
+        del r
+        assert lp.notify("T", 0, i + 1) == 1
+        assert len(lp._deadlines) <= max(1025, 4 * lp.parked_count + 1)
+    assert lp.parked_count == 0
+    gc.collect()
+    assert all(ref() is None for ref in callbacks)  # no request kept alive by the service
+    # A pull still parked survives every compaction and is finished by its deadline.
+    keep = Recorder()
+    assert lp.park("T", 1, 0, 2.0, keep) is not None
+    for i in range(3000):
+        assert lp.park("T", 0, 10_000 + i, 1_000.0, Recorder()) is not None
+        lp.notify("T", 0, 10_001 + i)
+    assert lp.parked_count == 1
+    assert any(e[2].resume is keep for e in lp._deadlines)
+    lp.wake_all()
+    assert keep.calls and keep.calls[-1][1] is True
