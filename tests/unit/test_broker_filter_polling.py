@@ -175,4 +175,5 @@ async def test_pulls_answered_early_leave_no_garbage_behind() -> None:
     assert lp.parked_count == 1
     assert any(e[2].resume is keep for e in lp._deadlines)
     lp.wake_all()
-    assert keep.calls and keep.calls[-1][1] is True
+    assert keep.calls
+    assert keep.calls[-1][1] is True
