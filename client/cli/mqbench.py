@@ -111,8 +111,13 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
     )
 
 
-async def _progress(stats: Stats, kind: str, done: trio.Event) -> None:
-    with Live(stats.line(kind), console=_err, refresh_per_second=4, transient=True) as live:
+async def _progress(stats: Stats, kind: str, done: trio.Event, console: Console = _err) -> None:
+    """A live progress line on a terminal; nothing otherwise (redirected, `--json` in a script):
+    rich's refresh thread would still wake 4 times a second and take the GIL from the run."""
+    if not console.is_terminal:
+        await done.wait()
+        return
+    with Live(stats.line(kind), console=console, refresh_per_second=4, transient=True) as live:
         while not done.is_set():
             with trio.move_on_after(0.5):
                 await done.wait()

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
+import threading
 
 import pytest
+import trio
 from click.testing import CliRunner
+from rich.console import Console
+from rich.live import _RefreshThread
 
 from client.cli.mqadmin import _parse_time, cli, message_to_dict
-from client.cli.mqbench import Stats
+from client.cli.mqbench import Stats, _progress
 from client.message import MessageExt
 
 COMMANDS = [
@@ -85,3 +90,21 @@ def test_importing_client_never_imports_pyspark() -> None:
         "assert not [m for m in sys.modules if m.startswith(('pyspark', 'py4j', 'pyarrow'))]"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+async def test_bench_progress_draws_only_on_a_terminal() -> None:
+    def refresh_threads() -> int:
+        return sum(isinstance(t, _RefreshThread) for t in threading.enumerate())
+
+    for terminal, expected in ((False, 0), (True, 1)):
+        out = io.StringIO()
+        console = Console(file=out, force_terminal=terminal)
+        done = trio.Event()
+        seen: list[int] = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_progress, Stats(), "producer", done, console)
+            await trio.sleep(0.05)
+            seen.append(refresh_threads())
+            done.set()
+        assert seen == [expected]
+        assert (out.getvalue() != "") is terminal
