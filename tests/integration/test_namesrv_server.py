@@ -162,8 +162,11 @@ async def test_expiry_after_silence(start_namesrv: StartNamesrv) -> None:
             "TRIMQ_SCAN_NOT_ACTIVE_BROKER_INTERVAL_MS": "200",
         }
     )
-    async with RemotingClient() as client:
-        (await client.invoke(ns.addr, register_cmd({"T": 4}))).raise_for_code()
+    # The "broker" and the route queries on separate connections, as in a cluster: the
+    # NameServer closes an expired broker's connection, and a query in flight on that same
+    # connection would fail with it.
+    async with RemotingClient() as broker, RemotingClient() as client:
+        (await broker.invoke(ns.addr, register_cmd({"T": 4}))).raise_for_code()
         registered_at = trio.current_time()
         assert await get_route(client, ns.addr, "T") is not None
 
@@ -174,8 +177,8 @@ async def test_expiry_after_silence(start_namesrv: StartNamesrv) -> None:
         # Removed by the expiry scan, not at once (generous bound).
         assert trio.current_time() - registered_at >= 1.0
         assert "namesrv_broker_expired" in ns.log_text()
-        # A heartbeat brings it back.
-        (await client.invoke(ns.addr, register_cmd({"T": 4}))).raise_for_code()
+        # A heartbeat (on a new connection: the NameServer closed the old one) brings it back.
+        (await broker.invoke(ns.addr, register_cmd({"T": 4}))).raise_for_code()
         assert await get_route(client, ns.addr, "T") is not None
 
 
