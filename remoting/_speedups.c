@@ -563,6 +563,22 @@ static int j_int(jcur *c, long long *out, int *is_null) {
     return 1;
 }
 
+/* After an object member: 0 past a "," (another member follows), 1 past the closing "}", -1 on
+ * anything else (not the JSON this decoder handles: the caller falls back). */
+static int j_next_member(jcur *c) {
+    j_ws(c);
+    if (c->pos < c->n && c->p[c->pos] == ',') {
+        c->pos++;
+        j_ws(c);
+        return 0;
+    }
+    if (c->pos < c->n && c->p[c->pos] == '}') {
+        c->pos++;
+        return 1;
+    }
+    return -1;
+}
+
 static PyObject *json_decode(modstate *st, const unsigned char *p, Py_ssize_t n) {
     jcur c = {p, n, 0};
     long long code = 0, flag = 0, opaque = 0, version = 0, lang = 0;
@@ -659,17 +675,9 @@ static PyObject *json_decode(modstate *st, const unsigned char *p, Py_ssize_t n)
                         Py_DECREF(k);
                         Py_DECREF(v);
                         if (rc < 0) goto error;
-                        j_ws(&c);
-                        if (c.pos < n && p[c.pos] == ',') {
-                            c.pos++;
-                            j_ws(&c);
-                            continue;
-                        }
-                        if (c.pos < n && p[c.pos] == '}') {
-                            c.pos++;
-                            break;
-                        }
-                        goto fallback;
+                        int next = j_next_member(&c);
+                        if (next < 0) goto fallback;
+                        if (next) break;
                     }
                 }
             }
@@ -685,17 +693,9 @@ static PyObject *json_decode(modstate *st, const unsigned char *p, Py_ssize_t n)
                 if (!j_int(&c, &v, &is_null)) goto fallback;
             }
         }
-        j_ws(&c);
-        if (c.pos < n && p[c.pos] == ',') {
-            c.pos++;
-            j_ws(&c);
-            continue;
-        }
-        if (c.pos < n && p[c.pos] == '}') {
-            c.pos++;
-            break;
-        }
-        goto fallback;
+        int next = j_next_member(&c);
+        if (next < 0) goto fallback;
+        if (next) break;
     }
 closed:
     j_ws(&c);
