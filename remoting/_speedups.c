@@ -902,15 +902,22 @@ static int utf8_of(PyObject *o, const char **s, Py_ssize_t *l) {
     return 1;
 }
 
+/* code, language, version, opaque and flag of cmd into v[0..4]; 0 if one is missing or not a
+ * plain int (the encoders then fall back to Python). */
+static int int_fields(modstate *st, PyObject *cmd, long long v[5]) {
+    static const int int_slots[5] = {S_CODE, S_LANGUAGE, S_VERSION, S_OPAQUE, S_FLAG};
+    for (int i = 0; i < 5; i++) {
+        PyObject *o = SLOT(cmd, st, int_slots[i]);
+        if (o == NULL || !int_value(o, &v[i])) return 0;
+    }
+    return 1;
+}
+
 /* The msgpack header of cmd (a cmd_type instance) as bytes with `prefix` bytes reserved in front.
  * NULL without error: fall back to Python. */
 static PyObject *mp_encode(modstate *st, PyObject *cmd, Py_ssize_t prefix) {
-    static const int int_slots[5] = {S_CODE, S_LANGUAGE, S_VERSION, S_OPAQUE, S_FLAG};
     long long v[5];
-    for (int i = 0; i < 5; i++) {
-        PyObject *o = SLOT(cmd, st, int_slots[i]);
-        if (o == NULL || !int_value(o, &v[i])) return NULL;
-    }
+    if (!int_fields(st, cmd, v)) return NULL;
     PyObject *remark = SLOT(cmd, st, S_REMARK), *ext = SLOT(cmd, st, S_EXT);
     if (remark == NULL || ext == NULL) return NULL;
     Py_ssize_t size = 1;
@@ -975,12 +982,8 @@ static PyObject *mp_encode(modstate *st, PyObject *cmd, Py_ssize_t prefix) {
 
 /* ROCKETMQ binary header of cmd with `prefix` bytes reserved; NULL without error: use Python. */
 static PyObject *rq_encode(modstate *st, PyObject *cmd, Py_ssize_t prefix) {
-    static const int int_slots[5] = {S_CODE, S_LANGUAGE, S_VERSION, S_OPAQUE, S_FLAG};
     long long v[5];
-    for (int i = 0; i < 5; i++) {
-        PyObject *o = SLOT(cmd, st, int_slots[i]);
-        if (o == NULL || !int_value(o, &v[i])) return NULL;
-    }
+    if (!int_fields(st, cmd, v)) return NULL;
     long long code = v[0], lang = v[1], version = v[2], opaque = v[3], flag = v[4];
     if (code < INT16_MIN || code > INT16_MAX || version < INT16_MIN || version > INT16_MAX ||
         opaque < INT32_MIN || opaque > INT32_MAX || flag < INT32_MIN || flag > INT32_MAX)
@@ -1117,12 +1120,8 @@ static char *json_str_write(char *w, PyObject *s) {
 }
 
 static PyObject *json_encode(modstate *st, PyObject *cmd, Py_ssize_t prefix) {
-    static const int int_slots[5] = {S_CODE, S_LANGUAGE, S_VERSION, S_OPAQUE, S_FLAG};
     long long v[5];
-    for (int i = 0; i < 5; i++) {
-        PyObject *o = SLOT(cmd, st, int_slots[i]);
-        if (o == NULL || !int_value(o, &v[i])) return NULL;
-    }
+    if (!int_fields(st, cmd, v)) return NULL;
     long long lang = v[1];
     PyObject *name = NULL;
     if (st->lang_names != NULL && lang >= 0 && lang < PyTuple_GET_SIZE(st->lang_names))
