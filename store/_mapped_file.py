@@ -173,6 +173,18 @@ class MappedFile:
         self.wrote_position = end
         return pos
 
+    def pwrite_append(self, data: bytes | bytearray | memoryview) -> int:
+        """`append` through ``os.pwrite`` whatever the size (the commitlog under ASYNC_FLUSH:
+        see `CommitLog`).
+
+        Raises:
+            OSError: the write failed (e.g. ENOSPC); nothing moved.
+        """
+        pos = self.wrote_position
+        self._pwrite_all(data, pos)
+        self.wrote_position = pos + len(data)
+        return pos
+
     def _pwrite_all(self, data: bytes | bytearray | memoryview, pos: int) -> None:
         done = os.pwrite(self._fd, data, pos)
         if done < len(data):  # a regular file only writes short when the disk is full

@@ -149,7 +149,11 @@ class MessageStore:
         self.config = config
         self.root = Path(config.store_path_root_dir)
         self._clock: Clock = clock or time.time
-        self.commitlog = CommitLog(self.root, config.mapped_file_size_commitlog)
+        self.commitlog = CommitLog(
+            self.root,
+            config.mapped_file_size_commitlog,
+            pwrite_appends=config.flush_disk_type == "ASYNC_FLUSH",
+        )
         index = (
             IndexService(index_dir(self.root), config.max_hash_slot_num, config.max_index_num)
             if config.message_index_enable

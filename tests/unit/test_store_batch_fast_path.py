@@ -294,3 +294,51 @@ def test_batch_stopped_by_a_failed_new_file_keeps_offsets_of_written_records(
     result, _ = cl.append([_msg(50, queue_id=0), _msg(51, queue_id=0)], again, NOW)
     assert result.queue_offset == fit
     assert result.wrote_offset == 4096
+
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+async def test_single_sends_write_the_same_bytes_through_pwrite_or_the_map(
+    tmp_path: Path, flush: str
+) -> None:
+    """ASYNC_FLUSH appends single records with pwrite, SYNC_FLUSH through the map: the files
+    are the same, and what was written is readable through the map at once."""
+    msgs = [m for group in _batches() for m in group]
+    cfg = _cfg(tmp_path / flush).model_copy(update={"flush_disk_type": flush})
+    async with MessageStore(cfg, clock=lambda: NOW / 1000) as store:
+        assert store.commitlog._pwrite_appends is (flush == "ASYNC_FLUSH")
+        for m in msgs:
+            res = await store.put_messages([m])
+            assert res.status is PutMessageStatus.PUT_OK
+            assert res.append is not None
+            got = store.commitlog.read_record(res.append.wrote_offset)
+            assert got is not None
+            assert len(got) == res.append.wrote_bytes
+    ref = tmp_path / "reference"
+    async with MessageStore(_cfg(ref), clock=lambda: NOW / 1000) as store:
+        for group in _batches():
+            assert (await store.put_messages(group)).status is PutMessageStatus.PUT_OK
+    assert _tree(tmp_path / flush, "commitlog") == _tree(ref, "commitlog")
+    assert _tree(tmp_path / flush, "consumequeue") == _tree(ref, "consumequeue")
+
+
+@pytest.mark.parametrize("pwrite", [True, False])
+def test_a_failed_single_append_gives_its_queue_offset_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pwrite: bool
+) -> None:
+    cl = CommitLog(tmp_path, COMMITLOG_FILE, pwrite_appends=pwrite)
+    first = [_msg(0, queue_id=4)]
+    cl.append(first, cl.encode(first), NOW)
+
+    def disk_full(self: MappedFile, data: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(MappedFile, "pwrite_append" if pwrite else "append", disk_full)
+    failed = [_msg(1, queue_id=4)]
+    with pytest.raises(OSError):
+        cl.append(failed, cl.encode(failed), NOW)
+    assert cl.topic_queue_table[("T", 4)] == 1
+    monkeypatch.undo()
+    again = [_msg(2, queue_id=4)]
+    result, _ = cl.append(again, cl.encode(again), NOW)
+    assert result.queue_offset == 1
+    assert result.wrote_offset == cl.max_offset - result.wrote_bytes
