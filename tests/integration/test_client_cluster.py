@@ -162,7 +162,14 @@ async def test_producer_avoids_dead_broker_then_fails_when_none_left(
 ) -> None:
     ns, a, b = two_brokers
     await create_topic(ns, "FO1", queues=2, brokers=2)
-    cfg = fast_config(ns, poll_name_server_interval_ms=60_000)
+    # Only a failed send (counted as 30 s) isolates a broker: with the default tables a send
+    # that took 550 ms on a loaded machine isolated a live broker for 30 s and failed the test.
+    cfg = fast_config(
+        ns,
+        poll_name_server_interval_ms=60_000,
+        latency_max_ms=(10_000, 30_000),
+        not_available_duration_ms=(0, 600_000),
+    )
     async with Producer("fop", cfg) as p:
         brokers = {(await p.send(Message("FO1", b"x"))).message_queue.broker_name for _ in range(8)}
         assert brokers == {"broker-a", "broker-b"}
