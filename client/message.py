@@ -47,6 +47,7 @@ from store.message import (
     MessageDecodeError,
     decode_properties,
     decode_records,
+    decode_records_into,
     decompress_record_body,
 )
 from store.message import MessageExt as StoreMessageExt
@@ -551,6 +552,12 @@ def decode_pull_body(
     Raises:
         store.message.MessageDecodeError: malformed records or a bad compressed body.
     """
+    if type(body) is not bytes:
+        body = bytes(body)  # slices of bytes are bytes: one copy here, none per field
+    # The common case natively (None: IPv6 hosts, compressed bodies, anything odd).
+    msgs = decode_records_into(body, MessageExt, broker_name)
+    if msgs is not None:
+        return msgs
     try:
         return _decode_fast(body, broker_name)
     except (_Fallback, MessageDecodeError, struct.error, IndexError, UnicodeDecodeError):

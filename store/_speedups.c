@@ -1468,6 +1468,188 @@ done:
     return res;
 }
 
+/* ------------------------------------------------------------------ pull bodies */
+
+/* The slots `decode_records_into` fills, in this order. */
+enum {
+    R_TOPIC, R_BODY, R_FLAG, R_PROPS, R_PROPS_RAW, R_PENDING, R_QUEUE_ID, R_QUEUE_OFFSET,
+    R_PHY_OFFSET, R_SYS_FLAG, R_BORN_TS, R_BORN_HOST, R_BORN_IP, R_BORN_PORT, R_STORE_TS,
+    R_STORE_HOST, R_STORE_IP, R_STORE_PORT, R_RECONSUME, R_PREPARED, R_STORE_SIZE,
+    R_OFFSET_MSG_ID, R_BROKER_NAME, R_N
+};
+
+static const char *const record_slot_names[R_N] = {
+    "topic", "body", "flag", "_props", "_props_raw", "_pending", "queue_id", "queue_offset",
+    "commit_log_offset", "sys_flag", "born_timestamp", "_born_host", "_born_ip", "_born_port",
+    "store_timestamp", "_store_host", "_store_ip", "_store_port", "reconsume_times",
+    "prepared_transaction_offset", "store_size", "_offset_msg_id", "broker_name",
+};
+
+static PyObject *record_slots[R_N]; /* record_slot_names interned, once in PyInit */
+
+static int intern_record_slots(void) {
+    for (int i = 0; i < R_N; i++)
+        if ((record_slots[i] = PyUnicode_InternFromString(record_slot_names[i])) == NULL) return -1;
+    return 0;
+}
+
+/* Offsets of `tp`'s plain object slots named as record_slot_names; 0 if one is not such a
+ * slot (a property, a __dict__ attribute), else 1. */
+static int record_slot_offsets(PyTypeObject *tp, Py_ssize_t *off) {
+    for (int i = 0; i < R_N; i++) {
+        PyObject *d = _PyType_Lookup(tp, record_slots[i]);
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)) return 0;
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type != T_OBJECT_EX || (m->flags & READONLY) || m->offset <= 0 ||
+            (size_t)m->offset + sizeof(PyObject *) > (size_t)tp->tp_basicsize)
+            return 0;
+        off[i] = m->offset;
+    }
+    return 1;
+}
+
+static inline int64_t get_be64s(const unsigned char *p) {
+    return (int64_t)(((uint64_t)get_be32(p) << 32) | (uint64_t)get_be32(p + 4));
+}
+
+#define MESSAGE_MAGIC_CODE_V2 0xDAA320ABu
+#define COMPRESSED_FLAG 0x1
+#define RECORD_V4_FIXED 88
+#define MIN_RECORD_SIZE 91
+
+/*
+ * decode_records_into(buf: bytes, cls: type, broker_name: str) -> list | None
+ * The records of a pull body as new `cls` objects (not initialised: every slot named in
+ * record_slot_names is set, the lazily decoded ones to None). None, with nothing raised, when
+ * the body needs the Python decoder: a record that fails a check, IPv6 hosts, a compressed body,
+ * properties that are not ASCII, or a `cls` without those plain slots.
+ */
+static PyObject *sp_decode_records_into(PyObject *self, PyObject *const *args,
+                                        Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyType_Check(args[1]) ||
+        !PyUnicode_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "decode_records_into(buf: bytes, cls: type, broker_name: str)");
+        return NULL;
+    }
+    PyTypeObject *cls = (PyTypeObject *)args[1];
+    PyObject *broker_name = args[2];
+    Py_ssize_t off[R_N];
+    if (!record_slot_offsets(cls, off)) Py_RETURN_NONE;
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t end = PyBytes_GET_SIZE(args[0]);
+    PyObject *out = PyList_New(0);
+    PyObject *empty = PyTuple_New(0);
+    PyObject *topic = NULL; /* the last topic decoded, with its raw bytes */
+    const unsigned char *topic_raw = NULL;
+    Py_ssize_t topic_len = -1;
+    if (out == NULL || empty == NULL) goto fail;
+    Py_ssize_t offset = 0;
+    while (offset < end) {
+        if (end - offset < MIN_RECORD_SIZE) goto fallback;
+        const unsigned char *r = b + offset;
+        int32_t total = (int32_t)get_be32(r);
+        uint32_t magic = get_be32(r + 4);
+        int32_t sys_flag = (int32_t)get_be32(r + 36);
+        int32_t body_len = (int32_t)get_be32(r + 84);
+        if (sys_flag & (HOST_MASK | COMPRESSED_FLAG)) goto fallback;
+        if (total < MIN_RECORD_SIZE || total > end - offset || body_len < 0 ||
+            body_len > total - RECORD_V4_FIXED - 3)
+            goto fallback;
+        Py_ssize_t rec_end = offset + total;
+        Py_ssize_t pos = offset + RECORD_V4_FIXED;
+        Py_ssize_t body_end = pos + body_len;
+        Py_ssize_t topic_start, topic_end;
+        if (magic == MESSAGE_MAGIC_CODE) {
+            topic_start = body_end + 1;
+            topic_end = topic_start + b[body_end];
+        } else if (magic == MESSAGE_MAGIC_CODE_V2) {
+            topic_start = body_end + 2;
+            topic_end = topic_start + get_be16(b + body_end);
+        } else {
+            goto fallback;
+        }
+        Py_ssize_t props_start = topic_end + 2;
+        if (props_start > rec_end ||
+            (int16_t)get_be16(b + topic_end) != (Py_ssize_t)(rec_end - props_start))
+            goto fallback;
+        for (Py_ssize_t k = props_start; k < rec_end; k++)
+            if (b[k] & 0x80) goto fallback; /* non-ASCII: the Python path checks the UTF-8 */
+        Py_ssize_t tlen = topic_end - topic_start;
+        if (topic == NULL || tlen != topic_len || memcmp(topic_raw, b + topic_start, tlen) != 0) {
+            PyObject *t = PyUnicode_DecodeUTF8((const char *)b + topic_start, tlen, NULL);
+            if (t == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+                PyErr_Clear();
+                goto fallback;
+            }
+            Py_XSETREF(topic, t);
+            topic_raw = b + topic_start;
+            topic_len = tlen;
+        }
+        PyObject *v[R_N];
+        v[R_TOPIC] = Py_NewRef(topic);
+        v[R_BODY] = PyBytes_FromStringAndSize((const char *)b + pos, body_len);
+        v[R_FLAG] = PyLong_FromLong((int32_t)get_be32(r + 16));
+        v[R_PROPS] = Py_NewRef(Py_None);
+        v[R_PROPS_RAW] = PyBytes_FromStringAndSize((const char *)b + props_start,
+                                                   rec_end - props_start);
+        v[R_PENDING] = Py_NewRef(Py_None);
+        v[R_QUEUE_ID] = PyLong_FromLong((int32_t)get_be32(r + 12));
+        v[R_QUEUE_OFFSET] = PyLong_FromLongLong(get_be64s(r + 20));
+        v[R_PHY_OFFSET] = PyLong_FromLongLong(get_be64s(r + 28));
+        v[R_SYS_FLAG] = PyLong_FromLong(sys_flag);
+        v[R_BORN_TS] = PyLong_FromLongLong(get_be64s(r + 40));
+        v[R_BORN_HOST] = Py_NewRef(Py_None);
+        v[R_BORN_IP] = PyBytes_FromStringAndSize((const char *)r + 48, 4);
+        v[R_BORN_PORT] = PyLong_FromLong((int32_t)get_be32(r + 52));
+        v[R_STORE_TS] = PyLong_FromLongLong(get_be64s(r + 56));
+        v[R_STORE_HOST] = Py_NewRef(Py_None);
+        v[R_STORE_IP] = PyBytes_FromStringAndSize((const char *)r + 64, 4);
+        v[R_STORE_PORT] = PyLong_FromLong((int32_t)get_be32(r + 68));
+        v[R_RECONSUME] = PyLong_FromLong((int32_t)get_be32(r + 72));
+        v[R_PREPARED] = PyLong_FromLongLong(get_be64s(r + 76));
+        v[R_STORE_SIZE] = PyLong_FromLong(total);
+        v[R_OFFSET_MSG_ID] = Py_NewRef(Py_None);
+        v[R_BROKER_NAME] = Py_NewRef(broker_name);
+        /* object.__new__(cls): the slots are set below, __init__ is not run */
+        PyObject *m = cls->tp_new(cls, empty, NULL);
+        int failed = m == NULL;
+        for (int i = 0; i < R_N; i++) {
+            if (v[i] == NULL) failed = 1;
+        }
+        if (failed) {
+            for (int i = 0; i < R_N; i++) Py_XDECREF(v[i]);
+            Py_XDECREF(m);
+            goto fail;
+        }
+        for (int i = 0; i < R_N; i++) {
+            PyObject **slot = (PyObject **)((char *)m + off[i]);
+            PyObject *old = *slot;
+            *slot = v[i]; /* the reference is moved into the slot */
+            Py_XDECREF(old);
+        }
+        int rc = PyList_Append(out, m);
+        Py_DECREF(m);
+        if (rc < 0) goto fail;
+        offset = rec_end;
+    }
+    Py_XDECREF(topic);
+    Py_DECREF(empty);
+    return out;
+fallback:
+    Py_XDECREF(topic);
+    Py_XDECREF(empty);
+    Py_XDECREF(out);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(topic);
+    Py_XDECREF(empty);
+    Py_XDECREF(out);
+    return NULL;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
@@ -1493,6 +1675,8 @@ static PyMethodDef methods[] = {
      "Split a SEND_BATCH_MESSAGE body (store.message.decode_batch_body)."},
     {"build_batch_messages", (PyCFunction)(void (*)(void))sp_build_batch_messages,
      METH_FASTCALL, "The per-message loop of SendProcessor.send_batch."},
+    {"decode_records_into", (PyCFunction)(void (*)(void))sp_decode_records_into, METH_FASTCALL,
+     "A pull body's records as new objects of a slotted class (None: use the Python decoder)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1507,6 +1691,6 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     __builtin_cpu_init();
     use_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
 #endif
-    if (intern_names() < 0) return NULL;
+    if (intern_names() < 0 || intern_record_slots() < 0) return NULL;
     return PyModule_Create(&module);
 }

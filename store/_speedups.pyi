@@ -98,3 +98,7 @@ def build_batch_messages(
     /,
 ) -> tuple[list[_T], int, int]:
     """`SendProcessor.send_batch`'s per-message loop: (messages, error index, error kind)."""
+
+def decode_records_into(buf: bytes, cls: type[_T], broker_name: str, /) -> list[_T] | None:
+    """The records of a pull body as new `cls` objects (slots set, `__init__` not run), or
+    None when the body needs the Python decoder (see `store.message.decode_records_into`)."""

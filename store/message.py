@@ -32,7 +32,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 __all__ = [
     "BLANK_MAGIC_CODE",
@@ -1251,6 +1251,28 @@ def iter_records(
             yield msg
     except (struct.error, IndexError, TypeError) as exc:
         raise MessageDecodeError(f"malformed record at {offset}: {exc}") from None
+
+
+_T = TypeVar("_T")
+
+
+def decode_records_into(buf: bytes, cls: type[_T], broker_name: str) -> list[_T] | None:
+    """The records of a pull body as new `cls` objects, natively; None when the caller must
+    decode in Python: no native accelerators, a `cls` without the plain slots this fills, or a
+    body with anything but the common case in it (IPv6 hosts, a compressed body, non-ASCII
+    properties, a record that fails a check). Nothing is raised for a bad body: the caller's
+    decoder raises the exact error.
+
+    Each object gets, without `__init__`: ``topic``, ``body``, ``flag``, ``queue_id``,
+    ``queue_offset``, ``commit_log_offset``, ``sys_flag``, ``born_timestamp``,
+    ``store_timestamp``, ``reconsume_times``, ``prepared_transaction_offset``, ``store_size``,
+    ``broker_name``; the raw ``_props_raw`` bytes, ``_born_ip`` / ``_store_ip`` (4 bytes) and
+    ``_born_port`` / ``_store_port``; and None in ``_props``, ``_pending``, ``_born_host``,
+    ``_store_host``, ``_offset_msg_id`` (decoded when read: `client.message.MessageExt`).
+    """
+    if not NATIVE:
+        return None
+    return _native.decode_records_into(buf, cls, broker_name)
 
 
 def decode_records(

@@ -22,15 +22,23 @@ from client.consumer.offset_store import RemoteOffsetStore
 from client.consumer.process_queue import ProcessQueue
 from client.consumer.push import ConsumeStatus, Listener, PushConsumer
 from client.errors import MQClientError
-from client.message import MessageExt, MessageQueue, decode_pull_body, put_properties_lazily
+from client.message import (
+    MessageExt,
+    MessageQueue,
+    _decode_fast,
+    decode_pull_body,
+    put_properties_lazily,
+)
 from store.message import (
     COMPRESSED_FLAG,
     COMPRESSION_LZ4,
     COMPRESSION_ZLIB,
+    NATIVE,
     RECORD_FIXED_STRUCTS,
     MessageDecodeError,
     MessageInner,
     decode_records,
+    decode_records_into,
     encode_record,
 )
 
@@ -203,6 +211,79 @@ def test_truncated_and_corrupt_bodies_raise_the_reference_errors() -> None:
 def test_random_records_match_reference(n: int, props: dict[str, str], body: bytes) -> None:
     data = b"".join(_record(i, body=body, props=props) for i in range(n))
     _assert_same(decode_pull_body(data, "b"), _reference(data))
+
+
+SLOTS = (*MessageExt.__slots__, "topic", "body", "flag")
+
+
+def _slots(msg: MessageExt) -> dict[str, object]:
+    return {name: getattr(msg, name) for name in SLOTS}
+
+
+@pytest.mark.skipif(not NATIVE, reason="native accelerators not built or disabled")
+def test_native_decoder_fills_the_same_slots_as_the_python_one() -> None:
+    body = b"".join(
+        [_record(i, body=bytes([i]) * i, topic=f"T{i % 3}") for i in range(40)]
+        + [_v2(_record(40)), _record(41, props={}), _record(42, topic="%RETRY%cg", body=b"")]
+    )
+    native = decode_records_into(body, MessageExt, "b")
+    assert native is not None  # the common case does not fall back
+    python = _decode_fast(body, "b")
+    assert [_slots(m) for m in native] == [_slots(m) for m in python]
+    assert all(type(m) is MessageExt for m in native)
+    _assert_same(native, _reference(body))
+
+
+@pytest.mark.skipif(not NATIVE, reason="native accelerators not built or disabled")
+@pytest.mark.parametrize(
+    "rec",
+    [
+        _record(0, born=("2001:db8::1", 1)),
+        _record(0, store=("::1", 2)),
+        _record(0, body=zlib.compress(b"z" * 100), sys_flag=COMPRESSED_FLAG),
+        _record(0, props={"KEYS": "ünï"}),
+        _record(0)[:-1],
+        b"\x00" * 200,
+    ],
+    ids=["v6-born", "v6-store", "compressed", "non-ascii-properties", "truncated", "zeros"],
+)
+def test_native_decoder_leaves_the_unusual_to_python(rec: bytes) -> None:
+    body = _record(1) + rec + _record(2)
+    assert decode_records_into(body, MessageExt, "b") is None
+    assert _error_of(decode_pull_body, body) == _error_of(_reference, body)
+
+
+@pytest.mark.skipif(not NATIVE, reason="native accelerators not built or disabled")
+def test_native_decoder_needs_the_plain_slots() -> None:
+    class Loose:  # no __slots__: attributes in a __dict__
+        pass
+
+    class Partial:
+        __slots__ = ("body", "topic")
+
+    body = _record(0)
+    assert decode_records_into(body, Loose, "b") is None
+    assert decode_records_into(body, Partial, "b") is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=4),
+    cut=st.integers(0, 10_000),
+)
+def test_corrupted_bodies_decode_as_the_reference_or_fail_as_it(
+    edits: list[tuple[int, int]], cut: int
+) -> None:
+    """Random byte changes (lengths, magic, flags, text) and cuts: the native decoder must
+    never accept what the reference rejects, crash, or read past the body."""
+    good = bytearray(_record(1) + _v2(_record(2)) + _record(3, props={"KEYS": "a b"}))
+    for pos, value in edits:
+        good[pos % len(good)] = value
+    body = bytes(good[: len(good) - cut % len(good)])
+    expected = _error_of(_reference, body)
+    assert _error_of(decode_pull_body, body) == expected
+    if expected is None:
+        _assert_same(decode_pull_body(body, "b"), _reference(body))
 
 
 def test_properties_are_parsed_lazily_and_pending_ones_applied() -> None:
