@@ -565,10 +565,9 @@ def decode_pull_body(
         return [MessageExt.from_store(e, broker_name) for e in decode_records(body)]
 
 
-def _decode_fast(buf: bytes | bytearray | memoryview, broker_name: str) -> list[MessageExt]:
-    """`decode_pull_body`'s loop; raises `_Fallback` (or a codec error) on anything odd."""
-    if type(buf) is not bytes:
-        buf = bytes(buf)  # slices of bytes are bytes: one copy here, none per field
+def _decode_fast(buf: bytes, broker_name: str) -> list[MessageExt]:
+    """`decode_pull_body`'s loop (over bytes: slices of bytes are bytes, no copy per field);
+    raises `_Fallback` (or a codec error) on anything odd."""
     end = len(buf)
     offset = 0
     out: list[MessageExt] = []

@@ -448,18 +448,23 @@ typedef struct {
     Py_ssize_t off[N_FIELDS];
 } fields_t;
 
+/* Offset of `tp`'s attribute `name` when it is a plain, writable object slot (a __slots__
+ * entry); 0 when it is anything else (a property, a __dict__ attribute, a read-only member). */
+static Py_ssize_t plain_slot_offset(PyTypeObject *tp, PyObject *name) {
+    PyObject *d = _PyType_Lookup(tp, name);
+    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)) return 0;
+    PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+    if (m->type != T_OBJECT_EX || (m->flags & READONLY) || m->offset <= 0 ||
+        (size_t)m->offset + sizeof(PyObject *) > (size_t)tp->tp_basicsize)
+        return 0;
+    return m->offset;
+}
+
 static void fields_for(fields_t *f, PyTypeObject *tp) {
     f->type = tp;
     f->fast = 0;
-    for (int i = 0; i < N_FIELDS; i++) {
-        PyObject *d = _PyType_Lookup(tp, *field_names[i]);
-        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)) return;
-        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-        if (m->type != T_OBJECT_EX || (m->flags & READONLY) || m->offset <= 0 ||
-            (size_t)m->offset + sizeof(PyObject *) > (size_t)tp->tp_basicsize)
-            return;
-        f->off[i] = m->offset;
-    }
+    for (int i = 0; i < N_FIELDS; i++)
+        if ((f->off[i] = plain_slot_offset(tp, *field_names[i])) == 0) return;
     f->fast = 1;
 }
 
@@ -1496,15 +1501,8 @@ static int intern_record_slots(void) {
 /* Offsets of `tp`'s plain object slots named as record_slot_names; 0 if one is not such a
  * slot (a property, a __dict__ attribute), else 1. */
 static int record_slot_offsets(PyTypeObject *tp, Py_ssize_t *off) {
-    for (int i = 0; i < R_N; i++) {
-        PyObject *d = _PyType_Lookup(tp, record_slots[i]);
-        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)) return 0;
-        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-        if (m->type != T_OBJECT_EX || (m->flags & READONLY) || m->offset <= 0 ||
-            (size_t)m->offset + sizeof(PyObject *) > (size_t)tp->tp_basicsize)
-            return 0;
-        off[i] = m->offset;
-    }
+    for (int i = 0; i < R_N; i++)
+        if ((off[i] = plain_slot_offset(tp, record_slots[i])) == 0) return 0;
     return 1;
 }
 

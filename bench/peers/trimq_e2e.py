@@ -18,7 +18,6 @@ loop) for the comparison to stay equivalent.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import time
@@ -36,20 +35,12 @@ from client import (
     Producer,
     PushConsumer,
 )
+from client.cli.mqbench import freeze_startup_heap as freeze_startup_heap  # re-exported
 from remoting.logs import configure_logging
 
 from ._stats import WARMUP_S, e2e_body, e2e_latency_ms, random_body, summary
 
 WINDOW = 64  # sends in flight at most (as the peers' W4 clients)
-
-
-def freeze_startup_heap() -> None:
-    """Collect once, then move every object alive now out of the collector's reach.
-
-    Start-up objects live as long as the process; frozen, later full collections scan only
-    what the run allocates (see the module doc)."""
-    gc.collect()
-    gc.freeze()
 
 
 async def paced(

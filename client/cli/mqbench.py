@@ -93,10 +93,11 @@ class Stats:
         )
 
 
-def _freeze_startup_heap() -> None:
+def freeze_startup_heap() -> None:
     """Collect once, then keep every object alive now (imports, client set-up) out of the
-    collector's reach, as the peers' bench clients do: the full collections of a run then scan
-    only what the run allocates (18-23 ms pauses with all 64 sends in flight stalled, before)."""
+    collector's reach: the full collections of a run then scan only what the run allocates
+    (18-23 ms pauses with all 64 sends in flight stalled, before). Also the W4 bench client's
+    (`bench.peers.trimq_e2e`)."""
     gc.collect()
     gc.freeze()
 
@@ -175,7 +176,7 @@ def producer(
         remaining = [count if count is not None else -1]
         async with Producer(group, cfg) as p:
             await p.send(Message(topic, body, tags=tags))  # warm route and connection
-            _freeze_startup_heap()
+            freeze_startup_heap()
             stats.started = time.monotonic()
 
             async def worker() -> None:
@@ -281,7 +282,7 @@ def consumer(
         c = PushConsumer(group, cfg, listener=listener, consume_from_where=where)
         c.subscribe(topic, "*")
         async with c, trio.open_nursery() as nursery:
-            _freeze_startup_heap()
+            freeze_startup_heap()
             nursery.start_soon(_progress, stats, "consumer", done)
             with trio.move_on_after(duration if duration is not None else float("inf")):
                 await done.wait()
