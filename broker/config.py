@@ -83,6 +83,7 @@ class BrokerConfig(BaseModel):
     flush_commitlog_least_pages: int = 4
     flush_commitlog_thorough_interval_ms: int = 10_000
     flush_interval_consume_queue_ms: int = 1000
+    flush_interval_index_ms: int = 10_000  # see store.config.StoreConfig
     warm_mapped_file_enable: bool = False  # see store.config.StoreConfig
     sync_flush_timeout_ms: int = 5000
     file_reserved_hours: int = 72

@@ -28,6 +28,12 @@ class StoreConfig(BaseModel):
         flush_commitlog_least_pages: Dirty 4 KiB pages needed before an async flush.
         flush_commitlog_thorough_interval_ms: Flush whatever is dirty at least this often.
         flush_interval_consume_queue_ms: Consume-queue (and checkpoint) flush period.
+        flush_interval_index_ms: Write-back period of the index file being written (full
+            files are written back when they fill up). Its entries hit random slot pages, so
+            every write-back costs up to a page per message indexed since the last one; after
+            a crash, recovery re-indexes the records stored since the last write-back. Keep it
+            below the kernel's dirty expiry (vm.dirty_expire_centisecs, 30 s), or the kernel
+            writes the pages back on its own.
         warm_mapped_file_enable: Pre-fault the commitlog pages ahead of the write position in a
             worker thread (RocketMQ's name for its page warming, also off by default). Appends
             then never take the first-write page fault that waits on the ext4 journal (W1 p99
@@ -57,6 +63,7 @@ class StoreConfig(BaseModel):
     flush_commitlog_least_pages: int = Field(default=4, ge=0)
     flush_commitlog_thorough_interval_ms: int = Field(default=10_000, ge=1)
     flush_interval_consume_queue_ms: int = Field(default=1000, ge=1)
+    flush_interval_index_ms: int = Field(default=10_000, ge=0)
     warm_mapped_file_enable: bool = False
     sync_flush_timeout_ms: int = Field(default=5000, ge=1)
     file_reserved_hours: float = Field(default=72, ge=0)

@@ -39,6 +39,7 @@ from store.errors import StoreClosedError, StoreLockedError
 from store.index_file import IndexService
 from store.message import (
     PROPERTY_WAIT,
+    DispatchRequest,
     MessageDecodeError,
     MessageEncodeError,
     MessageExt,
@@ -101,6 +102,35 @@ def _populate_first_pages(paths: Iterable[Path]) -> None:
 def _destroy_all(files: Iterable[MappedFile]) -> None:
     for mf in files:
         mf.destroy()
+
+
+def _reindexing(
+    index: IndexService, durable_ts: int, dispatch: Callable[[DispatchRequest], None]
+) -> Callable[[DispatchRequest], None]:
+    """`dispatch` for abnormal recovery: at the first record stored at or after `durable_ts`
+    (the checkpoint's index timestamp), the index is cut there (`IndexService.truncate`: the
+    file holding it sealed, later ones deleted), so that record and every later one are
+    indexed again in a new file. Their entries in the sealed file were written after its last
+    write-back: after an OS crash some may be missing, and `build_index` would skip them all
+    as indexed already. (After a process crash they are all there; the duplicates this makes
+    are dropped by `IndexService.query`.)"""
+    cut = False
+
+    def recovered(req: DispatchRequest) -> None:
+        nonlocal cut
+        if not cut and req.store_timestamp >= durable_ts:
+            cut = True
+            deleted = index.truncate(req.commit_log_offset)
+            log.info(
+                "index_reindexing_from",
+                phy_offset=req.commit_log_offset,
+                store_timestamp=req.store_timestamp,
+                checkpoint_index_ts=durable_ts,
+                files_deleted=deleted,
+            )
+        dispatch(req)
+
+    return recovered
 
 
 class _Stats:
@@ -190,6 +220,9 @@ class MessageStore:
         self._closing = False
         self._crash = False
         self._flushed_at_close = False
+        # Monotonic time of the last write-back of the index file being written (see
+        # `_on_consume_queues_flushed`); the first flush round writes it back.
+        self._index_flushed_at = float("-inf")
         self._trash_seq = 0
         self._stats = _Stats()
 
@@ -266,18 +299,28 @@ class MessageStore:
         if index is not None:
             # Always keep the index files: `build_index` skips what is already indexed, and
             # dropping the current file after a crash would lose every key it holds.
-            index.load(True, self.checkpoint.index_msg_timestamp)
+            index.load()
         full = bool(cl.mfq.files) and not any(cq.mfq.files for cq in cqs)
         if full:
             log.warning("consume_queues_missing_full_rebuild", root=str(self.root))
+        dispatch: Callable[[DispatchRequest], None] | None = None
+        scan_from_ts = self.checkpoint.min_timestamp()
+        if abnormal or full:
+            dispatch = self.dispatcher.recovered
+            if abnormal and index is not None:
+                # The index is durable only up to the checkpoint's index timestamp (the file
+                # being written is written back every flush_interval_index_ms): re-index
+                # from there.
+                scan_from_ts = self.checkpoint.min_timestamp_index()
+                dispatch = _reindexing(index, self.checkpoint.index_msg_timestamp, dispatch)
         report, dropped = recover_commitlog(
             cl,
             abnormal=abnormal,
-            checkpoint_min_timestamp=self.checkpoint.min_timestamp(),
+            checkpoint_min_timestamp=scan_from_ts,
             full=full,
             check_crc=cfg.check_crc_on_recover,
             max_size=cfg.max_message_size + 64 * 1024,
-            dispatch=self.dispatcher.recovered if abnormal or full else None,
+            dispatch=dispatch,
         )
         _destroy_all(dropped)
         if index is not None:
@@ -371,11 +414,9 @@ class MessageStore:
         index = self.dispatcher.index
         clean = self._flushed_at_close and not self._crash
         if clean:
-            if index is not None:
-                self.checkpoint.index_msg_timestamp = max(
-                    index.flush(), self.checkpoint.index_msg_timestamp
-                )
             ts = self.commitlog.last_store_timestamp
+            if index is not None:
+                self.checkpoint.index_msg_timestamp = index.flush(ts)
             if ts:
                 self.checkpoint.physic_msg_timestamp = ts
                 self.checkpoint.logics_msg_timestamp = ts
@@ -395,12 +436,16 @@ class MessageStore:
             self.checkpoint.physic_msg_timestamp = store_timestamp
 
     def _on_consume_queues_flushed(self, store_timestamp: int) -> None:
-        # Runs in a worker thread (msync + atomic checkpoint rewrite).
+        # Runs in a worker thread (fdatasync + atomic checkpoint rewrite).
         index = self.dispatcher.index
         if index is not None:
-            self.checkpoint.index_msg_timestamp = max(
-                index.flush(), self.checkpoint.index_msg_timestamp
-            )
+            # Full index files are written back at once; the one being written every
+            # flush_interval_index_ms (see `IndexService.flush`).
+            now = time.monotonic()
+            live = (now - self._index_flushed_at) * 1000 >= self.config.flush_interval_index_ms
+            if live:
+                self._index_flushed_at = now
+            self.checkpoint.index_msg_timestamp = index.flush(store_timestamp, live=live)
         if store_timestamp:
             self.checkpoint.logics_msg_timestamp = store_timestamp
         self.checkpoint.flush()

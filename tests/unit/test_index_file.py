@@ -211,7 +211,7 @@ def _fill(svc: IndexService, n: int, start_phy: int = 0) -> None:
 
 def test_service_build_and_query(tmp_path: Path) -> None:
     svc = IndexService(tmp_path / "index", slot_num=5, index_num=10)
-    svc.load(True, 0)
+    svc.load()
     _fill(svc, 30)  # 3 keys per record, 9 entries per file -> many files
     files = svc.files
     assert len(files) == 10
@@ -233,7 +233,7 @@ def test_service_build_and_query(tmp_path: Path) -> None:
 
 def test_service_skips_rollback_and_reindexing(tmp_path: Path) -> None:
     svc = IndexService(tmp_path / "index", slot_num=5, index_num=100)
-    svc.load(True, 0)
+    svc.load()
     svc.build_index(_req(0, T0, uniq="U0"))
     svc.build_index(_req(100, T0, uniq="U1", sys_flag=TRANSACTION_ROLLBACK_TYPE))
     svc.build_index(_req(200, T0, uniq="U2", sys_flag=TRANSACTION_PREPARED_TYPE))
@@ -258,51 +258,61 @@ def test_service_skips_rollback_and_reindexing(tmp_path: Path) -> None:
 def test_service_reopen_and_flush_checkpoint(tmp_path: Path) -> None:
     d = tmp_path / "index"
     svc = IndexService(d, slot_num=5, index_num=10)
-    svc.load(True, 0)
+    svc.load()
     _fill(svc, 7)  # 21 entries: two full files (9 each) + 3 in the third
-    ckpt = svc.flush()
-    full = [f for f in svc.files if f.is_full]
-    assert len(full) == 2
-    assert ckpt == full[-1].end_timestamp
+    now = T0 + 6000
+    assert svc.flush(now) == now  # everything written back: durable up to now
+    assert not any(f.dirty for f in svc.files)
     answers = {k: svc.query("T", k, 50, 0, 2**62)[0] for k in ("U0003", "order1", "k6")}
     svc.close()
     svc2 = IndexService(d, slot_num=5, index_num=10)
-    svc2.load(True, 0)
+    svc2.load()  # every file is kept, also the one being written
     assert len(svc2.files) == 3
     assert {k: svc2.query("T", k, 50, 0, 2**62)[0] for k in answers} == answers
     svc2.close()
 
 
-def test_abnormal_load_drops_files_newer_than_checkpoint(tmp_path: Path) -> None:
-    d = tmp_path / "index"
-    svc = IndexService(d, slot_num=5, index_num=10)
-    svc.load(True, 0)
-    _fill(svc, 7)
-    ckpt = svc.flush()
-    names = [f.file_name for f in svc.files]
+def test_flush_writes_the_live_file_back_only_when_asked(tmp_path: Path) -> None:
+    svc = IndexService(tmp_path / "index", slot_num=5, index_num=10)
+    svc.load()
+    _fill(svc, 7)  # records i at T0 + i s; files: 0-2, 3-5 (full), 6 (being written)
+    # Full files are written back at once; the live one is left dirty, and the durable point
+    # is where it began (inherited from the previous file's end: record 5).
+    assert svc.flush(T0 + 6000, live=False) == T0 + 5000
+    assert [f.dirty for f in svc.files] == [False, False, True]
+    assert svc.flush(T0 + 6000, live=True) == T0 + 6000
+    assert [f.dirty for f in svc.files] == [False, False, False]
+    svc.build_index(_req(700, T0 + 7000, uniq="U0007"))
+    # Dirty again: durable up to the end timestamp when its last write-back began.
+    assert svc.flush(T0 + 7000, live=False) == T0 + 6000
+    assert svc.flush(T0 + 7000) == T0 + 7000
     svc.close()
-    svc2 = IndexService(d, slot_num=5, index_num=10)
-    svc2.load(False, ckpt)
-    kept = [f.file_name for f in svc2.files]
-    assert kept == names[:2]
-    assert sorted(os.listdir(d)) == names[:2]
-    # recovery re-dispatches every record: the ones already in kept files are skipped
-    _fill(svc2, 7)
-    assert svc2.query("T", "U0006", 10, 0, 2**62)[0] == [600]
-    assert svc2.query("T", "order1", 10, 0, 2**62)[0] == [600, 100]
-    assert svc2.query("T", "U0001", 10, 0, 2**62)[0] == [100]
-    svc2.close()
-    # checkpoint 0 after an abnormal exit: nothing is trusted
-    svc3 = IndexService(d, slot_num=5, index_num=10)
-    svc3.load(False, 0)
-    assert svc3.files == []
-    svc3.close()
+
+
+def test_truncate_seals_and_queries_drop_the_duplicates(tmp_path: Path) -> None:
+    # Abnormal recovery cuts the index at the first record not known to be written back and
+    # indexes it and the later ones again, in a new file: after a process crash they are in
+    # both files, and a query answers each offset once.
+    svc = IndexService(tmp_path / "index", slot_num=5, index_num=100)
+    svc.load()
+    _fill(svc, 6)
+    assert svc.truncate(300) == 0
+    sealed = svc.files[-1]
+    assert sealed.is_full
+    assert sealed.end_phy_offset == 299
+    for i in range(3, 8):
+        svc.build_index(_req(i * 100, T0 + i * 1000, uniq=f"U{i:04d}", keys=f"order{i % 5}"))
+    assert len(svc.files) == 2
+    assert svc.query("T", "U0004", 10, 0, 2**62)[0] == [400]
+    assert svc.query("T", "order2", 10, 0, 2**62)[0] == [700, 200]
+    assert svc.query("T", "order3", 10, 0, 2**62)[0] == [300]
+    svc.close()
 
 
 def test_delete_expired_never_the_last(tmp_path: Path) -> None:
     d = tmp_path / "index"
     svc = IndexService(d, slot_num=5, index_num=10)
-    svc.load(True, 0)
+    svc.load()
     _fill(svc, 10)  # 4 files, end offsets 200, 500, 800, 900
     assert [f.end_phy_offset for f in svc.files] == [200, 500, 800, 900]
     assert svc.delete_expired(501) == 2
@@ -322,7 +332,7 @@ def test_load_deletes_unusable_and_ignores_foreign_files(tmp_path: Path) -> None
     (d / "20240101000000000").write_bytes(b"short")
     (d / "README").write_text("not an index file")
     svc = IndexService(d, slot_num=5, index_num=10)
-    svc.load(True, 0)
+    svc.load()
     assert svc.files == []
     assert sorted(os.listdir(d)) == ["README"]
     svc.build_index(_req(0, T0, uniq="U"))
@@ -333,7 +343,7 @@ def test_load_deletes_unusable_and_ignores_foreign_files(tmp_path: Path) -> None
 def test_truncate_after_commitlog_cut(tmp_path: Path) -> None:
     d = tmp_path / "index"
     svc = IndexService(d, slot_num=5, index_num=10)
-    svc.load(True, 0)
+    svc.load()
     _fill(svc, 7)  # files: records 0-2 (end 200), 3-5 (end 500), 6 (begin 600)
     assert [(f.begin_phy_offset, f.end_phy_offset) for f in svc.files] == [
         (0, 200),
@@ -360,7 +370,7 @@ def test_truncate_after_commitlog_cut(tmp_path: Path) -> None:
     assert svc.files[-1].index_count == count
     svc.close()
     svc2 = IndexService(d, slot_num=5, index_num=10)
-    svc2.load(True, 0)
+    svc2.load()
     assert [f.is_full for f in svc2.files] == [True, True, False]
     assert svc2.query("T", "NEW1", 10, 0, 2**62)[0] == [450]
     assert svc2.truncate(0) == 3
@@ -372,14 +382,14 @@ def test_flush_and_delete_in_a_thread_while_indexing(tmp_path: Path) -> None:
     import threading
 
     svc = IndexService(tmp_path / "index", slot_num=7, index_num=50)
-    svc.load(True, 0)
+    svc.load()
     stop = threading.Event()
     errors: list[BaseException] = []
 
     def background() -> None:
         try:
             while not stop.is_set():
-                svc.flush()
+                svc.flush(T0)
                 svc.delete_expired(0)  # nothing is below offset 0: exercises the lock only
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
