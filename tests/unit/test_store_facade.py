@@ -320,3 +320,41 @@ async def test_async_flush_and_checkpoint_in_background(tmp_path: Path) -> None:
             what="checkpoint written",
         )
         assert store.flush_service.flush_rounds >= 1
+
+
+async def test_index_file_being_written_is_written_back_every_interval(tmp_path: Path) -> None:
+    # The consume-queue round writes back full index files at once, the one being written at
+    # the first round and then every flush_interval_index_ms; the checkpoint's index timestamp
+    # says up to where the index is durable, and a clean close writes everything back.
+    from store.checkpoint import StoreCheckpoint
+
+    now = [1_700_000_000.0]
+    hour = 3_600_000
+    config = cfg(
+        tmp_path,
+        flush_interval_commitlog_ms=hour,
+        flush_interval_consume_queue_ms=hour,
+        flush_interval_index_ms=hour,
+    )
+    async with MessageStore(config, clock=lambda: now[0]) as store:
+        index = store.dispatcher.index
+        assert index is not None
+        ckpt = store.checkpoint
+        await store.put_message(msg(KEYS="a"))
+        first = store.commitlog.last_store_timestamp
+        await store.flush_service.flush_consume_queues()
+        assert [f.dirty for f in index.files] == [False]
+        assert ckpt.index_msg_timestamp == first
+        now[0] += 5
+        await store.put_message(msg(KEYS="b"))
+        await store.flush_service.flush_consume_queues()  # within the interval: left dirty
+        assert [f.dirty for f in index.files] == [True]
+        assert (ckpt.logics_msg_timestamp, ckpt.index_msg_timestamp) == (first + 5000, first)
+        store.config.flush_interval_index_ms = 0
+        await store.flush_service.flush_consume_queues()
+        assert [f.dirty for f in index.files] == [False]
+        assert ckpt.index_msg_timestamp == first + 5000
+        now[0] += 5
+        await store.put_message(msg(KEYS="c"))
+    again = StoreCheckpoint(tmp_path / "checkpoint")
+    assert again.index_msg_timestamp == again.logics_msg_timestamp == first + 10_000
