@@ -385,3 +385,32 @@ async def test_sequential_invoke_and_spawned_answer_skip_the_writer(
         server.close()
     # One request and one (spawned handler's) answer per call, each written directly.
     assert len(writes) == 6
+
+
+async def test_reader_reads_frames_over_several_reads_and_sees_the_peer_close() -> None:
+    # The reader reads the socket itself: a frame larger than its buffer (256 KiB) comes in
+    # full-buffer reads, read again at once; after a short read it waits until readable.
+    def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(body=cmd.body)
+
+    big = os.urandom(700 * 1024)
+    async with serve({INLINE: echo}) as (conn, peer):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(peer.send, request(INLINE, 1, big), request(INLINE, 2, b"small"))
+            first, second = await peer.receive(2)
+        assert (first.opaque, first.body) == (1, big)
+        assert (second.opaque, second.body) == (2, b"small")
+        await trio.testing.wait_all_tasks_blocked()  # the reader waits on an idle socket
+        peer.sock.close()
+        with trio.fail_after(5):
+            await conn.wait_closed()
+        assert conn.close_reason == "peer closed the connection"
+
+
+async def test_reader_waiting_on_an_idle_socket_stops_at_a_local_close() -> None:
+    async with serve({}) as (conn, _peer):
+        await trio.testing.wait_all_tasks_blocked()
+        conn.close()
+        with trio.fail_after(5):
+            await conn.wait_closed()
+        assert conn.close_reason == "closed locally"
