@@ -748,11 +748,7 @@ class MessageStore:
         offsets, last_ts, last_phy = index.query(topic, key, max_num, begin_ts, end_ts)
         res.index_last_update_timestamp = last_ts
         res.index_last_update_phyoffset = last_phy
-        seen: set[int] = set()
-        for phy in offsets:
-            if phy in seen:
-                continue
-            seen.add(phy)
+        for phy in offsets:  # each offset once (`IndexService.query`)
             raw = self.commitlog.read_record(phy)
             if raw is None:
                 continue

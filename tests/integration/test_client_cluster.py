@@ -180,8 +180,7 @@ async def test_producer_avoids_dead_broker_then_fails_when_none_left(
         # to it failed, which isolated it for its not-available duration (600 s for 30 s
         # latency), or a route refresh (the route loop's first one runs 10 ms after start,
         # racing the kill) no longer listed it, so no send picked it.
-        info = p._instance.publish_info["FO1"] if p._instance is not None else None
-        routed = {mq.broker_name for mq in info.queues} if info is not None else set()
+        routed = {mq.broker_name for mq in p.instance.publish_info["FO1"].queues}
         assert not p.fault.is_available("broker-b") or routed == {"broker-a"}, (
             routed,
             p.fault.tolerance.snapshot(),
