@@ -29,6 +29,14 @@ would leave the client idle while the broker works through the window and the br
 while the client works through the answers (W1 measured 1.16 of 2 cores busy, 15.5k sends/s;
 answering every 4-32 requests keeps both busy: 23-24k/s, p50 3.9 -> 2.4 ms). Answers may
 leave in another order than their requests arrived: RocketMQ clients match them by opaque.
+
+The same holds for responses arriving in one batch: the reader yields to the scheduler after
+waking every `_RESPONSE_CHUNK` waiting requesters, so that they run (and a pipelining caller's
+next requests leave) while the rest of the batch is still to be handed out. Without it, a
+window of answers released together (a SYNC_FLUSH group commit answers a whole window at once)
+comes back as a window of requests only after the caller worked through all of it, and the
+peer waits meanwhile: SYNC_FLUSH W1 ran in lock-step waves of 64 sends, one fsync each, and
+went 32% faster with chunks of 8 (bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -74,6 +82,9 @@ _RECEIVE_SIZE = 256 * 1024
 # many bytes are ready (see the module docstring).
 _ANSWER_CHUNK = 16
 _ANSWER_CHUNK_BYTES = 64 * 1024
+# The reader yields to the scheduler after waking this many requesters from one receive batch
+# (see the module docstring).
+_RESPONSE_CHUNK = 8
 # The writer joins queued frames until this many bytes, then sends.
 _COALESCE_BYTES = 256 * 1024
 _OPAQUE_MASK = 0x7FFFFFFF
@@ -471,6 +482,7 @@ class Connection:
                     "remoting_bad_frame", peer=self.remote_address, conn=self.id, error=str(exc)
                 )
                 return
+            woken = 0
             for cmd in commands:
                 if cmd.flag & FLAG_RESPONSE:
                     waiter = pending.pop(cmd.opaque, None)
@@ -484,6 +496,16 @@ class Connection:
                         continue
                     waiter.response = cmd
                     waiter.finish()
+                    woken += 1
+                    if woken >= _RESPONSE_CHUNK:
+                        # Let the requesters run (and their next requests leave) before
+                        # the rest of the batch: see the module docstring.
+                        woken = 0
+                        if out:
+                            await self._flush_batch(out)
+                            out = []
+                            out_count = out_bytes = 0
+                        await trio.lowlevel.checkpoint()
                     continue
                 awaitable: Awaitable[RemotingCommand | None] | None = None
                 handler = inline_get(cmd.code)

@@ -414,3 +414,29 @@ async def test_reader_waiting_on_an_idle_socket_stops_at_a_local_close() -> None
         with trio.fail_after(5):
             await conn.wait_closed()
         assert conn.close_reason == "closed locally"
+
+
+async def test_requesters_run_while_a_batch_of_responses_is_handed_out() -> None:
+    # A window of answers arriving in one read (a group commit answers a whole window at once):
+    # the reader yields after waking every few requesters, so they run, and a pipelining
+    # caller's next requests leave, before the reader has worked through the whole batch.
+    count = 24
+    seen: list[int] = []
+    async with serve({}) as (conn, peer):
+
+        async def call(i: int) -> None:
+            resp = await conn.invoke(request(INLINE, 0, b"%d" % i), timeout_ms=5000)
+            assert resp.body == b"%d" % i
+            # Requests whose answers the reader has not handed out yet (private, on purpose:
+            # nothing public tells how far into its batch the reader is).
+            seen.append(len(conn._pending))
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                for i in range(count):
+                    nursery.start_soon(call, i)
+                requests = await peer.receive(count)
+                await peer.send(*(r.make_response(body=r.body) for r in requests))
+    assert len(seen) == count
+    # Without the yields every requester ran after the last answer was handed out (all 0).
+    assert max(seen) >= 8
