@@ -97,6 +97,9 @@ def cli(config_file: str | None, **flags: Any) -> None:
     except ValueError as exc:
         click.echo(f"mqbroker: {exc}", err=True)
         sys.exit(2)
+    # Process-wide, so the entry point's decision (as `freeze_startup_heap`): embedded brokers
+    # (tests) leave their host's interpreter alone.
+    sys.setswitchinterval(config.switch_interval_s)
     try:
         trio.run(_serve, config)
     except KeyboardInterrupt:

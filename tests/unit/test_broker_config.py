@@ -105,3 +105,41 @@ def test_every_store_setting_can_be_set_through_the_broker() -> None:
     broker = BrokerConfig()
     for name in set(StoreConfig.model_fields) - {"store_path_root_dir"}:
         assert getattr(broker, name) == getattr(store_defaults, name), name
+
+
+def test_gil_switch_interval_follows_the_flush_type_unless_set(tmp_path: Path) -> None:
+    assert load_config(environ={}).switch_interval_s == pytest.approx(0.002)
+    assert load_config(environ={}, flags={"flush_disk_type": "sync"}).switch_interval_s == (
+        pytest.approx(0.005)
+    )
+    env = {"TRIMQ_GIL_SWITCH_INTERVAL_MS": "0.5"}
+    assert load_config(environ=env).switch_interval_s == pytest.approx(0.0005)
+    f = tmp_path / "b.toml"
+    f.write_text('flush_disk_type = "sync"\ngil_switch_interval_ms = 1\n')
+    assert load_config(f, environ={}).switch_interval_s == pytest.approx(0.001)
+    for bad in ("0", "-1", "5000", "fast"):
+        with pytest.raises(ConfigError, match="gil_switch_interval_ms"):
+            load_config(environ={"TRIMQ_GIL_SWITCH_INTERVAL_MS": bad})
+
+
+@pytest.mark.parametrize(("argv", "expected"), [([], 0.002), (["--flush", "sync"], 0.005)])
+def test_mqbroker_runs_with_the_configured_switch_interval(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], expected: float
+) -> None:
+    import sys
+
+    import trio
+
+    seen: list[float] = []
+
+    def fake_run(*_args: object) -> None:  # the broker itself is not started
+        seen.append(sys.getswitchinterval())
+
+    before = sys.getswitchinterval()
+    monkeypatch.setattr(trio, "run", fake_run)
+    try:
+        result = CliRunner().invoke(cli, ["--log-level", "error", *argv], env={})
+    finally:
+        sys.setswitchinterval(before)
+    assert result.exit_code == 0, result.output
+    assert seen == [pytest.approx(expected)]
