@@ -6,7 +6,8 @@ descriptor stays open while it is being fsync'ed because deletion takes the same
 Group commit (SYNC_FLUSH): a put appends, then waits in `wait_flushed(end)` (or registers a
 callback with `on_flushed(end, callback)`, no task needed); one flusher task takes everything
 appended so far, runs one fsync round in a thread, and wakes every waiter (calls every callback)
-whose end is now durable. Puts that arrive during the fsync share the next round. The group commit's
+whose end is now durable. Puts that arrive during the fsync share the next round, which goes to
+the thread as soon as the previous one ends, before its waiters are answered. The group commit's
 fsync rounds go to one long-lived thread (`_FsyncThread`): a hand-off costs about half the CPU
 of a `trio.to_thread.run_sync` call, and a sequential SYNC_FLUSH producer pays one per message.
 """
@@ -57,6 +58,24 @@ def _call(callback: Callable[[], object]) -> None:
         log.exception("flush_callback_failed")
 
 
+class _Round:
+    """One fsync round handed to `_FsyncThread`."""
+
+    __slots__ = ("box", "done")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.box: list[BaseException | None] = []
+
+    async def wait(self) -> None:
+        """Until the round is over (shielded: the files stay open until then); raises what the
+        sync raised."""
+        with trio.CancelScope(shield=True):
+            await self.done.wait()
+        if self.box and self.box[0] is not None:
+            raise self.box[0]
+
+
 class _FsyncThread:
     """A dedicated worker thread for fsync rounds, fed through a queue; completion comes back
     to trio through the run's token (`run_sync_soon`)."""
@@ -80,16 +99,17 @@ class _FsyncThread:
     def running(self) -> bool:
         return self._token is not None
 
+    def submit(self, ranges: list[tuple[MappedFile, int, int]]) -> _Round:
+        """Start syncing the file `ranges` in the thread; `await round.wait()` for the end.
+        The files must stay open until then."""
+        rnd = _Round()
+        self._queue.put((ranges, rnd.done, rnd.box))
+        return rnd
+
     async def fsync(self, ranges: list[tuple[MappedFile, int, int]]) -> None:
         """Sync the file `ranges` in the thread. Not cancellable (as `to_thread.run_sync`):
         the files must stay open until the sync is over."""
-        done = trio.Event()
-        box: list[BaseException | None] = []
-        self._queue.put((ranges, done, box))
-        with trio.CancelScope(shield=True):
-            await done.wait()
-        if box and box[0] is not None:
-            raise box[0]
+        await self.submit(ranges).wait()
 
     def _main(self) -> None:
         token = self._token
@@ -242,11 +262,55 @@ class FlushService:
             await self._wake.wait()
             self._wake = trio.Event()
             try:
-                await self.flush_commitlog()
+                await self._group_commit_rounds()
             except OSError:
                 log.exception("commitlog_flush_failed")
                 await trio.sleep(0.1)
             self._release_waiters()
+
+    async def _group_commit_rounds(self) -> None:
+        """fsync rounds back to back while puts wait for one (SYNC_FLUSH).
+
+        The next round goes to the fsync thread as soon as the previous one is over, before
+        that one's waiters are answered: the disk works while the loop answers, instead of
+        waiting for the answers to go out and for a scheduler pass.
+        """
+        if not self._fsync_thread.running:
+            await self.flush_commitlog()
+            return
+        mfq = self._cl.mfq
+        waiters = self._waiters
+        async with self.commitlog_lock:
+            current = self._start_round()
+            try:
+                while current is not None:
+                    target, ts, sync = current
+                    current = None
+                    await sync.wait()
+                    mfq.flushed_to(target)
+                    self.flush_rounds += 1
+                    if waiters and waiters[-1][0] > target:
+                        # Someone waits for what was appended meanwhile: the next round now,
+                        # unless the service is stopping (nothing may be in flight then).
+                        await trio.lowlevel.checkpoint_if_cancelled()
+                        current = self._start_round()
+                    self._on_cl(ts)
+                    self._release_waiters()
+            finally:
+                if current is not None:  # leaving with a round in flight: it ends first
+                    await current[2].wait()
+
+    def _start_round(self) -> tuple[int, int, _Round] | None:
+        """Hand everything appended so far to the fsync thread: (target, timestamp, round),
+        or None when it is all durable already. Under `commitlog_lock`."""
+        mfq = self._cl.mfq
+        target = mfq.max_offset
+        if target <= mfq.flushed_where:
+            return None
+        ts = self._cl.last_store_timestamp
+        # Only the range not yet durable (see `flush_commitlog`); msync blocks for
+        # milliseconds: the fsync thread runs it, never the event loop.
+        return target, ts, self._fsync_thread.submit(mfq.flush_ranges(target))
 
     async def _async_flush_loop(self) -> None:
         cfg = self._cfg

@@ -122,3 +122,53 @@ async def test_one_timer_expires_every_waiter_and_rearms(tmp_path: Path) -> None
             await put()
             assert statuses == [PutMessageStatus.PUT_OK]
             statuses.clear()
+
+
+async def test_the_next_round_starts_before_the_last_rounds_waiters_are_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Round 1 (put A) is held in the thread until put B has appended and waits too. When A's
+    # waiter is answered, B's round must already be with the thread: the disk works while the
+    # loop answers.
+    real = flush_module._sync_ranges
+    gate = threading.Event()
+    held = [False]
+
+    def hold_first(ranges: list[tuple[MappedFile, int, int]]) -> None:
+        if not held[0]:
+            held[0] = True
+            gate.wait(10)
+        real(ranges)
+
+    real_submit = flush_module._FsyncThread.submit
+    submitted: list[int] = []
+
+    def spy_submit(
+        self: flush_module._FsyncThread, ranges: list[tuple[MappedFile, int, int]]
+    ) -> flush_module._Round:
+        submitted.append(sum(end - start for _, start, end in ranges))
+        return real_submit(self, ranges)
+
+    monkeypatch.setattr(flush_module, "_sync_ranges", hold_first)
+    monkeypatch.setattr(flush_module._FsyncThread, "submit", spy_submit)
+    answered_a: list[tuple[PutMessageStatus, int]] = []
+    b_durable = trio.Event()
+    async with MessageStore(cfg(tmp_path, "SYNC_FLUSH")) as store:
+        result_a, end_a = store.put_messages_nowait([msg()])
+        assert end_a >= 0
+        store.when_put_durable(
+            result_a, end_a, lambda final: answered_a.append((final.status, len(submitted)))
+        )
+        with trio.fail_after(5):
+            while not held[0]:  # round 1 is in the thread
+                await trio.sleep(0.001)
+        result_b, end_b = store.put_messages_nowait([msg()])
+        store.when_put_durable(result_b, end_b, lambda final: b_durable.set())
+        gate.set()
+        with trio.fail_after(5):
+            await b_durable.wait()
+        assert store.flush_service.is_flushed(end_b)
+        rounds = len(submitted)
+    assert answered_a == [(PutMessageStatus.PUT_OK, 2)]
+    assert rounds == 2
+    assert submitted == [end_a, end_b - end_a]
