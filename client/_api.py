@@ -67,7 +67,7 @@ class Transport(Protocol):
     """What MQClientAPI needs from `remoting.RemotingClient`."""
 
     async def invoke(
-        self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000
+        self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000, *, long_poll: bool = False
     ) -> RemotingCommand: ...
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None: ...
@@ -286,7 +286,10 @@ class MQClientAPI:
             RemoteError: any code that is not a pull status (e.g. 24, 26, 215).
         """
         cmd = RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields())
-        resp = await self.transport.invoke(addr, cmd, timeout_ms)
+        # A suspended pull is parked at the broker until messages arrive: the transport does
+        # not count it as a request in flight when deciding to write the next one at once.
+        long_poll = bool(header.sys_flag & PULL_FLAG_SUSPEND)
+        resp = await self.transport.invoke(addr, cmd, timeout_ms, long_poll=long_poll)
         try:
             status = _PULL_STATUS[ResponseCode(resp.code)]
         except (KeyError, ValueError):

@@ -157,12 +157,13 @@ class RemotingClient:
 
     # -- calls ----------------------------------------------------------------------
     def invoke(
-        self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000
+        self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000, *, long_poll: bool = False
     ) -> Coroutine[Any, Any, RemotingCommand]:
         """Send a request to `addr` and wait for its response (returned whatever its code).
 
         A coroutine to await (as an ``async def``'s call is). The timeout covers opening the
-        connection too.
+        connection too. `long_poll`: the peer may hold the request until it has an answer
+        (see `Connection.invoke`).
 
         Raises:
             RemotingTimeoutError: no response within `timeout_ms`.
@@ -176,11 +177,11 @@ class RemotingClient:
             # call, no clock reads for a connect that does not happen).
             cmd.serialize_type = self.serialize_type
             cmd.language = self.language
-            return conn.invoke(cmd, timeout_ms)
-        return self._connect_and_invoke(addr, cmd, timeout_ms)
+            return conn.invoke(cmd, timeout_ms, long_poll=long_poll)
+        return self._connect_and_invoke(addr, cmd, timeout_ms, long_poll)
 
     async def _connect_and_invoke(
-        self, addr: str, cmd: RemotingCommand, timeout_ms: int
+        self, addr: str, cmd: RemotingCommand, timeout_ms: int, long_poll: bool
     ) -> RemotingCommand:
         start = trio.current_time()
         conn = await self._get_connection(addr)
@@ -189,7 +190,7 @@ class RemotingClient:
             raise RemotingTimeoutError(f"connecting to {addr} used the whole {timeout_ms} ms")
         cmd.serialize_type = self.serialize_type
         cmd.language = self.language
-        return await conn.invoke(cmd, int(remaining_ms) or 1)
+        return await conn.invoke(cmd, int(remaining_ms) or 1, long_poll=long_poll)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         """Send a request that gets no response.

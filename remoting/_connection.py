@@ -1,7 +1,7 @@
 """One TCP connection carrying RemotingCommands, used by both the server and the client.
 
 A `Connection` runs a reader task and a writer task inside its own nursery. The writer drains a
-bounded memory channel of encoded frames, joining whatever is queued into one `send_all`. The
+bounded memory channel of encoded frames, joining whatever is queued into one write. The
 reader decodes frames: responses complete the matching pending request (by opaque); requests
 go to their processor in one of two ways:
 
@@ -20,7 +20,7 @@ go to their processor in one of two ways:
 
 The answers produced inline while handling one `receive_some` batch leave together, in one
 write per `_ANSWER_CHUNK` answers (and at the end of the batch): written straight to the socket
-by the reader when the writer task is idle (nothing queued, not inside `send_all`), which saves
+by the reader when the writer task is idle (nothing queued, not inside a write), which saves
 waking the writer, or queued to the writer as one item otherwise. A task per request plus the
 writer's wake-up cost more CPU than the work of a single send (bench/RESULTS.md); the reader's
 batch is the natural unit to coalesce. It is cut into chunks so that both ends work at once:
@@ -29,6 +29,15 @@ would leave the client idle while the broker works through the window and the br
 while the client works through the answers (W1 measured 1.16 of 2 cores busy, 15.5k sends/s;
 answering every 4-32 requests keeps both busy: 23-24k/s, p50 3.9 -> 2.4 ms). Answers may
 leave in another order than their requests arrived: RocketMQ clients match them by opaque.
+
+A request is written by its caller straight to the socket when the writer is idle and no other
+request is in flight except long polls (`invoke(..., long_poll=True)`: pulls the peer parks until
+messages arrive). A push consumer keeps one parked per queue, so counting them would send every
+request of a process that also produces, and every re-issued pull, through the writer task.
+The writer writes with `os.write` and waits for writability only when the socket buffer is full
+(`SocketStream.send_all` yields once more after every successful send). Together: W4's client
+took 6.6-6.8 task steps per message instead of 7.5-8.7, and W1 was faster in 5 of 6 interleaved
+pairs (bench/RESULTS.md).
 
 The same holds for responses arriving in one batch: the reader yields to the scheduler after
 waking every `_RESPONSE_CHUNK` waiting requesters, so that they run (and a pipelining caller's
@@ -238,7 +247,7 @@ class Connection:
             tuple[bytes, Body | None]
         ](outbound_queue_size)
         # True while the writer waits on an empty queue (not holding a frame, not in
-        # `send_all`): only then may the reader write to the socket itself. Whoever queues a
+        # a write): only then may the reader write to the socket itself. Whoever queues a
         # frame clears it before the writer runs again.
         self._writer_idle = False
         self._inflight = trio.Semaphore(max_inflight)
@@ -246,6 +255,8 @@ class Connection:
         self._next_opaque = next_opaque or opaque_counter()
         self._budget = pending_budget or PendingBudget(65536)
         self._pending: dict[int, _Waiter] = {}
+        # Of those, requests the peer may hold until it has an answer (long polls).
+        self._long_polls = 0
         # Request timeouts without a cancel scope per request (a scope's enter/exit was ~1/4
         # of a producer's CPU per send): (deadline, opaque, waiter) in a heap, expired by one
         # timer task. Entries of answered requests are dropped lazily (see `_timer`).
@@ -283,11 +294,15 @@ class Connection:
                 f"connection to {self.remote_address} closed while sending"
             ) from None
 
-    async def invoke(self, cmd: RemotingCommand, timeout_ms: int = 3000) -> RemotingCommand:
+    async def invoke(
+        self, cmd: RemotingCommand, timeout_ms: int = 3000, *, long_poll: bool = False
+    ) -> RemotingCommand:
         """Send a request to the peer and wait for its response.
 
         Sets `cmd.opaque` (and clears the oneway flag). The response is returned whatever
-        its code.
+        its code. `long_poll` says the peer may hold the request until it has something to
+        answer (a long-polling pull): such requests are not counted as other requests in
+        flight when deciding to write a request straight to the socket (see `_write_direct`).
 
         Raises:
             RemotingTimeoutError: no response within `timeout_ms`.
@@ -302,13 +317,19 @@ class Connection:
         cmd.flag &= ~(FLAG_ONEWAY | FLAG_RESPONSE)
         waiter = _Waiter()
         self._pending[opaque] = waiter
+        if long_poll:
+            self._long_polls += 1
         try:
             timeout = max(timeout_ms, 0) / 1000
             parts = encode_frame_parts(cmd)
             try:
-                if self._writer_idle and len(self._pending) == 1:
-                    # The only request in flight and nothing queued: write it now instead of
-                    # waking the writer (a sequential caller saves a task switch per call).
+                if self._writer_idle and len(self._pending) - self._long_polls == (
+                    0 if long_poll else 1
+                ):
+                    # No other request in flight but parked long polls, nothing queued: write
+                    # it now instead of waking the writer (a sequential caller saves a task
+                    # switch per call; so does a producer sharing the connection with a
+                    # push consumer's parked pulls, and each of those pulls when re-issued).
                     # Concurrent callers still go through the writer, which joins them.
                     rest = self._write_direct(parts)
                     if rest is not None:
@@ -342,6 +363,8 @@ class Connection:
                 f" (code {cmd.code}, opaque {opaque})"
             )
         finally:
+            if long_poll:
+                self._long_polls -= 1
             if self._pending.get(opaque) is waiter:
                 del self._pending[opaque]
             self._budget.release()
@@ -619,7 +642,7 @@ class Connection:
     def _write_direct(self, parts: tuple[bytes, Body | None]) -> tuple[bytes, Body | None] | None:
         """Write a frame (or joined frames) to the socket now, without the writer.
 
-        Only while the writer is idle (`_writer_idle`): nothing queued, not inside `send_all`,
+        Only while the writer is idle (`_writer_idle`): nothing queued, not inside a write,
         so the byte stream stays in order. The socket is non-blocking: `os.write` sends what
         fits in the kernel buffer. Returns what is left for the writer, or None when all was
         written (or the connection failed and is closing).
@@ -651,7 +674,6 @@ class Connection:
 
     async def _writer(self) -> None:
         receive = self._receive_channel
-        stream = self._stream
         try:
             while True:
                 # Take what is queued without a scheduler round trip; wait only when empty.
@@ -666,7 +688,7 @@ class Connection:
                     finally:
                         self._writer_idle = False
                 if body is None and len(head) >= _COALESCE_BYTES:
-                    await stream.send_all(head)
+                    await self._send_all(head)
                     continue
                 parts: list[bytes | Body] = [head]
                 size = len(head)
@@ -683,7 +705,7 @@ class Connection:
                     if body is not None:
                         parts.append(body)
                         size += len(body)
-                await stream.send_all(parts[0] if len(parts) == 1 else b"".join(parts))
+                await self._send_all(parts[0] if len(parts) == 1 else b"".join(parts))
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             self._close_reason = f"send failed: {exc}"
         finally:
@@ -691,6 +713,31 @@ class Connection:
             self.closed = True
             if self._cancel_scope is not None:
                 self._cancel_scope.cancel()
+
+    async def _send_all(self, data: Body) -> None:
+        """Write all of `data` (the writer's send): non-blocking writes, waiting until the
+        socket is writable only when its buffer is full.
+
+        `SocketStream.send_all` yields to the scheduler after every successful send, one more
+        task step per write for a writer that yields anyway when its queue is empty.
+
+        Raises:
+            trio.BrokenResourceError: the write failed (peer gone, socket closed).
+        """
+        sock = self._stream.socket
+        view = memoryview(data)
+        while True:
+            try:
+                sent = os.write(sock.fileno(), view)
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(sock)
+                continue
+            except OSError as exc:
+                raise trio.BrokenResourceError(f"{exc}") from exc
+            if sent == len(view):
+                return
+            view = view[sent:]
+            await trio.lowlevel.wait_writable(sock)
 
     async def _handle(self, cmd: RemotingCommand) -> None:
         # Each request runs in its own task, hence its own context copy: what is bound here is

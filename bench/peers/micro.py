@@ -429,7 +429,7 @@ class _LocalTransport:
         self._decoder = FrameDecoder()
 
     async def invoke(
-        self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000
+        self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000, *, long_poll: bool = False
     ) -> RemotingCommand:
         cmd.opaque = 77
         self._encode(cmd)

@@ -24,11 +24,13 @@ class ScriptedTransport:
     def __init__(self, reply: Reply) -> None:
         self.reply = reply
         self.sent: list[tuple[str, RemotingCommand, int | None]] = []
+        self.long_polls: list[bool] = []
 
     async def invoke(
-        self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000
+        self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000, *, long_poll: bool = False
     ) -> RemotingCommand:
         self.sent.append((addr, cmd, timeout_ms))
+        self.long_polls.append(long_poll)
         return self.reply(addr, cmd)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
@@ -146,6 +148,21 @@ async def test_pull_status_mapping(code: int, status: PullStatus) -> None:
     assert r.status is status
     assert r.next_begin_offset == 9
     assert r.messages == []
+
+
+@pytest.mark.parametrize(("sys_flag", "long_poll"), [(2, True), (3, True), (0, False), (1, False)])
+async def test_a_suspended_pull_is_a_long_poll_for_the_transport(
+    sys_flag: int, long_poll: bool
+) -> None:
+    fields = {"suggestWhichBrokerId": "0", "nextBeginOffset": "5", "minOffset": "0",
+              "maxOffset": "5"}  # fmt: skip
+    transport = ScriptedTransport(lambda a, c: c.make_response(ResponseCode.PULL_NOT_FOUND,
+                                                               ext_fields=fields))  # fmt: skip
+    api = MQClientAPI(transport, ["ns:1"])
+    header = _pull_header()
+    header.sys_flag = sys_flag
+    await api.pull_message("b:1", "b", header, 30000)
+    assert transport.long_polls == [long_poll]
 
 
 async def test_pull_found_decodes_records() -> None:

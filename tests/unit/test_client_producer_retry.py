@@ -30,7 +30,7 @@ class Broker:
         self.calls: list[str] = []
 
     async def invoke(
-        self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000
+        self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000, *, long_poll: bool = False
     ) -> RemotingCommand:
         self.calls.append(addr)
         mode = self.mode[addr]
@@ -343,7 +343,12 @@ async def test_success_records_the_latency_without_isolation(
 ) -> None:
     class Slow(Broker):
         async def invoke(
-            self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000
+            self,
+            addr: str,
+            cmd: RemotingCommand,
+            timeout_ms: int = 3000,
+            *,
+            long_poll: bool = False,
         ) -> RemotingCommand:
             await trio.sleep(0.04)
             return await super().invoke(addr, cmd, timeout_ms)
@@ -400,7 +405,12 @@ async def test_a_started_producer_times_attempts_on_its_runs_clock(
         delay = 0.25
 
         async def invoke(
-            self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000
+            self,
+            addr: str,
+            cmd: RemotingCommand,
+            timeout_ms: int = 3000,
+            *,
+            long_poll: bool = False,
         ) -> RemotingCommand:
             await trio.sleep(self.delay)
             return await super().invoke(addr, cmd, timeout_ms)

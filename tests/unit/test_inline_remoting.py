@@ -6,6 +6,7 @@ frames, so what goes over the wire (and how many writes) is visible.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -33,6 +34,7 @@ INLINE = 1
 SLOW_INLINE = 2
 BOOM = 3
 PLAIN_SLOW = 4
+PARK = 5
 
 
 class Peer:
@@ -91,6 +93,20 @@ def request(code: int, opaque: int, body: bytes = b"") -> RemotingCommand:
 
 def task_name() -> str:
     return trio.lowlevel.current_task().name
+
+
+def record_writers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record the name of the task making each `os.write` (the socket writes of a
+    `Connection`: by its writer task, or straight from the task that has the frame)."""
+    writers: list[str] = []
+    real_write = os.write
+
+    def recording_write(fd: int, data: Any) -> int:
+        writers.append(task_name())
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", recording_write)
+    return writers
 
 
 async def test_inline_answer_runs_in_the_reader_without_a_task() -> None:
@@ -356,14 +372,7 @@ async def test_plain_handler_registered_inline_runs_its_coroutine_in_a_task() ->
 async def test_sequential_invoke_and_spawned_answer_skip_the_writer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    writes: list[int] = []
-    real_write = os.write
-
-    def counting_write(fd: int, data: Any) -> int:
-        writes.append(len(data))
-        return real_write(fd, data)
-
-    monkeypatch.setattr(os, "write", counting_write)
+    writers = record_writers(monkeypatch)
 
     async def plain(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         await trio.lowlevel.checkpoint()
@@ -383,8 +392,136 @@ async def test_sequential_invoke_and_spawned_answer_skip_the_writer(
             await trio.testing.wait_all_tasks_blocked()
         client.close()
         server.close()
-    # One request and one (spawned handler's) answer per call, each written directly.
-    assert len(writes) == 6
+    # One request and one (spawned handler's) answer per call, each written directly: by the
+    # caller and by the handler's task, never by a writer.
+    assert len(writers) == 6
+    assert not [name for name in writers if name.endswith("._writer")]
+
+
+async def test_a_request_beside_parked_long_polls_skips_the_writer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A producer sharing its connection with a push consumer's pulls, which the broker parks
+    # until messages arrive: its sends are written at once, as if nothing else were in flight,
+    # and so is a pull re-issued beside the others. Without the long-poll mark every request
+    # would wait for the writer task.
+    writers = record_writers(monkeypatch)
+    release = trio.Event()
+
+    async def park(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        await release.wait()
+        return cmd.make_response(body=b"pulled")
+
+    def sent(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(body=b"sent")  # answered by the reader, as the broker does
+
+    a, b = trio.socket.socketpair()
+    kw: dict[str, Any] = {"max_frame_size": 1 << 20, "outbound_queue_size": 8, "max_inflight": 8}
+    server = Connection(trio.SocketStream(a), {PARK: park}, inline_processors={INLINE: sent}, **kw)
+    client = Connection(trio.SocketStream(b), {}, **kw)
+    pulled: list[bytes] = []
+
+    async def pull() -> None:
+        resp = await client.invoke(request(PARK, 0), timeout_ms=10_000, long_poll=True)
+        pulled.append(bytes(resp.body or b""))
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.run)
+            nursery.start_soon(client.run)
+            for _ in range(2):
+                nursery.start_soon(pull)
+                await trio.testing.wait_all_tasks_blocked()
+            assert len(client._pending) == 2  # both parked at the server
+            writers.clear()
+            for i in range(3):
+                resp = await client.invoke(request(INLINE, 0, b"s%d" % i))
+                assert resp.body == b"sent"
+                await trio.testing.wait_all_tasks_blocked()
+            sends = list(writers)
+            nursery.start_soon(pull)  # a third pull, beside the two parked ones
+            await trio.testing.wait_all_tasks_blocked()
+            third = writers[len(sends) :]
+            release.set()
+            while len(pulled) < 3:
+                await trio.sleep(0.01)
+            client.close()
+            server.close()
+    # Each send and its answer written straight away: by the caller and the server's reader.
+    assert len(sends) == 6
+    assert not [name for name in sends if name.endswith("._writer")]
+    assert len(third) == 1
+    assert not third[0].endswith("._writer")
+    assert pulled == [b"pulled"] * 3
+
+
+async def test_without_the_long_poll_mark_a_parked_request_sends_others_through_the_writer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The control for the test above: an unmarked parked request counts as one in flight.
+    writers = record_writers(monkeypatch)
+    release = trio.Event()
+
+    async def park(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        await release.wait()
+        return cmd.make_response(body=b"pulled")
+
+    def sent(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(body=b"sent")  # answered by the reader, as the broker does
+
+    a, b = trio.socket.socketpair()
+    kw: dict[str, Any] = {"max_frame_size": 1 << 20, "outbound_queue_size": 8, "max_inflight": 8}
+    server = Connection(trio.SocketStream(a), {PARK: park}, inline_processors={INLINE: sent}, **kw)
+    client = Connection(trio.SocketStream(b), {}, **kw)
+
+    async def pull() -> None:
+        await client.invoke(request(PARK, 0), timeout_ms=10_000)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.run)
+            nursery.start_soon(client.run)
+            nursery.start_soon(pull)
+            await trio.testing.wait_all_tasks_blocked()
+            writers.clear()
+            resp = await client.invoke(request(INLINE, 0, b"s"))
+            assert resp.body == b"sent"
+            await trio.testing.wait_all_tasks_blocked()
+            sends = list(writers)
+            release.set()
+            await trio.testing.wait_all_tasks_blocked()
+            client.close()
+            server.close()
+    assert [name for name in sends if name.endswith("._writer")]
+
+
+async def test_the_writer_writes_frames_larger_than_the_socket_buffer() -> None:
+    # Queued frames of several MiB: the writer writes what fits, waits until the socket is
+    # writable again, and goes on; the peer gets every byte in order.
+    bodies = [os.urandom(3 * 1024 * 1024), os.urandom(5 * 1024 * 1024 + 7)]
+    async with serve({}) as (conn, peer):
+        peer.decoder = FrameDecoder(16 << 20)
+        with trio.fail_after(20):
+            for i, body in enumerate(bodies):
+                await conn.send(request(INLINE, i, body))
+            got = await peer.receive(2)
+    assert [c.body for c in got] == bodies
+    assert [c.opaque for c in got] != [None, None]
+
+
+async def test_a_failed_write_closes_the_connection() -> None:
+    # The peer stops reading for good (its read side shut down): the writer's write fails and
+    # the connection closes, with the write failure as its reason.
+    async with serve({}) as (conn, peer):
+        peer.sock.shutdown(socket.SHUT_RD)
+        with trio.fail_after(10):
+            for i in range(4):
+                if conn.closed:
+                    break
+                with contextlib.suppress(Exception):
+                    await conn.send(request(INLINE, i, os.urandom(1024 * 1024)))
+            await conn.wait_closed()
+        assert (conn.close_reason or "").startswith("send failed")
 
 
 async def test_reader_reads_frames_over_several_reads_and_sees_the_peer_close() -> None:

@@ -176,7 +176,7 @@ class _Transport:
         self.sent: list[RemotingCommand] = []
 
     async def invoke(
-        self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000
+        self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000, *, long_poll: bool = False
     ) -> RemotingCommand:
         self.sent.append(cmd)
         return self.response

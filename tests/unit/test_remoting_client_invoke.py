@@ -17,9 +17,13 @@ class _Conn:
     def __init__(self, closed: bool = False) -> None:
         self.closed = closed
         self.calls: list[tuple[RemotingCommand, int]] = []
+        self.long_polls: list[bool] = []
 
-    async def invoke(self, cmd: RemotingCommand, timeout_ms: int) -> RemotingCommand:
+    async def invoke(
+        self, cmd: RemotingCommand, timeout_ms: int, *, long_poll: bool = False
+    ) -> RemotingCommand:
         self.calls.append((cmd, timeout_ms))
+        self.long_polls.append(long_poll)
         await trio.lowlevel.checkpoint()
         return cmd.make_response(body=b"answer")
 
@@ -49,6 +53,15 @@ async def test_open_connection_is_used_directly_with_the_whole_timeout() -> None
     assert (cmd.serialize_type, cmd.language) == (SerializeType.JSON, LanguageCode.JAVA)
     assert connects == []
     assert other.calls == []
+
+
+@pytest.mark.parametrize("state", ["open", "missing"])
+async def test_long_poll_reaches_the_connection(state: str, autojump_clock: trio.abc.Clock) -> None:
+    conn = _Conn()
+    client, _ = _client(conn if state == "open" else None, conn)
+    await client.invoke("a:1", RemotingCommand.request(11), 1000, long_poll=True)
+    await client.invoke("a:1", RemotingCommand.request(1), 1000)
+    assert conn.long_polls == [True, False]
 
 
 async def test_invoke_does_nothing_until_awaited() -> None:
