@@ -30,15 +30,6 @@ while the client works through the answers (W1 measured 1.16 of 2 cores busy, 15
 answering every 4-32 requests keeps both busy: 23-24k/s, p50 3.9 -> 2.4 ms). Answers may
 leave in another order than their requests arrived: RocketMQ clients match them by opaque.
 
-A request is written by its caller straight to the socket when the writer is idle and no other
-request is in flight except long polls (`invoke(..., long_poll=True)`: pulls the peer parks until
-messages arrive). A push consumer keeps one parked per queue, so counting them would send every
-request of a process that also produces, and every re-issued pull, through the writer task.
-The writer writes with `os.write` and waits for writability only when the socket buffer is full
-(`SocketStream.send_all` yields once more after every successful send). Together: W4's client
-took 6.6-6.8 task steps per message instead of 7.5-8.7, and W1 was faster in 5 of 6 interleaved
-pairs (bench/RESULTS.md).
-
 The same holds for responses arriving in one batch: the reader yields to the scheduler after
 waking every `_RESPONSE_CHUNK` waiting requesters, so that they run (and a pipelining caller's
 next requests leave) while the rest of the batch is still to be handed out. Without it, a
@@ -46,6 +37,16 @@ window of answers released together (a SYNC_FLUSH group commit answers a whole w
 comes back as a window of requests only after the caller worked through all of it, and the
 peer waits meanwhile: SYNC_FLUSH W1 ran in lock-step waves of 64 sends, one fsync each, and
 went 32% faster with chunks of 8 (bench/RESULTS.md).
+
+A request is written by its caller straight to the socket when the writer is idle and at most
+`_DIRECT_MAX_OTHERS` other requests are in flight, not counting long polls (`invoke(...,
+long_poll=True)`: pulls the peer parks until messages arrive; a push consumer keeps one parked
+per queue). With a few requests in flight, at most a few can be issued together, and joining
+them saves little, while waking the writer puts a task switch on the way of every request: W2
+(4 batches in flight) ran 40% faster writing directly, in 4 of 4 interleaved pairs. With many
+(W1's 64), the writer joins the requests issued together into one write. The writer writes with
+`os.write` and waits for writability only when the socket buffer is full
+(`SocketStream.send_all` yields once more after every successful send).
 """
 
 from __future__ import annotations
@@ -96,6 +97,9 @@ _ANSWER_CHUNK_BYTES = 64 * 1024
 _RESPONSE_CHUNK = 8
 # The writer joins queued frames until this many bytes, then sends.
 _COALESCE_BYTES = 256 * 1024
+# A caller writes its request itself while at most this many other requests are in flight
+# (long polls aside); with more, the writer joins the requests issued together.
+_DIRECT_MAX_OTHERS = 3
 _OPAQUE_MASK = 0x7FFFFFFF
 
 _ids = itertools.count(1)
@@ -323,14 +327,12 @@ class Connection:
             timeout = max(timeout_ms, 0) / 1000
             parts = encode_frame_parts(cmd)
             try:
-                if self._writer_idle and len(self._pending) - self._long_polls == (
-                    0 if long_poll else 1
-                ):
-                    # No other request in flight but parked long polls, nothing queued: write
-                    # it now instead of waking the writer (a sequential caller saves a task
-                    # switch per call; so does a producer sharing the connection with a
-                    # push consumer's parked pulls, and each of those pulls when re-issued).
-                    # Concurrent callers still go through the writer, which joins them.
+                others = len(self._pending) - self._long_polls - (0 if long_poll else 1)
+                if self._writer_idle and others <= _DIRECT_MAX_OTHERS:
+                    # Few requests in flight (parked long polls aside) and nothing queued:
+                    # write it now instead of waking the writer, a task switch on the way of
+                    # every request of a sequential or lightly pipelined caller. Many
+                    # concurrent callers still go through the writer, which joins them.
                     rest = self._write_direct(parts)
                     if rest is not None:
                         self._writer_idle = False

@@ -398,14 +398,14 @@ async def test_sequential_invoke_and_spawned_answer_skip_the_writer(
     assert not [name for name in writers if name.endswith("._writer")]
 
 
-async def test_a_request_beside_parked_long_polls_skips_the_writer(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # A producer sharing its connection with a push consumer's pulls, which the broker parks
-    # until messages arrive: its sends are written at once, as if nothing else were in flight,
-    # and so is a pull re-issued beside the others. Without the long-poll mark every request
-    # would wait for the writer task.
-    writers = record_writers(monkeypatch)
+@asynccontextmanager
+async def parked_pair(
+    parked: int, long_poll: bool
+) -> AsyncIterator[tuple[Connection, list[str], Callable[[], Awaitable[None]]]]:
+    """A client `Connection` to a server that parks PARK requests (as a broker parks pulls)
+    and answers INLINE ones from its reader, with `parked` PARK requests parked (marked as
+    long polls or not). Yields the client, the names of the tasks writing to either socket
+    (from when the requests are parked) and a function parking one more request."""
     release = trio.Event()
 
     async def park(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -416,83 +416,89 @@ async def test_a_request_beside_parked_long_polls_skips_the_writer(
         return cmd.make_response(body=b"sent")  # answered by the reader, as the broker does
 
     a, b = trio.socket.socketpair()
-    kw: dict[str, Any] = {"max_frame_size": 1 << 20, "outbound_queue_size": 8, "max_inflight": 8}
+    kw: dict[str, Any] = {"max_frame_size": 1 << 20, "outbound_queue_size": 8, "max_inflight": 16}
     server = Connection(trio.SocketStream(a), {PARK: park}, inline_processors={INLINE: sent}, **kw)
     client = Connection(trio.SocketStream(b), {}, **kw)
+    writers: list[str] = []
     pulled: list[bytes] = []
 
     async def pull() -> None:
-        resp = await client.invoke(request(PARK, 0), timeout_ms=10_000, long_poll=True)
+        resp = await client.invoke(request(PARK, 0), timeout_ms=10_000, long_poll=long_poll)
         pulled.append(bytes(resp.body or b""))
 
+    async def park_one() -> None:
+        nursery.start_soon(pull)
+        await trio.testing.wait_all_tasks_blocked()
+
+    real_write = os.write
+
+    def recording_write(fd: int, data: Any) -> int:
+        writers.append(task_name())
+        return real_write(fd, data)
+
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(server.run)
             nursery.start_soon(client.run)
-            for _ in range(2):
-                nursery.start_soon(pull)
-                await trio.testing.wait_all_tasks_blocked()
-            assert len(client._pending) == 2  # both parked at the server
-            writers.clear()
-            for i in range(3):
-                resp = await client.invoke(request(INLINE, 0, b"s%d" % i))
-                assert resp.body == b"sent"
-                await trio.testing.wait_all_tasks_blocked()
-            sends = list(writers)
-            nursery.start_soon(pull)  # a third pull, beside the two parked ones
-            await trio.testing.wait_all_tasks_blocked()
-            third = writers[len(sends) :]
+            await trio.testing.wait_all_tasks_blocked()  # both writers idle
+            for _ in range(parked):
+                await park_one()
+            assert len(client._pending) == parked
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(os, "write", recording_write)
+                yield client, writers, park_one
             release.set()
-            while len(pulled) < 3:
+            while client._pending:  # every parked request answered
                 await trio.sleep(0.01)
+            assert set(pulled) <= {b"pulled"}
             client.close()
             server.close()
-    # Each send and its answer written straight away: by the caller and the server's reader.
+
+
+async def send_three(client: Connection, writers: list[str]) -> list[str]:
+    """Three sequential INLINE requests; the names of the tasks that wrote them and their
+    answers."""
+    for i in range(3):
+        resp = await client.invoke(request(INLINE, 0, b"s%d" % i))
+        assert resp.body == b"sent"
+        await trio.testing.wait_all_tasks_blocked()
+    return list(writers)
+
+
+def by_writer_task(writers: list[str]) -> list[str]:
+    return [name for name in writers if name.endswith("._writer")]
+
+
+@pytest.mark.parametrize("parked", [0, 3])
+async def test_a_request_with_few_others_in_flight_skips_the_writer(parked: int) -> None:
+    # A lightly pipelined caller (W2's 4 batches in flight): each request is written by the
+    # task that makes it, and each answer by the server's reader; no writer task is woken.
+    async with parked_pair(parked, long_poll=False) as (client, writers, _):
+        sends = await send_three(client, writers)
     assert len(sends) == 6
-    assert not [name for name in sends if name.endswith("._writer")]
-    assert len(third) == 1
-    assert not third[0].endswith("._writer")
-    assert pulled == [b"pulled"] * 3
+    assert by_writer_task(sends) == []
 
 
-async def test_without_the_long_poll_mark_a_parked_request_sends_others_through_the_writer(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # The control for the test above: an unmarked parked request counts as one in flight.
-    writers = record_writers(monkeypatch)
-    release = trio.Event()
+async def test_a_request_with_many_others_in_flight_goes_through_the_writer() -> None:
+    # The control: with more than `_DIRECT_MAX_OTHERS` others in flight the request is queued
+    # to the writer, which joins requests issued together (W1's 64 in flight).
+    async with parked_pair(4, long_poll=False) as (client, writers, _):
+        sends = await send_three(client, writers)
+    assert len(by_writer_task(sends)) == 3  # the requests; the answers still by the reader
 
-    async def park(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        await release.wait()
-        return cmd.make_response(body=b"pulled")
 
-    def sent(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.make_response(body=b"sent")  # answered by the reader, as the broker does
-
-    a, b = trio.socket.socketpair()
-    kw: dict[str, Any] = {"max_frame_size": 1 << 20, "outbound_queue_size": 8, "max_inflight": 8}
-    server = Connection(trio.SocketStream(a), {PARK: park}, inline_processors={INLINE: sent}, **kw)
-    client = Connection(trio.SocketStream(b), {}, **kw)
-
-    async def pull() -> None:
-        await client.invoke(request(PARK, 0), timeout_ms=10_000)
-
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(server.run)
-            nursery.start_soon(client.run)
-            nursery.start_soon(pull)
-            await trio.testing.wait_all_tasks_blocked()
-            writers.clear()
-            resp = await client.invoke(request(INLINE, 0, b"s"))
-            assert resp.body == b"sent"
-            await trio.testing.wait_all_tasks_blocked()
-            sends = list(writers)
-            release.set()
-            await trio.testing.wait_all_tasks_blocked()
-            client.close()
-            server.close()
-    assert [name for name in sends if name.endswith("._writer")]
+async def test_parked_long_polls_do_not_count_as_requests_in_flight() -> None:
+    # A push consumer keeps a pull parked per queue (8 here): its other requests, and each
+    # pull re-issued beside the parked ones, are still written at once by their tasks.
+    async with parked_pair(8, long_poll=True) as (client, writers, park_one):
+        sends = await send_three(client, writers)
+        writers.clear()
+        await park_one()
+        ninth = list(writers)
+    assert len(sends) == 6
+    assert by_writer_task(sends) == []
+    assert len(ninth) == 1
+    assert by_writer_task(ninth) == []
 
 
 async def test_the_writer_writes_frames_larger_than_the_socket_buffer() -> None:
