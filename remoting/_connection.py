@@ -261,6 +261,8 @@ class Connection:
         self._pending: dict[int, _Waiter] = {}
         # Of those, requests the peer may hold until it has an answer (long polls).
         self._long_polls = 0
+        # While the reader runs an inline handler: the list of answers its batch will write.
+        self._joining: list[bytes | Body] | None = None
         # Request timeouts without a cancel scope per request (a scope's enter/exit was ~1/4
         # of a producer's CPU per send): (deadline, opaque, waiter) in a heap, expired by one
         # timer task. Entries of answered requests are dropped lazily (see `_timer`).
@@ -535,10 +537,15 @@ class Connection:
                 awaitable: Awaitable[RemotingCommand | None] | None = None
                 handler = inline_get(cmd.code)
                 if handler is not None:
+                    # Answers this handler releases on this connection (`respond_nowait`: a
+                    # send waking a pull parked here) join the batch's write.
+                    self._joining = out
                     try:
                         result = handler(self, cmd)
                     except Exception as exc:
                         result = self._handler_failed(cmd, exc)
+                    finally:
+                        self._joining = None
                     if result is None or isinstance(result, RemotingCommand):
                         if result is not None and not cmd.flag & FLAG_ONEWAY:
                             head, body = self._encode_response(cmd, result)
@@ -791,12 +798,24 @@ class Connection:
         the answers released together (one group commit) into one send. `direct` writes it
         straight whenever the writer is idle, other requests in flight or not: for answers
         released one at a time (a held pull woken by one arrival), where waking the writer
-        would cost a task switch for nothing to join.
+        would cost a task switch for nothing to join. Released from inside an inline handler
+        of this connection's own reader (a client's send waking a pull the same client parked
+        on this connection), it joins the answers of the reader's batch in their write.
         """
         self._inflight.release()
         if self.closed or response is None or cmd.flag & FLAG_ONEWAY:
             return
         parts = self._encode_response(cmd, response)
+        joining = self._joining
+        if joining is not None:
+            # Released by an inline handler of this connection's reader: leaves with the
+            # answers of its batch, in the same write (one write and one wake-up of the peer
+            # fewer when a client's send wakes its own parked pull).
+            head, body = parts
+            joining.append(head)
+            if body is not None:
+                joining.append(body)
+            return
         if self._writer_idle and (direct or self._inflight.value == self._max_inflight):
             rest = self._write_direct(parts)
             if rest is None:

@@ -501,6 +501,35 @@ async def test_parked_long_polls_do_not_count_as_requests_in_flight() -> None:
     assert by_writer_task(ninth) == []
 
 
+async def test_an_answer_released_by_a_handler_of_the_same_connection_joins_its_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A client sharing one connection for sending and pulling: its send (inline) wakes the
+    # pull it parked on the same connection (DEFERRED), and both answers leave in one write.
+    parked: list[RemotingCommand] = []
+
+    def pull(conn: Connection, cmd: RemotingCommand) -> Connection.Deferred:
+        parked.append(cmd)
+        return Connection.DEFERRED
+
+    def send(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        for waiting in parked:
+            conn.respond_nowait(waiting, waiting.make_response(body=b"pulled"), direct=True)
+        parked.clear()
+        return cmd.make_response(body=b"sent")
+
+    async with serve({SLOW_INLINE: pull, INLINE: send}) as (_conn, peer):
+        with trio.fail_after(10):
+            await peer.send(request(SLOW_INLINE, 1))
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(parked) == 1
+            writers = record_writers(monkeypatch)
+            await peer.send(request(INLINE, 2))
+            got = await peer.receive(2)
+    assert [(c.opaque, c.body) for c in got] == [(1, b"pulled"), (2, b"sent")]
+    assert len(writers) == 1  # both answers in one write, by the reader
+
+
 async def test_the_writer_writes_frames_larger_than_the_socket_buffer() -> None:
     # Queued frames of several MiB: the writer writes what fits, waits until the socket is
     # writable again, and goes on; the peer gets every byte in order.
