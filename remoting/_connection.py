@@ -308,7 +308,7 @@ class Connection:
         Sets `cmd.opaque` (and clears the oneway flag). The response is returned whatever
         its code. `long_poll` says the peer may hold the request until it has something to
         answer (a long-polling pull): such requests are not counted as other requests in
-        flight when deciding to write a request straight to the socket (see `_write_direct`).
+        flight when deciding to write a request straight to the socket (module docstring).
 
         Raises:
             RemotingTimeoutError: no response within `timeout_ms`.
