@@ -329,8 +329,11 @@ class Connection:
             timeout = max(timeout_ms, 0) / 1000
             parts = encode_frame_parts(cmd)
             try:
-                others = len(self._pending) - self._long_polls - (0 if long_poll else 1)
-                if self._writer_idle and others <= _DIRECT_MAX_OTHERS:
+                if (
+                    self._writer_idle
+                    and len(self._pending) - self._long_polls - (0 if long_poll else 1)
+                    <= _DIRECT_MAX_OTHERS
+                ):
                     # Few requests in flight (parked long polls aside) and nothing queued:
                     # write it now instead of waking the writer, a task switch on the way of
                     # every request of a sequential or lightly pipelined caller. Many
@@ -742,7 +745,7 @@ class Connection:
                 await trio.lowlevel.wait_writable(sock)
                 continue
             except OSError as exc:
-                raise trio.BrokenResourceError(f"{exc}") from exc
+                raise trio.BrokenResourceError(str(exc)) from exc
             if sent == len(view):
                 return
             view = view[sent:]

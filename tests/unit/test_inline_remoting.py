@@ -419,7 +419,6 @@ async def parked_pair(
     kw: dict[str, Any] = {"max_frame_size": 1 << 20, "outbound_queue_size": 8, "max_inflight": 16}
     server = Connection(trio.SocketStream(a), {PARK: park}, inline_processors={INLINE: sent}, **kw)
     client = Connection(trio.SocketStream(b), {}, **kw)
-    writers: list[str] = []
     pulled: list[bytes] = []
 
     async def pull() -> None:
@@ -430,12 +429,6 @@ async def parked_pair(
         nursery.start_soon(pull)
         await trio.testing.wait_all_tasks_blocked()
 
-    real_write = os.write
-
-    def recording_write(fd: int, data: Any) -> int:
-        writers.append(task_name())
-        return real_write(fd, data)
-
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(server.run)
@@ -445,8 +438,7 @@ async def parked_pair(
                 await park_one()
             assert len(client._pending) == parked
             with pytest.MonkeyPatch.context() as mp:
-                mp.setattr(os, "write", recording_write)
-                yield client, writers, park_one
+                yield client, record_writers(mp), park_one
             release.set()
             while client._pending:  # every parked request answered
                 await trio.sleep(0.01)
