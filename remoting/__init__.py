@@ -5,7 +5,7 @@ This package knows nothing of topics or storage.
 
 from remoting._client import RemotingClient
 from remoting._command import DEFAULT_VERSION, RemotingCommand
-from remoting._connection import Connection, Handler, InlineHandler
+from remoting._connection import Connection, Handler, InlineBatch, InlineHandler
 from remoting._frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame
 from remoting._header_codec import decode_header, encode_header, native
 from remoting._server import RemotingServer
@@ -45,6 +45,7 @@ __all__ = [
     "FrameTooLargeError",
     "Handler",
     "HeaderError",
+    "InlineBatch",
     "InlineHandler",
     "LanguageCode",
     "RemoteError",

@@ -57,7 +57,7 @@ import math
 import os
 import socket
 from collections.abc import Awaitable, Callable, Mapping
-from typing import ClassVar, TypeAlias, cast
+from typing import ClassVar, NamedTuple, TypeAlias, cast
 
 import structlog
 import trio
@@ -72,7 +72,7 @@ from remoting.errors import (
     RemotingTooManyRequestsError,
 )
 
-__all__ = ["Connection", "Handler", "InlineHandler"]
+__all__ = ["Connection", "Handler", "InlineBatch", "InlineHandler"]
 
 log = structlog.get_logger()
 _bind_contextvars = structlog.contextvars.bind_contextvars
@@ -86,6 +86,14 @@ InlineHandler: TypeAlias = Callable[
     ["Connection", RemotingCommand],
     "RemotingCommand | Awaitable[RemotingCommand | None] | Connection.Deferred | None",
 ]
+
+
+class InlineBatch(NamedTuple):
+    """Callbacks around each run of inline handlers (`RemotingServer.set_inline_batch`)."""
+
+    begin: Callable[[], None]
+    end: Callable[[], None]
+
 
 _RECEIVE_SIZE = 256 * 1024
 # Inline answers leave at least every this many requests of one receive batch, or once this
@@ -231,6 +239,7 @@ class Connection:
         next_opaque: Callable[[], int] | None = None,
         pending_budget: PendingBudget | None = None,
         inline_processors: Mapping[int, InlineHandler] | None = None,
+        inline_batch: InlineBatch | None = None,
     ) -> None:
         self.id = next(_ids)
         self._stream = stream
@@ -245,6 +254,7 @@ class Connection:
         self.attributes: dict[str, object] = {}
         self._processors = processors
         self._inline_processors: Mapping[int, InlineHandler] = inline_processors or {}
+        self._inline_batch = inline_batch
         self._default_processor = default_processor
         self._max_frame_size = max_frame_size
         self._send_channel, self._receive_channel = trio.open_memory_channel[
@@ -472,6 +482,7 @@ class Connection:
         pending = self._pending
         inflight = self._inflight
         inline_get = self._inline_processors.get
+        batch = self._inline_batch
         # Encoded answers of inline handlers, written together per chunk of a batch.
         out: list[bytes | Body] = []
         out_count = out_bytes = 0
@@ -513,6 +524,11 @@ class Connection:
                 )
                 return
             woken = 0
+            # The inline handlers of this chunk run inside the server's batch callbacks, if
+            # any (`RemotingServer.set_inline_batch`): `end` before every await below (a write
+            # of answers, a yield) and at the end of the chunk, `begin` again after an await.
+            if batch is not None:
+                batch.begin()
             for cmd in commands:
                 if cmd.flag & FLAG_RESPONSE:
                     waiter = pending.pop(cmd.opaque, None)
@@ -531,11 +547,9 @@ class Connection:
                         # Let the requesters run (and their next requests leave) before
                         # the rest of the batch: see the module docstring.
                         woken = 0
-                        if out:
-                            await self._flush_batch(out)
-                            out = []
-                            out_count = out_bytes = 0
-                        await trio.lowlevel.checkpoint()
+                        if not await self._pause(out, batch):
+                            return
+                        out_count = out_bytes = 0
                     continue
                 awaitable: Awaitable[RemotingCommand | None] | None = None
                 handler = inline_get(cmd.code)
@@ -559,8 +573,8 @@ class Connection:
                                 out_bytes += len(body)
                             out_count += 1
                             if out_count >= _ANSWER_CHUNK or out_bytes >= _ANSWER_CHUNK_BYTES:
-                                await self._flush_batch(out)
-                                out = []
+                                if not await self._pause(out, batch, checkpoint=False):
+                                    return
                                 out_count = out_bytes = 0
                         continue
                     if result is _DEFERRED:
@@ -571,11 +585,9 @@ class Connection:
                         try:
                             inflight.acquire_nowait()
                         except trio.WouldBlock:
-                            if out:
-                                await self._flush_batch(out)
-                                out = []
-                                out_count = out_bytes = 0
-                            await inflight.acquire()
+                            if not await self._pause(out, batch, acquire=True):
+                                return
+                            out_count = out_bytes = 0
                         continue
                     awaitable = cast("Awaitable[RemotingCommand | None]", result)
                 # A task for this one. acquire() always yields to the scheduler: only wait
@@ -583,23 +595,59 @@ class Connection:
                 try:
                     inflight.acquire_nowait()
                 except trio.WouldBlock:
-                    if out:
-                        await self._flush_batch(out)
-                        out = []
-                        out_count = out_bytes = 0
                     try:
-                        await inflight.acquire()
+                        if not await self._pause(out, batch, acquire=True):
+                            _close_awaitable(awaitable)
+                            return
                     except BaseException:
                         _close_awaitable(awaitable)
                         raise
+                    out_count = out_bytes = 0
                 if awaitable is None:
                     nursery.start_soon(self._handle, cmd)
                 else:
                     nursery.start_soon(self._handle_awaitable, cmd, awaitable)
+            if batch is not None and not self._end_inline_batch(batch):
+                return
             if out:
                 await self._flush_batch(out)
-                out = []
+                out.clear()
                 out_count = out_bytes = 0
+
+    async def _pause(
+        self,
+        out: list[bytes | Body],
+        batch: InlineBatch | None,
+        *,
+        checkpoint: bool = True,
+        acquire: bool = False,
+    ) -> bool:
+        """The reader's await points within a chunk: end the inline batch, write the answers
+        collected in `out` (then empty it), and yield (`checkpoint`) or wait for a free
+        request slot (`acquire`); then begin the batch again. False when the batch could not
+        end (the connection closes; nothing of `out` was written)."""
+        if batch is not None and not self._end_inline_batch(batch):
+            return False
+        if out:
+            await self._flush_batch(out)
+            out.clear()
+        if acquire:
+            await self._inflight.acquire()
+        elif checkpoint:
+            await trio.lowlevel.checkpoint()
+        if batch is not None:
+            batch.begin()
+        return True
+
+    def _end_inline_batch(self, batch: InlineBatch) -> bool:
+        """`batch.end()`; False (and the connection marked for closing) if it raised."""
+        try:
+            batch.end()
+        except Exception as exc:
+            self._close_reason = f"inline batch failed: {exc}"
+            log.exception("remoting_inline_batch_failed", peer=self.remote_address, conn=self.id)
+            return False
+        return True
 
     def _handler_failed(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
         log.exception(

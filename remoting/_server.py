@@ -12,6 +12,7 @@ import trio
 from remoting._connection import (
     Connection,
     Handler,
+    InlineBatch,
     InlineHandler,
     PendingBudget,
     opaque_counter,
@@ -61,6 +62,7 @@ class RemotingServer:
         self._connections: dict[int, Connection] = {}
         self._budget = PendingBudget(max_pending)
         self._next_opaque = opaque_counter()
+        self._inline_batch: InlineBatch | None = None
 
     # -- configuration --------------------------------------------------------
     @overload
@@ -89,6 +91,19 @@ class RemotingServer:
         else:
             self._processors[code] = cast(Handler, handler)
             self._inline.pop(code, None)
+
+    def set_inline_batch(self, begin: Callable[[], None], end: Callable[[], None]) -> None:
+        """Bracket each run of inline handlers with `begin()` and `end()` (connections
+        accepted from now on).
+
+        A connection's reader calls `begin()` before the inline handlers of the requests it
+        has just received and `end()` after them, and also before writing any answer it has
+        collected from them and before yielding to another task (the run then goes on with a
+        new `begin()`). Between the two nothing else runs on the event loop and none of the
+        run's answers has left. If `end()` raises, the reader closes the connection without
+        writing the run's answers. Both must be quick and never block.
+        """
+        self._inline_batch = InlineBatch(begin, end)
 
     def set_default_processor(self, handler: Handler) -> None:
         """Handle every code without a registered processor."""
@@ -137,6 +152,7 @@ class RemotingServer:
             next_opaque=self._next_opaque,
             pending_budget=self._budget,
             inline_processors=self._inline,
+            inline_batch=self._inline_batch,
         )
         self._connections[conn.id] = conn
         log.debug("remoting_connected", peer=conn.remote_address, conn=conn.id)

@@ -7,8 +7,18 @@ survive the machine. Reads return
 `bytes` copies: no memoryview over the map ever leaves this module, so a file can always be
 unmapped (no BufferError).
 
+Staged appends (`stage`, `drain`): the commitlog under ASYNC_FLUSH may keep the records
+appended within one synchronous stretch of the event loop in a buffer and write them with one
+``pwrite`` (`drain`) instead of one each. The bytes are reserved on disk first (``fallocate``),
+so the write cannot fail for want of space. Every accessor that reads or writes the file on the
+event loop (`append`, `pwrite_append`, `write_at`, the reads, `zero_from`, `close`) drains
+first, so nothing ever sees the file without them; `CommitLog` drains before the event loop can
+switch tasks (see `CommitLog.begin_staging`).
+
 Thread rules: `fsync`, `close` and `destroy` block and are called from worker threads by the
 owners (flush and cleanup services); everything else is quick and runs on the event loop.
+`stage` and `drain` run on the event loop only; `fsync` and `sync_range` never drain (their
+ranges are planned on the event loop, where nothing is staged: see `CommitLog`).
 """
 
 from __future__ import annotations
@@ -48,6 +58,14 @@ _msync = _libc.msync
 _msync.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 _msync.restype = ctypes.c_int
 _MS_SYNC = getattr(mmap, "MS_SYNC", 4)
+# fallocate(2) through ctypes (Python has only posix_fallocate, which glibc emulates by writing
+# where the filesystem cannot allocate: staging must know that it cannot reserve instead).
+_fallocate = getattr(_libc, "fallocate", None)
+if _fallocate is not None:
+    _fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long)
+    _fallocate.restype = ctypes.c_int
+STAGE_RESERVE = 4 << 20
+"""`MappedFile.stage` reserves the file's blocks this many bytes at a time."""
 
 
 def _map_address(mm: mmap.mmap) -> int | None:
@@ -93,6 +111,9 @@ class MappedFile:
     __slots__ = (
         "_fd",
         "_mm",
+        "_reserved",
+        "_staged",
+        "_staged_at",
         "file_from_offset",
         "file_size",
         "flushed_position",
@@ -128,6 +149,10 @@ class MappedFile:
             os.close(fd)
             raise
         self._fd = fd
+        self._staged: bytearray | None = None
+        self._staged_at = 0
+        # Bytes from 0 known to have their blocks allocated (`_reserve`); -1: cannot reserve.
+        self._reserved = 0
 
     def __repr__(self) -> str:
         return f"MappedFile({self.path.name}, wrote={self.wrote_position})"
@@ -164,6 +189,8 @@ class MappedFile:
             OSError: a write of `PWRITE_MIN` bytes or more failed (e.g. ENOSPC); nothing
                 moved.
         """
+        if self._staged is not None:
+            self.drain()
         pos = self.wrote_position
         end = pos + len(data)
         if end - pos >= PWRITE_MIN:
@@ -180,10 +207,74 @@ class MappedFile:
         Raises:
             OSError: the write failed (e.g. ENOSPC); nothing moved.
         """
+        if self._staged is not None:
+            self.drain()
         pos = self.wrote_position
         self._pwrite_all(data, pos)
         self.wrote_position = pos + len(data)
         return pos
+
+    @property
+    def staged(self) -> bool:
+        """True while appended bytes wait in the buffer (`stage`) for `drain`."""
+        return self._staged is not None
+
+    def stage(self, data: bytes | bytearray) -> int:
+        """`append` into a buffer that `drain` writes with one ``pwrite``; returns the
+        relative position. The write position moves at once, and every accessor drains
+        first. The bytes' blocks are reserved first, so the drain cannot fail for want of
+        space; where the filesystem cannot reserve, the bytes are written at once instead
+        (`pwrite_append`). Event loop only.
+
+        Raises:
+            OSError: the reservation failed (ENOSPC, ...) or, without reservation, the write
+                did; nothing moved.
+        """
+        pos = self.wrote_position
+        end = pos + len(data)
+        if end > self._reserved and not self._reserve(end):
+            return self.pwrite_append(data)
+        staged = self._staged
+        if staged is None:
+            self._staged = bytearray(data)
+            self._staged_at = pos
+        else:
+            staged += data
+        self.wrote_position = end
+        return pos
+
+    def drain(self) -> None:
+        """Write the staged bytes (one ``pwrite``). Event loop only.
+
+        Raises:
+            OSError: the write failed (EIO, ...). The bytes stay staged, the write position
+                stays past them: the caller must stop appending (see `CommitLog.drain`).
+        """
+        staged = self._staged
+        if staged is not None:
+            self._pwrite_all(staged, self._staged_at)
+            self._staged = None
+
+    def _reserve(self, end: int) -> bool:
+        """Allocate the file's blocks up to at least relative `end` (in `STAGE_RESERVE`
+        steps); False when this filesystem (or platform) cannot, and from then on.
+
+        Raises:
+            OSError: the allocation failed otherwise (ENOSPC, EIO).
+        """
+        start = self._reserved
+        if start < 0 or _fallocate is None:
+            self._reserved = -1
+            return False
+        stop = min(self.file_size, max(end, start + STAGE_RESERVE))
+        if _fallocate(self._fd, 0, start, stop - start) != 0:
+            err = ctypes.get_errno()
+            if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                self._reserved = -1
+                return False
+            raise OSError(err, f"fallocate failed: {os.strerror(err)}", str(self.path))
+        self._reserved = stop
+        return True
 
     def _pwrite_all(self, data: bytes | bytearray | memoryview, pos: int) -> None:
         done = os.pwrite(self._fd, data, pos)
@@ -197,22 +288,32 @@ class MappedFile:
 
     def write_at(self, pos: int, data: bytes | bytearray) -> None:
         """Overwrite bytes at relative `pos` (does not move the write position)."""
+        if self._staged is not None:
+            self.drain()
         self._mm[pos : pos + len(data)] = data
 
     def read(self, pos: int, size: int) -> bytes:
         """A copy of `size` bytes at relative `pos` (clipped to the file)."""
+        if self._staged is not None:
+            self.drain()
         return self._mm[pos : pos + size]
 
     def read_int32(self, pos: int) -> int:
         """Big-endian int32 at relative `pos`."""
+        if self._staged is not None:
+            self.drain()
         return int(_I32.unpack_from(self._mm, pos)[0])
 
     def read_int64(self, pos: int) -> int:
         """Big-endian int64 at relative `pos`."""
+        if self._staged is not None:
+            self.drain()
         return int(_I64.unpack_from(self._mm, pos)[0])
 
     def unpack_from(self, fmt: struct.Struct, pos: int) -> tuple[int, ...]:
         """`fmt.unpack_from` over the map at relative `pos` (no buffer escapes)."""
+        if self._staged is not None:
+            self.drain()
         return fmt.unpack_from(self._mm, pos)
 
     def zero_from(self, pos: int) -> None:
@@ -221,7 +322,10 @@ class MappedFile:
         Shrinking the file then growing it back punches the tail out (sparse again) instead of
         dirtying every page with zeros.
         """
+        if self._staged is not None:
+            self.drain()
         os.ftruncate(self._fd, pos)
+        self._reserved = min(self._reserved, pos)
         os.ftruncate(self._fd, self.file_size)
         self.wrote_position = pos
         self.flushed_position = min(self.flushed_position, pos)
@@ -313,8 +417,11 @@ class MappedFile:
         os.utime(self._fd)
 
     def close(self) -> None:
-        """Unmap and close. Blocks (munmap of a big map): call from a worker thread when hot."""
+        """Unmap and close (staged bytes written first). Blocks (munmap of a big map): call
+        from a worker thread when hot."""
         if not self._mm.closed:
+            if self._staged is not None:
+                self.drain()
             self._mm.close()
             os.close(self._fd)
 

@@ -218,6 +218,8 @@ class MessageStore:
         self._nursery: trio.Nursery | None = None
         self._running = False
         self._closing = False
+        # Set when staged appends could not be written (`end_staging`): appends are refused.
+        self._write_failed: str | None = None
         self._crash = False
         self._flushed_at_close = False
         # Monotonic time of the last write-back of the index file being written (see
@@ -272,6 +274,7 @@ class MessageStore:
             raise
         self._running = True
         self._closing = False
+        self._write_failed = None
 
     def _take_lock(self) -> None:
         fd = os.open(lock_path(self.root), os.O_RDWR | os.O_CREAT, 0o644)
@@ -459,6 +462,8 @@ class MessageStore:
     def _refusal(self) -> str | None:
         if not self._running or self._closing:
             return "message store is not running (shutting down or not open)"
+        if self._write_failed is not None:
+            return self._write_failed
         ratio = self.cleanup_service.disk_ratio
         if ratio > self.config.disk_hard_ratio:
             return (
@@ -489,6 +494,30 @@ class MessageStore:
         if flush_end < 0:
             return result
         return await self.wait_put_durable(result, flush_end)
+
+    def begin_staging(self) -> None:
+        """Stage single-message appends until `end_staging` (ASYNC_FLUSH; see
+        `CommitLog.begin_staging` for the caller's duties): for a server that runs a run of
+        sends without switching tasks and answers them together, one ``pwrite`` for the run."""
+        self.commitlog.begin_staging()
+
+    def end_staging(self) -> None:
+        """Write what `begin_staging` staged; call it before answering those sends.
+
+        Raises:
+            OSError: the write failed. The sends since `begin_staging` must not be
+                acknowledged; from now on every append is refused (SERVICE_NOT_AVAILABLE)
+                until the store is reopened, since records after the unwritten ones would
+                sit beyond a hole that recovery stops at.
+        """
+        try:
+            self.commitlog.end_staging()
+        except OSError as exc:
+            self._write_failed = (
+                f"commitlog write failed ({exc}); appends are refused until the store is reopened"
+            )
+            log.exception("commitlog_staged_write_failed")
+            raise
 
     def put_messages_nowait(self, msgs: Sequence[MessageInner]) -> tuple[PutMessageResult, int]:
         """The synchronous part of `put_messages`: validate, encode, append, dispatch, count.

@@ -7,11 +7,20 @@ import inspect
 from pathlib import Path
 from typing import Literal
 
+import pytest
 import trio
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
-from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from remoting import (
+    FrameDecoder,
+    RemotingClient,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    encode_frame,
+)
+from store._mapped_file import MappedFile
 from store.message import decode_records
 from tests.helpers import free_port
 from tests.integration.test_broker_process import (
@@ -98,6 +107,45 @@ async def test_pull_answers_at_once_or_holds_until_a_message_arrives(tmp_path: P
             [resp] = held
             assert resp.code == ResponseCode.SUCCESS
             assert [m.body for m in decode_records(resp.body_bytes())] == [b"second"]
+
+
+async def test_async_flush_sends_of_one_read_are_one_commitlog_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sends arriving together (a pipelining producer) are appended with one pwrite, written
+    before any of their answers leaves; a pull in the same read sees them."""
+    writes: list[int] = []
+    real = MappedFile._pwrite_all
+
+    def recording(self: MappedFile, data: bytes | bytearray | memoryview, pos: int) -> None:
+        writes.append(len(data))
+        real(self, data, pos)
+
+    async with BrokerController(config(tmp_path, "ASYNC_FLUSH")) as ctrl:
+        addr = f"127.0.0.1:{ctrl.port}"
+        async with RemotingClient() as client:  # the topic exists before the counted read
+            assert (await client.invoke(addr, send_request("StageT", b"m0"))).code == 0
+        before = ctrl.store.commitlog.max_offset
+        monkeypatch.setattr(MappedFile, "_pwrite_all", recording)
+        frames = [send_request("StageT", b"m%d" % i) for i in range(1, 11)]
+        frames.append(pull_request("StageT", 0))
+        for opaque, cmd in enumerate(frames, 1):
+            cmd.opaque = opaque
+        with trio.fail_after(10):
+            stream = await trio.open_tcp_stream("127.0.0.1", ctrl.port)
+            async with stream:
+                await stream.send_all(b"".join(encode_frame(c) for c in frames))
+                decoder = FrameDecoder()
+                answers: list[RemotingCommand] = []
+                while len(answers) < len(frames):
+                    answers.extend(decoder.feed(await stream.receive_some(1 << 20)))
+        by_opaque = {a.opaque: a for a in answers}
+        assert [by_opaque[i].code for i in range(1, 11)] == [ResponseCode.SUCCESS] * 10
+        pulled = decode_records(by_opaque[11].body_bytes())
+        assert [m.body for m in pulled] == [b"m%d" % i for i in range(11)]
+        # One write for the ten records (the pull drained them, or the end of the run did).
+        assert writes == [ctrl.store.commitlog.max_offset - before]
+        assert not any(mf.staged for mf in ctrl.store.commitlog.mfq.files)
 
 
 async def test_handlers_are_inline(tmp_path: Path) -> None:

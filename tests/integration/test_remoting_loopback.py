@@ -479,3 +479,25 @@ async def test_cancelling_run_closes_listener_and_connections() -> None:
         assert server.connections == []
         with pytest.raises(RemotingConnectError):
             await client.invoke(addr, RemotingCommand.request(HANG), timeout_ms=2000)
+
+
+async def test_inline_batch_of_the_server_brackets_inline_handlers() -> None:
+    """`set_inline_batch` reaches the connections the server accepts afterwards."""
+    server = RemotingServer()
+    events: list[str] = []
+
+    def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        events.append("h")
+        return cmd.make_response(body=cmd.body)
+
+    server.register_processor(ECHO, echo, inline=True)
+    server.set_inline_batch(lambda: events.append("begin"), lambda: events.append("end"))
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(server.run)
+        async with RemotingClient() as client:
+            resp = await client.invoke(
+                f"127.0.0.1:{port}", RemotingCommand.request(ECHO, body=b"x"), 5000
+            )
+            assert resp.body == b"x"
+        nursery.cancel_scope.cancel()
+    assert events == ["begin", "h", "end"]

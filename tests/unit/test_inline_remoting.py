@@ -24,6 +24,7 @@ from remoting import (
     Connection,
     FrameDecoder,
     Handler,
+    InlineBatch,
     InlineHandler,
     RemotingCommand,
     ResponseCode,
@@ -66,6 +67,7 @@ async def serve(
     plain: Mapping[int, Handler] | None = None,
     *,
     max_inflight: int = 64,
+    inline_batch: InlineBatch | None = None,
 ) -> AsyncIterator[tuple[Connection, Peer]]:
     a, b = trio.socket.socketpair()
     conn = Connection(
@@ -75,6 +77,7 @@ async def serve(
         max_frame_size=1 << 20,
         outbound_queue_size=64,
         max_inflight=max_inflight,
+        inline_batch=inline_batch,
     )
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn.run)
@@ -604,3 +607,103 @@ async def test_requesters_run_while_a_batch_of_responses_is_handed_out() -> None
     assert len(seen) == count
     # Without the yields every requester ran after the last answer was handed out (all 0).
     assert max(seen) >= 8
+
+
+# ------------------------------------------------------------------------ inline batch
+def record_batch(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], InlineBatch]:
+    """An `InlineBatch` and the socket writes, recorded in one list of events."""
+    events: list[str] = []
+    real_write = os.write
+
+    def recording_write(fd: int, data: Any) -> int:
+        events.append("write")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", recording_write)
+    return events, InlineBatch(lambda: events.append("begin"), lambda: events.append("end"))
+
+
+async def test_inline_batch_ends_before_the_answers_of_its_run_leave(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run of inline handlers is bracketed by begin/end, and end comes before the write of
+    their answers, also at the 16-answer chunk boundary (see `set_inline_batch`)."""
+    events, batch = record_batch(monkeypatch)
+
+    def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        events.append("h")
+        return cmd.make_response(body=cmd.body)
+
+    async with serve({INLINE: echo}, inline_batch=batch) as (_conn, peer):
+        await trio.testing.wait_all_tasks_blocked()  # the writer is idle
+        await peer.send(*(request(INLINE, i) for i in range(3)))
+        await peer.receive(3)
+        assert events == ["begin", "h", "h", "h", "end", "write"]
+        events.clear()
+        await trio.testing.wait_all_tasks_blocked()
+        await peer.send(*(request(INLINE, i) for i in range(20)))
+        await peer.receive(20)
+    run = ["begin", *["h"] * 16, "end", "write", "begin", *["h"] * 4, "end", "write"]
+    assert events == run
+
+
+async def test_inline_batch_ends_after_a_run_without_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Oneway requests answer nothing: the run still ends before the reader waits again."""
+    events, batch = record_batch(monkeypatch)
+
+    def sink(conn: Connection, cmd: RemotingCommand) -> None:
+        events.append("h")
+
+    async with serve({INLINE: sink}, inline_batch=batch) as (_conn, peer):
+        await trio.testing.wait_all_tasks_blocked()
+        oneway = [request(INLINE, i) for i in range(2)]
+        for cmd in oneway:
+            cmd.flag |= FLAG_ONEWAY
+        await peer.send(*oneway)
+        await trio.testing.wait_all_tasks_blocked()
+    assert events == ["begin", "h", "h", "end"]
+
+
+async def test_inline_batch_ends_before_a_spawned_slow_path_runs() -> None:
+    """A handler's slow path (a coroutine, awaited in a task) runs only after the run ended."""
+    events: list[str] = []
+
+    async def slow_part(cmd: RemotingCommand) -> RemotingCommand:
+        events.append("slow")
+        return cmd.make_response(body=cmd.body)
+
+    def slow(conn: Connection, cmd: RemotingCommand) -> Awaitable[RemotingCommand | None]:
+        events.append("h")
+        return slow_part(cmd)
+
+    batch = InlineBatch(lambda: events.append("begin"), lambda: events.append("end"))
+    async with serve({SLOW_INLINE: slow}, inline_batch=batch) as (_conn, peer):
+        await peer.send(request(SLOW_INLINE, 1, b"a"), request(SLOW_INLINE, 2, b"b"))
+        answers = await peer.receive(2)
+    assert sorted((a.code, a.body) for a in answers) == [(0, b"a"), (0, b"b")]
+    assert events == ["begin", "h", "h", "end", "slow", "slow"]
+
+
+async def test_a_failing_inline_batch_end_closes_without_writing_the_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events, _ = record_batch(monkeypatch)
+
+    def fail() -> None:
+        raise OSError(5, "Input/output error")
+
+    def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(body=cmd.body)
+
+    async with serve({INLINE: echo}, inline_batch=InlineBatch(lambda: None, fail)) as (
+        conn,
+        peer,
+    ):
+        await peer.send(request(INLINE, 1))
+        with trio.fail_after(5):
+            await conn.wait_closed()
+            assert await peer.sock.recv(100) == b""  # closed, no answer
+    assert "write" not in events
+    assert "inline batch failed" in (conn._close_reason or "")

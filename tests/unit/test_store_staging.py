@@ -1,0 +1,235 @@
+"""Staged appends (ASYNC_FLUSH): the sends between `begin_staging` and `end_staging` are written
+with one pwrite per file, leave the same files as sends written one by one, are readable before
+the write, and a write that fails refuses every later append instead of acknowledging it."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+from store import MessageStore, PutMessageStatus, StoreConfig
+from store._mapped_file import STAGE_RESERVE, MappedFile
+from store.consume_queue import CQ_UNIT_SIZE
+from store.message import MessageInner, decode_record
+from store.paths import offset_to_file_name
+from store.results import AppendMessageResult
+
+NOW = 1_700_000_000_123
+COMMITLOG_FILE = 8192
+
+pytestmark = pytest.mark.unit
+
+
+def _msg(i: int, queue_id: int = 0) -> MessageInner:
+    return MessageInner(
+        "T",
+        bytes([i % 251]) * (60 + (i * 37) % 300),
+        queue_id=queue_id,
+        properties={"UNIQ_KEY": f"7F0000011F9018B4AAC2{i:012X}", "KEYS": f"k{i}"},
+        born_timestamp=1_000 + i,
+        born_host=("192.0.2.5", 40000 + i),
+        store_host=("192.0.2.9", 10911),
+    )
+
+
+def _cfg(root: Path, flush: Literal["ASYNC_FLUSH", "SYNC_FLUSH"] = "ASYNC_FLUSH") -> StoreConfig:
+    return StoreConfig(
+        store_path_root_dir=root,
+        mapped_file_size_commitlog=COMMITLOG_FILE,
+        mapped_file_size_consume_queue=10 * CQ_UNIT_SIZE,
+        max_hash_slot_num=16,
+        max_index_num=64,
+        flush_disk_type=flush,
+    )
+
+
+def _tree(root: Path, sub: str) -> list[tuple[str, bytes]]:
+    base = root / sub
+    return sorted(
+        (str(p.relative_to(base)), p.read_bytes()) for p in base.rglob("*") if p.is_file()
+    )
+
+
+def _record_pwrites(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Sizes of the pwrites of mapped files (`MappedFile._pwrite_all`), in order."""
+    sizes: list[int] = []
+    real = MappedFile._pwrite_all
+
+    def recording(self: MappedFile, data: bytes | bytearray | memoryview, pos: int) -> None:
+        sizes.append(len(data))
+        real(self, data, pos)
+
+    monkeypatch.setattr(MappedFile, "_pwrite_all", recording)
+    return sizes
+
+
+def _put(store: MessageStore, m: MessageInner) -> AppendMessageResult:
+    result, flush_end = store.put_messages_nowait([m])
+    assert result.status is PutMessageStatus.PUT_OK, result.remark
+    assert flush_end < 0
+    assert result.append is not None
+    return result.append
+
+
+RUNS = [(0, 7, 0), (7, 1, 1), (8, 14, 2), (22, 3, 0)]  # (first message, count, queue id)
+
+
+async def test_a_run_is_one_pwrite_per_file_and_the_files_match_one_by_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs of sends, one crossing a commitlog file end (padded, then the next file): each run
+    writes nothing until `end_staging`, then one pwrite per file it touched holding exactly its
+    records; commitlog and consume queues equal those of the same sends put one by one."""
+    pwrites = _record_pwrites(monkeypatch)
+    crossed = False
+    async with MessageStore(_cfg(tmp_path / "staged"), clock=lambda: NOW / 1000) as store:
+        assert store.commitlog.stages_appends
+        for first, count, queue_id in RUNS:
+            before = len(pwrites)
+            store.begin_staging()
+            appends = [_put(store, _msg(i, queue_id)) for i in range(first, first + count)]
+            files = {a.wrote_offset // COMMITLOG_FILE for a in appends}
+            # Only a file end (the pad drains the full file) writes inside the run.
+            assert len(pwrites) - before == len(files) - 1
+            store.end_staging()
+            written = pwrites[before:]
+            assert len(written) == len(files)
+            assert sum(written) == sum(a.wrote_bytes for a in appends)
+            crossed |= len(files) > 1
+    assert crossed, "no run crossed a commitlog file end: make the runs longer"
+    monkeypatch.undo()
+    async with MessageStore(_cfg(tmp_path / "plain"), clock=lambda: NOW / 1000) as store:
+        for first, count, queue_id in RUNS:
+            for i in range(first, first + count):
+                assert (await store.put_messages([_msg(i, queue_id)])).status.name == "PUT_OK"
+    for sub in ("commitlog", "consumequeue"):
+        assert _tree(tmp_path / "staged", sub) == _tree(tmp_path / "plain", sub)
+
+
+async def test_staged_records_are_readable_before_the_run_ends(tmp_path: Path) -> None:
+    async with MessageStore(_cfg(tmp_path), clock=lambda: NOW / 1000) as store:
+        store.begin_staging()
+        appends = [_put(store, _msg(i)) for i in range(3)]
+        raw = store.commitlog.read_record(appends[1].wrote_offset)
+        assert raw is not None
+        assert decode_record(raw, check_crc=True).body == _msg(1).body
+        # The read wrote what was staged: the file holds all three records already.
+        path = tmp_path / "commitlog" / offset_to_file_name(0)
+        data = path.read_bytes()
+        end = appends[2].wrote_offset + appends[2].wrote_bytes
+        assert data[appends[2].wrote_offset : end] == store.commitlog.read(
+            appends[2].wrote_offset, appends[2].wrote_bytes
+        )
+        assert data[end : end + 8] == bytes(8)
+        store.end_staging()
+
+
+async def test_sync_flush_does_not_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SYNC_FLUSH appends through the map (see `CommitLog`): `begin_staging` changes nothing."""
+    async with MessageStore(_cfg(tmp_path, "SYNC_FLUSH"), clock=lambda: NOW / 1000) as store:
+        assert not store.commitlog.stages_appends
+        store.begin_staging()
+        result = await store.put_messages([_msg(0)])
+        assert result.status is PutMessageStatus.PUT_OK
+        assert not any(mf.staged for mf in store.commitlog.mfq.files)
+        store.end_staging()
+
+
+async def test_a_failed_staged_write_refuses_every_later_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with MessageStore(_cfg(tmp_path), clock=lambda: NOW / 1000) as store:
+        _put(store, _msg(0))  # outside a run: written at once
+        store.begin_staging()
+        _put(store, _msg(1))
+
+        def broken(self: MappedFile, data: object, pos: int) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        monkeypatch.setattr(MappedFile, "_pwrite_all", broken)
+        with pytest.raises(OSError, match="Input/output"):
+            store.end_staging()
+        monkeypatch.undo()
+        refused, _ = store.put_messages_nowait([_msg(2)])
+        assert refused.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        assert "commitlog write failed" in refused.remark
+        assert (await store.put_messages([_msg(3)])).status is (
+            PutMessageStatus.SERVICE_NOT_AVAILABLE
+        )
+
+
+async def test_a_failed_reservation_fails_the_send_and_gives_its_offset_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No space for the staged bytes: the send fails at once (nothing staged, its queue offset
+    free again), as an append written at once fails on a full disk."""
+    async with MessageStore(_cfg(tmp_path), clock=lambda: NOW / 1000) as store:
+        first = _put(store, _msg(0))
+        mf = store.commitlog.mfq.files[-1]
+        monkeypatch.setattr(mf, "_reserved", first.wrote_bytes)  # the next record needs more
+
+        def full(fd: int, mode: int, offset: int, length: int) -> int:
+            ctypes.set_errno(errno.ENOSPC)
+            return -1
+
+        monkeypatch.setattr("store._mapped_file._fallocate", full)
+        store.begin_staging()
+        failed, _ = store.put_messages_nowait([_msg(1)])
+        assert failed.status is PutMessageStatus.CREATE_MAPPED_FILE_FAILED
+        assert "No space left" in failed.remark
+        assert not mf.staged
+        store.end_staging()
+        monkeypatch.undo()
+        again = _put(store, _msg(2))
+        assert again.queue_offset == 1
+        assert again.wrote_offset == first.wrote_offset + first.wrote_bytes
+
+
+async def test_without_reservation_a_staged_append_is_written_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filesystem that cannot allocate ahead (EOPNOTSUPP): staging writes each record at
+    once instead (a write could otherwise fail after the send was answered)."""
+
+    def unsupported(fd: int, mode: int, offset: int, length: int) -> int:
+        ctypes.set_errno(errno.EOPNOTSUPP)
+        return -1
+
+    monkeypatch.setattr("store._mapped_file._fallocate", unsupported)
+    pwrites = _record_pwrites(monkeypatch)
+    async with MessageStore(_cfg(tmp_path), clock=lambda: NOW / 1000) as store:
+        store.begin_staging()
+        appends = [_put(store, _msg(i)) for i in range(3)]
+        assert pwrites == [a.wrote_bytes for a in appends]
+        assert not store.commitlog.mfq.files[-1].staged
+        store.end_staging()
+        assert len(pwrites) == 3
+
+
+def test_reservation_steps_and_zero_from(tmp_path: Path) -> None:
+    """`stage` reserves `STAGE_RESERVE` bytes at a time (clipped to the file); cutting the file
+    back (`zero_from`, recovery) gives the reservation back with the blocks."""
+    size = 2 * STAGE_RESERVE + 4096
+    mf = MappedFile(tmp_path / offset_to_file_name(0), size)
+    try:
+        mf.stage(b"x" * 100)
+        assert mf._reserved == STAGE_RESERVE
+        mf.stage(b"y" * STAGE_RESERVE)
+        assert mf._reserved == 2 * STAGE_RESERVE
+        mf.stage(b"z" * STAGE_RESERVE)  # past 2 steps: clipped to the file
+        assert mf._reserved == size
+        mf.drain()
+        assert mf.read(0, 3) == b"xxx"
+        assert mf.read(2 * STAGE_RESERVE + 100 - 3, 3) == b"zzz"
+        mf.zero_from(50)
+        assert mf._reserved == 50
+        assert mf.read(40, 20) == b"x" * 10 + bytes(10)
+        mf.stage(b"w" * 10)
+        assert mf._reserved == 50 + STAGE_RESERVE
+        assert mf.read(50, 10) == b"w" * 10
+    finally:
+        mf.close()
