@@ -8,11 +8,13 @@ send to clients. `async with ClientInstance(cfg) as inst:` owns all of it.
 
 from __future__ import annotations
 
+import contextvars
 import os
 import random
 import time
-from collections.abc import Callable
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, Self
 
@@ -60,6 +62,92 @@ class ConsumerInner(Protocol):
 def unique_instance_name() -> str:
     """pid#nanos: distinct for each client created without an explicit instance name."""
     return f"{os.getpid()}#{time.monotonic_ns()}"
+
+
+def open_instance(
+    config: ClientConfig, *, shared: bool
+) -> AbstractAsyncContextManager[ClientInstance]:
+    """The instance a producer or consumer without an explicit one runs on: `shared_instance`
+    when the user named the instance (`shared`), else a private `ClientInstance`."""
+    return shared_instance(config) if shared else ClientInstance(config)
+
+
+@dataclass(eq=False)
+class _Shared:
+    instance: ClientInstance
+    users: int = 0
+    ready: trio.Event = field(default_factory=trio.Event)
+    stop: trio.Event = field(default_factory=trio.Event)
+    done: trio.Event = field(default_factory=trio.Event)
+    error: Exception | None = None
+
+
+# The shared instances of this trio run, by client id.
+_SHARED: trio.lowlevel.RunVar[dict[str, _Shared]] = trio.lowlevel.RunVar("trimq_shared_instances")
+
+
+@asynccontextmanager
+async def shared_instance(config: ClientConfig) -> AsyncIterator[ClientInstance]:
+    """The running `ClientInstance` of `config.client_id()` in this trio run: started by its
+    first user, closed when its last user leaves, as RocketMQ's `MQClientManager` shares one
+    `MQClientInstance` per client id (ip@instanceName) in a process. Producers and consumers
+    given the same `instance_name` thus share one connection per broker, one heartbeat and one
+    route cache. The instance takes the first user's configuration.
+
+    The instance runs in a trio system task, so any user may leave first (a nursery must be
+    closed by the task that opened it). If the instance fails (a bug in a background task),
+    the failure is logged and its users get `ClientClosedError`; the next user starts a new
+    one.
+
+    Raises:
+        ClientClosedError: the instance could not start.
+    """
+    try:
+        table = _SHARED.get()
+    except LookupError:
+        table = {}
+        _SHARED.set(table)
+    key = config.client_id()
+    entry = table.get(key)
+    if entry is None or entry.stop.is_set() or entry.done.is_set():
+        entry = table[key] = _Shared(ClientInstance(config))
+        trio.lowlevel.spawn_system_task(
+            _host_shared,
+            entry,
+            name=f"trimq client instance {key}",
+            context=contextvars.copy_context(),
+        )
+    entry.users += 1
+    try:
+        await entry.ready.wait()
+        if not entry.instance.running:
+            raise ClientClosedError(
+                f"client instance {key} could not start: {entry.error!r}"
+            ) from entry.error
+        yield entry.instance
+    finally:
+        entry.users -= 1
+        if entry.users == 0:
+            if table.get(key) is entry:
+                del table[key]
+            entry.stop.set()
+            with trio.CancelScope(shield=True):
+                await entry.done.wait()
+
+
+async def _host_shared(entry: _Shared) -> None:
+    """Run a shared instance until its last user leaves. A system task must not raise: a
+    failure is logged and ends the instance (its users see it stopped)."""
+    try:
+        async with entry.instance:
+            entry.ready.set()
+            await entry.stop.wait()
+    except Exception as exc:
+        entry.error = exc
+        log.exception("client_instance_failed", client_id=entry.instance.client_id)
+    finally:
+        entry.ready.set()
+        entry.done.set()
 
 
 class ClientInstance:

@@ -18,7 +18,7 @@ from client.config import ClientConfig
 from client.errors import ClientClosedError, MessageValidationError, SendFailedError
 from client.fault import FaultStrategy
 from client.filter import java_string_hash
-from client.instance import ClientInstance, unique_instance_name
+from client.instance import ClientInstance, open_instance, unique_instance_name
 from client.message import (
     DEFAULT_TOPIC,
     NOT_ALLOWED_SEND_TOPICS,
@@ -125,7 +125,10 @@ class Producer:
         check_group(group)
         self.group = group
         self.config = config or (instance.config if instance else ClientConfig())
-        if instance is None and "instance_name" not in self.config.model_fields_set:
+        # A named instance is shared with the other clients of that name (`shared_instance`);
+        # without a name each producer gets its own.
+        self._share_instance = instance is None and "instance_name" in self.config.model_fields_set
+        if instance is None and not self._share_instance:
             self.config = self.config.model_copy(update={"instance_name": unique_instance_name()})
         self._instance = instance
         self._owns_instance = instance is None
@@ -166,7 +169,9 @@ class Producer:
     async def __aenter__(self) -> Self:
         try:
             if self._instance is None:
-                self._instance = await self._stack.enter_async_context(ClientInstance(self.config))
+                self._instance = await self._stack.enter_async_context(
+                    open_instance(self.config, shared=self._share_instance)
+                )
             self._instance.register_producer(self.group, self)
             self._nursery = await self._stack.enter_async_context(trio.open_nursery())
             self._now = trio.lowlevel.current_clock().current_time

@@ -43,7 +43,7 @@ from client.consumer.rebalance import (
 )
 from client.errors import ClientClosedError, MQClientError, NoRouteError
 from client.filter import Subscription, parse_subscription
-from client.instance import ClientInstance, unique_instance_name
+from client.instance import ClientInstance, open_instance, unique_instance_name
 from client.message import (
     RETRY_GROUP_TOPIC_PREFIX,
     MessageExt,
@@ -134,7 +134,10 @@ class ConsumerBase:
             if "instance_name" in self.config.model_fields_set
             else "DEFAULT"
         )
-        if instance is None and "instance_name" not in self.config.model_fields_set:
+        # A named instance is shared with the other clients of that name (`shared_instance`);
+        # without a name each consumer gets its own.
+        self._share_instance = instance is None and "instance_name" in self.config.model_fields_set
+        if instance is None and not self._share_instance:
             self.config = self.config.model_copy(update={"instance_name": unique_instance_name()})
         self.message_model = message_model
         self.consume_from_where = consume_from_where
@@ -212,7 +215,9 @@ class ConsumerBase:
     async def __aenter__(self) -> Self:
         try:
             if self._instance is None:
-                self._instance = await self._stack.enter_async_context(ClientInstance(self.config))
+                self._instance = await self._stack.enter_async_context(
+                    open_instance(self.config, shared=self._share_instance)
+                )
             if self.message_model is MessageModel.BROADCASTING:
                 self._offset_store = LocalFileOffsetStore(
                     self.config.offset_store_dir, self._offsets_dir_name, self.group

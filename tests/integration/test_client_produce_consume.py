@@ -295,3 +295,40 @@ async def test_offset_beyond_the_queue_is_corrected(cluster: str) -> None:
             new = {(await p.send(Message("PC10", f"new{i}"))).msg_id for i in range(2)}
             await wait_until(lambda: len(got) >= 5, total=20, what="all messages")
     assert {m.msg_id for m in got} == old | new
+
+
+async def test_clients_named_alike_share_one_instance_and_either_may_leave_first(
+    cluster: str,
+) -> None:
+    """A producer and a consumer given the same instance name share one ClientInstance (its
+    connections, heartbeats and routes), as RocketMQ's clients of one client id do; the
+    producer leaves first and the consumer keeps consuming; the last to leave stops it."""
+    await create_topic(cluster, "PCShare", queues=2)
+    named = fast_config(cluster).model_copy(update={"instance_name": "svc-share"})
+    got: list[bytes] = []
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        got.extend(m.body for m in msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer(
+        "cg-share",
+        named,
+        listener=listener,
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+    )
+    consumer.subscribe("PCShare", "*")
+    async with consumer:
+        async with Producer("pg-share", named) as p:
+            assert p.instance is consumer.instance
+            for i in range(5):
+                await p.send(Message("PCShare", b"a%d" % i))
+        async with Producer("pg-other", fast_config(cluster)) as other:
+            assert other.instance is not consumer.instance  # unnamed: its own
+            for i in range(5):
+                await other.send(Message("PCShare", b"b%d" % i))
+        await wait_until(lambda: len(got) >= 10, total=20, what="messages after the leave")
+        instance = consumer.instance
+        assert instance.running
+    assert sorted(got) == sorted([b"a%d" % i for i in range(5)] + [b"b%d" % i for i in range(5)])
+    assert not instance.running
