@@ -85,7 +85,7 @@ async def test_a_group_twice_on_one_shared_instance_is_refused() -> None:
                 pass
 
 
-def _ignore(msgs: list[MessageExt]) -> ConsumeStatus:
+async def _ignore(msgs: list[MessageExt]) -> ConsumeStatus:
     return ConsumeStatus.CONSUME_SUCCESS
 
 
