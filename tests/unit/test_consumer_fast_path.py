@@ -13,6 +13,7 @@ import zlib
 
 import pytest
 import trio
+import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -415,7 +416,8 @@ class _NoBackend:
 
 
 def _push_consumer(concurrency: int, listener: Listener) -> PushConsumer:
-    c = PushConsumer("cg_fast", ClientConfig(consume_concurrency=concurrency), listener=listener)
+    cfg = ClientConfig(consume_concurrency=concurrency, consume_message_batch_max_size=2)
+    c = PushConsumer("cg_fast", cfg, listener=listener)
     c._offset_store = RemoteOffsetStore("cg_fast", _NoBackend())
     c._wants_context = False
     return c
@@ -441,16 +443,103 @@ def test_consume_batches_respect_concurrency_and_commit_smallest_in_flight() -> 
         put_properties_lazily(msgs, (("MIN_OFFSET", "100"), ("MAX_OFFSET", "108")))
         pq.put_messages(msgs)
         async with trio.open_nursery() as nursery:
-            for i in range(0, 8, 2):
-                c._task_started()
-                nursery.start_soon(c._consume, mq, pq, msgs[i : i + 2])
+            c._nursery = nursery
+            await c._deliver(mq, pq, msgs)  # four batches of two
             await trio.sleep(0.005)
             # The first batch (100-101) is still in the listener: nothing passes it.
             assert c.offset_store.table()[mq] == 100
-        assert running[1] == 2  # the limiter held the third and fourth batches
+            with trio.fail_after(5):
+                await c._idle.wait()
+            assert c._workers == 2  # the pool held the third and fourth batches
+            nursery.cancel_scope.cancel()  # the idle workers
+        assert running[1] == 2
         assert c.consumed_ok == 8
         assert pq.is_empty()
         assert c.offset_store.table()[mq] == 108
         assert all(p["MAX_OFFSET"] == "108" and "CONSUME_START_TIME" in p for p in seen)
+
+    trio.run(main)
+
+
+def test_consume_workers_are_reused_and_capped() -> None:
+    """Batches go to a pool of worker tasks: one worker serves batches that come one at a
+    time; at most `consume_concurrency` run, the rest wait their turn in order."""
+    mq = MessageQueue("T", "broker-a", 0)
+    order: list[int] = []
+    gate = trio.Event()
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        if msgs[0].queue_offset >= 108:
+            await gate.wait()
+        order.append(msgs[0].queue_offset)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    async def main() -> None:
+        c = _push_consumer(3, listener)
+        pq = ProcessQueue()
+        msgs = decode_pull_body(b"".join(_record(i) for i in range(20)), "broker-a")
+        pq.put_messages(msgs)
+        async with trio.open_nursery() as nursery:
+            c._nursery = nursery
+            for i in range(0, 8, 2):  # one batch at a time
+                await c._deliver(mq, pq, msgs[i : i + 2])
+                with trio.fail_after(5):
+                    await c._idle.wait()
+            assert c._workers == 1
+            await c._deliver(mq, pq, msgs[8:])  # six batches at once, three held at the gate
+            await trio.testing.wait_all_tasks_blocked()
+            assert c._workers == 3
+            assert order == [100, 102, 104, 106]
+            gate.set()
+            with trio.fail_after(5):
+                await c._idle.wait()
+            nursery.cancel_scope.cancel()
+        assert sorted(order[4:7]) == [108, 110, 112]  # the first three, released together
+        assert sorted(order[7:]) == [114, 116, 118]  # then the queued ones
+        assert c.offset_store.table()[mq] == 120
+
+    trio.run(main)
+
+
+def test_a_batch_retried_locally_waits_without_holding_a_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Neither send-back path worked: the batch is offered again after the local retry delay,
+    while the only worker goes on with the next batches."""
+    monkeypatch.setattr("client.consumer.push.LOCAL_RETRY_DELAY_S", 0.05)
+    mq = MessageQueue("T", "broker-a", 0)
+    seen: list[tuple[int, int]] = []
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        seen.append((msgs[0].queue_offset, msgs[0].reconsume_times))
+        if [o for o, _ in seen] == [100]:  # the first time only
+            return ConsumeStatus.RECONSUME_LATER
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    async def no_send_back(msg: MessageExt, delay_level: int) -> bool:
+        return False
+
+    async def main() -> None:
+        c = _push_consumer(1, listener)
+        c.send_message_back = no_send_back  # type: ignore[method-assign]
+        pq = ProcessQueue()
+        msgs = decode_pull_body(b"".join(_record(i) for i in range(4)), "broker-a")
+        pq.put_messages(msgs)
+        async with trio.open_nursery() as nursery:
+            c._nursery = nursery
+            await c._deliver(mq, pq, msgs[:2])
+            await trio.testing.wait_all_tasks_blocked()
+            await c._deliver(mq, pq, msgs[2:])
+            with trio.fail_after(5):
+                await trio.testing.wait_all_tasks_blocked()
+                # The worker was free for the next batch while the first one waits.
+                assert [o for o, _ in seen] == [100, 102]
+                assert c.offset_store.table()[mq] == 100  # the retried batch holds the offset
+                await c._idle.wait()
+            nursery.cancel_scope.cancel()
+        assert [o for o, _ in seen] == [100, 102, 100]
+        assert seen[2][1] == seen[0][1] + 1  # offered again with one more reconsume time
+        assert c._workers == 1
+        assert c.offset_store.table()[mq] == 104
 
     trio.run(main)

@@ -68,7 +68,8 @@ def _consumer(listener: Any) -> tuple[PushConsumer, _ParkedPulls]:
 
 def test_message_answering_a_parked_pull_reaches_the_listener_within_three_rounds() -> None:
     """From the moment the parked pull is answered: the pull loop runs in the next scheduler
-    round and spawns the consume task, which calls the listener in the round after. No sleep,
+    round and hands the batch to a consume worker, which calls the listener in the round
+    after. No sleep,
     back-off or timer sits on the path (a regression would need more rounds)."""
     seen: list[int] = []
 
@@ -91,14 +92,15 @@ def test_message_answering_a_parked_pull_reaches_the_listener_within_three_round
                     rounds += 1
                     assert rounds <= 3, f"listener not called {rounds} rounds after the answer"
                 assert seen[-1] == expected
-            st.scope.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()  # the pull loop and the idle consume worker
         assert c.offset_store.table()[MQ] == 103
 
     trio.run(main)
 
 
 def test_next_pull_is_issued_while_the_listener_still_runs() -> None:
-    """The pull loop hands a batch to a consume task and pulls again at once: a slow listener
+    """The pull loop hands a batch to a consume worker and pulls again at once: a slow listener
     never holds back the next long poll (so a new arrival is answered immediately)."""
     release = trio.Event()
     calls = [0]
@@ -125,7 +127,7 @@ def test_next_pull_is_issued_while_the_listener_still_runs() -> None:
             assert pulls.issued == 3
             release.set()
             await trio.testing.wait_all_tasks_blocked()
-            st.scope.cancel()
+            nursery.cancel_scope.cancel()  # the pull loop and the idle consume workers
         assert c.consumed_ok == 2
 
     trio.run(main)
