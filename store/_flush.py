@@ -326,6 +326,9 @@ class FlushService:
                 await self.flush_commitlog(least)
                 # Creating the next file maps it: do it ahead of time, off the loop.
                 await trio.to_thread.run_sync(self._cl.mfq.prepare_next)
+                # Blocks for staged appends (`CommitLog.begin_staging`); fallocate may wait on
+                # the journal: off the loop too.
+                await trio.to_thread.run_sync(self._cl.reserve_ahead)
             except OSError:
                 log.exception("commitlog_flush_failed")
 

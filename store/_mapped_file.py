@@ -9,8 +9,9 @@ unmapped (no BufferError).
 
 Staged appends (`stage`, `drain`): the commitlog under ASYNC_FLUSH may keep the records
 appended within one synchronous stretch of the event loop in a buffer and write them with one
-``pwrite`` (`drain`) instead of one each. The bytes are reserved on disk first (``fallocate``),
-so the write cannot fail for want of space. Every accessor that reads or writes the file on the
+``pwrite`` (`drain`) instead of one each. Only bytes whose blocks were reserved ahead
+(`reserve`: ``fallocate``, in a worker thread) are staged, so the write cannot fail for want of
+space. Every accessor that reads or writes the file on the
 event loop (`append`, `pwrite_append`, `write_at`, the reads, `zero_from`, `close`) drains
 first, so nothing ever sees the file without them; `CommitLog` drains before the event loop can
 switch tasks (see `CommitLog.begin_staging`).
@@ -64,8 +65,6 @@ _fallocate = getattr(_libc, "fallocate", None)
 if _fallocate is not None:
     _fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long)
     _fallocate.restype = ctypes.c_int
-STAGE_RESERVE = 4 << 20
-"""`MappedFile.stage` reserves the file's blocks this many bytes at a time."""
 
 
 def _map_address(mm: mmap.mmap) -> int | None:
@@ -151,7 +150,7 @@ class MappedFile:
         self._fd = fd
         self._staged: bytearray | None = None
         self._staged_at = 0
-        # Bytes from 0 known to have their blocks allocated (`_reserve`); -1: cannot reserve.
+        # Bytes from 0 known to have their blocks allocated (`reserve`); -1: cannot reserve.
         self._reserved = 0
 
     def __repr__(self) -> str:
@@ -222,17 +221,15 @@ class MappedFile:
     def stage(self, data: bytes | bytearray) -> int:
         """`append` into a buffer that `drain` writes with one ``pwrite``; returns the
         relative position. The write position moves at once, and every accessor drains
-        first. The bytes' blocks are reserved first, so the drain cannot fail for want of
-        space; where the filesystem cannot reserve, the bytes are written at once instead
-        (`pwrite_append`). Event loop only.
+        first. Only bytes already reserved (`reserve`) are staged, so the drain cannot fail
+        for want of space; others are written at once (`pwrite_append`). Event loop only.
 
         Raises:
-            OSError: the reservation failed (ENOSPC, ...) or, without reservation, the write
-                did; nothing moved.
+            OSError: not reserved, and the write failed (ENOSPC, ...); nothing moved.
         """
         pos = self.wrote_position
         end = pos + len(data)
-        if end > self._reserved and not self._reserve(end):
+        if end > self._reserved:
             return self.pwrite_append(data)
         staged = self._staged
         if staged is None:
@@ -255,18 +252,24 @@ class MappedFile:
             self._pwrite_all(staged, self._staged_at)
             self._staged = None
 
-    def _reserve(self, end: int) -> bool:
-        """Allocate the file's blocks up to at least relative `end` (in `STAGE_RESERVE`
-        steps); False when this filesystem (or platform) cannot, and from then on.
+    def reserve(self, end: int) -> bool:
+        """Allocate the file's blocks up to relative `end` (clipped to the file) with
+        ``fallocate``, so that staged bytes there cannot fail to be written for want of space.
+        False when this filesystem (or platform) cannot, and from then on.
+
+        Blocks (filesystem metadata: it may wait on the journal while an fsync commits it):
+        call from a worker thread. One caller at a time (the flush service).
 
         Raises:
-            OSError: the allocation failed otherwise (ENOSPC, EIO).
+            OSError: the allocation failed otherwise (ENOSPC, EIO); nothing more is reserved.
         """
         start = self._reserved
         if start < 0 or _fallocate is None:
             self._reserved = -1
             return False
-        stop = min(self.file_size, max(end, start + STAGE_RESERVE))
+        stop = min(self.file_size, end)
+        if stop <= start:
+            return True
         if _fallocate(self._fd, 0, start, stop - start) != 0:
             err = ctypes.get_errno()
             if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):

@@ -125,6 +125,8 @@ async def test_async_flush_sends_of_one_read_are_one_commitlog_write(
         addr = f"127.0.0.1:{ctrl.port}"
         async with RemotingClient() as client:  # the topic exists before the counted read
             assert (await client.invoke(addr, send_request("StageT", b"m0"))).code == 0
+        # What the flush service does every flush interval: reserve blocks for staging.
+        assert await trio.to_thread.run_sync(ctrl.store.commitlog.reserve_ahead)
         before = ctrl.store.commitlog.max_offset
         monkeypatch.setattr(MappedFile, "_pwrite_all", recording)
         frames = [send_request("StageT", b"m%d" % i) for i in range(1, 11)]

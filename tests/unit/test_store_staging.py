@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Literal
 
 import pytest
+import trio
 
 from store import MessageStore, PutMessageStatus, StoreConfig
-from store._mapped_file import STAGE_RESERVE, MappedFile
+from store._mapped_file import MappedFile
+from store.commitlog import RESERVE_AHEAD
 from store.consume_queue import CQ_UNIT_SIZE
 from store.message import MessageInner, decode_record
 from store.paths import offset_to_file_name
@@ -67,6 +69,10 @@ def _record_pwrites(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return sizes
 
 
+def _staged(mf: MappedFile) -> bool:
+    return mf.staged
+
+
 def _put(store: MessageStore, m: MessageInner) -> AppendMessageResult:
     result, flush_end = store.put_messages_nowait([m])
     assert result.status is PutMessageStatus.PUT_OK, result.remark
@@ -75,34 +81,42 @@ def _put(store: MessageStore, m: MessageInner) -> AppendMessageResult:
     return result.append
 
 
-RUNS = [(0, 7, 0), (7, 1, 1), (8, 14, 2), (22, 3, 0)]  # (first message, count, queue id)
+RUNS = [(0, 7, 0), (7, 1, 1), (8, 9, 2), (17, 9, 0)]  # (first message, count, queue id)
 
 
-async def test_a_run_is_one_pwrite_per_file_and_the_files_match_one_by_one(
+async def test_a_run_is_one_pwrite_and_the_files_match_one_by_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Runs of sends, one crossing a commitlog file end (padded, then the next file): each run
-    writes nothing until `end_staging`, then one pwrite per file it touched holding exactly its
-    records; commitlog and consume queues equal those of the same sends put one by one."""
+    writes its records in the reserved file with one pwrite at `end_staging`; the records in
+    the new file, not reserved yet, are written one by one at once. Commitlog and consume
+    queues equal those of the same sends put one by one."""
     pwrites = _record_pwrites(monkeypatch)
     crossed = False
     async with MessageStore(_cfg(tmp_path / "staged"), clock=lambda: NOW / 1000) as store:
         assert store.commitlog.stages_appends
+        _put(store, _msg(99))  # the first file exists: it can be reserved
         for first, count, queue_id in RUNS:
+            assert await trio.to_thread.run_sync(store.commitlog.reserve_ahead)
+            reserved = store.commitlog.mfq.files[-1].file_from_offset // COMMITLOG_FILE
             before = len(pwrites)
             store.begin_staging()
             appends = [_put(store, _msg(i, queue_id)) for i in range(first, first + count)]
-            files = {a.wrote_offset // COMMITLOG_FILE for a in appends}
-            # Only a file end (the pad drains the full file) writes inside the run.
-            assert len(pwrites) - before == len(files) - 1
+            files = [a.wrote_offset // COMMITLOG_FILE for a in appends]
+            in_new_file = sum(f != reserved for f in files)
+            staged = len(files) > in_new_file
+            # Inside the run only the file end (the pad drains the full file) and the records
+            # of the unreserved new file were written.
+            assert len(pwrites) - before == int(staged and in_new_file > 0) + in_new_file
             store.end_staging()
             written = pwrites[before:]
-            assert len(written) == len(files)
+            assert len(written) == int(staged) + in_new_file
             assert sum(written) == sum(a.wrote_bytes for a in appends)
-            crossed |= len(files) > 1
+            crossed |= staged and in_new_file > 0
     assert crossed, "no run crossed a commitlog file end: make the runs longer"
     monkeypatch.undo()
     async with MessageStore(_cfg(tmp_path / "plain"), clock=lambda: NOW / 1000) as store:
+        assert (await store.put_messages([_msg(99)])).status is PutMessageStatus.PUT_OK
         for first, count, queue_id in RUNS:
             for i in range(first, first + count):
                 assert (await store.put_messages([_msg(i, queue_id)])).status.name == "PUT_OK"
@@ -112,8 +126,11 @@ async def test_a_run_is_one_pwrite_per_file_and_the_files_match_one_by_one(
 
 async def test_staged_records_are_readable_before_the_run_ends(tmp_path: Path) -> None:
     async with MessageStore(_cfg(tmp_path), clock=lambda: NOW / 1000) as store:
+        _put(store, _msg(99))
+        await trio.to_thread.run_sync(store.commitlog.reserve_ahead)
         store.begin_staging()
         appends = [_put(store, _msg(i)) for i in range(3)]
+        assert store.commitlog.mfq.files[-1].staged
         raw = store.commitlog.read_record(appends[1].wrote_offset)
         assert raw is not None
         assert decode_record(raw, check_crc=True).body == _msg(1).body
@@ -144,8 +161,10 @@ async def test_a_failed_staged_write_refuses_every_later_append(
 ) -> None:
     async with MessageStore(_cfg(tmp_path), clock=lambda: NOW / 1000) as store:
         _put(store, _msg(0))  # outside a run: written at once
+        await trio.to_thread.run_sync(store.commitlog.reserve_ahead)
         store.begin_staging()
         _put(store, _msg(1))
+        assert store.commitlog.mfq.files[-1].staged
 
         def broken(self: MappedFile, data: object, pos: int) -> None:
             raise OSError(errno.EIO, "Input/output error")
@@ -162,74 +181,75 @@ async def test_a_failed_staged_write_refuses_every_later_append(
         )
 
 
-async def test_a_failed_reservation_fails_the_send_and_gives_its_offset_back(
+async def test_unreserved_appends_are_written_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No space for the staged bytes: the send fails at once (nothing staged, its queue offset
-    free again), as an append written at once fails on a full disk."""
-    async with MessageStore(_cfg(tmp_path), clock=lambda: NOW / 1000) as store:
-        first = _put(store, _msg(0))
-        mf = store.commitlog.mfq.files[-1]
-        monkeypatch.setattr(mf, "_reserved", first.wrote_bytes)  # the next record needs more
-
-        def full(fd: int, mode: int, offset: int, length: int) -> int:
-            ctypes.set_errno(errno.ENOSPC)
-            return -1
-
-        monkeypatch.setattr("store._mapped_file._fallocate", full)
-        store.begin_staging()
-        failed, _ = store.put_messages_nowait([_msg(1)])
-        assert failed.status is PutMessageStatus.CREATE_MAPPED_FILE_FAILED
-        assert "No space left" in failed.remark
-        assert not mf.staged
-        store.end_staging()
-        monkeypatch.undo()
-        again = _put(store, _msg(2))
-        assert again.queue_offset == 1
-        assert again.wrote_offset == first.wrote_offset + first.wrote_bytes
-
-
-async def test_without_reservation_a_staged_append_is_written_at_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A filesystem that cannot allocate ahead (EOPNOTSUPP): staging writes each record at
-    once instead (a write could otherwise fail after the send was answered)."""
-
-    def unsupported(fd: int, mode: int, offset: int, length: int) -> int:
-        ctypes.set_errno(errno.EOPNOTSUPP)
-        return -1
-
-    monkeypatch.setattr("store._mapped_file._fallocate", unsupported)
+    """Records past the reserved blocks are written at once, also inside a run (a staged
+    write could otherwise fail after the send was answered): before the flush service
+    reserved, on a filesystem that cannot (EOPNOTSUPP), and after a failed reservation."""
     pwrites = _record_pwrites(monkeypatch)
     async with MessageStore(_cfg(tmp_path), clock=lambda: NOW / 1000) as store:
         store.begin_staging()
-        appends = [_put(store, _msg(i)) for i in range(3)]
+        appends = [_put(store, _msg(i)) for i in range(2)]  # nothing reserved yet
         assert pwrites == [a.wrote_bytes for a in appends]
-        assert not store.commitlog.mfq.files[-1].staged
         store.end_staging()
-        assert len(pwrites) == 3
+        mf = store.commitlog.mfq.files[-1]
+
+        def fallocate_failing(err: int) -> object:
+            def fallocate(fd: int, mode: int, offset: int, length: int) -> int:
+                ctypes.set_errno(err)
+                return -1
+
+            return fallocate
+
+        monkeypatch.setattr("store._mapped_file._fallocate", fallocate_failing(errno.ENOSPC))
+        with pytest.raises(OSError, match="No space left"):
+            store.commitlog.reserve_ahead()
+        monkeypatch.setattr("store._mapped_file._fallocate", fallocate_failing(errno.EOPNOTSUPP))
+        assert not store.commitlog.reserve_ahead()
+        assert not store.commitlog.reserve_ahead()  # and from then on
+        pwrites.clear()
+        store.begin_staging()
+        appends = [_put(store, _msg(i)) for i in range(2, 4)]
+        assert pwrites == [a.wrote_bytes for a in appends]
+        assert not mf.staged
+        store.end_staging()
 
 
-def test_reservation_steps_and_zero_from(tmp_path: Path) -> None:
-    """`stage` reserves `STAGE_RESERVE` bytes at a time (clipped to the file); cutting the file
-    back (`zero_from`, recovery) gives the reservation back with the blocks."""
-    size = 2 * STAGE_RESERVE + 4096
+def test_reserve_clips_to_the_file_and_zero_from_gives_it_back(tmp_path: Path) -> None:
+    """`reserve` allocates up to its end (clipped to the file); only reserved bytes are staged;
+    cutting the file back (`zero_from`, recovery) gives the reservation back with the blocks."""
+    size = 64 * 1024
     mf = MappedFile(tmp_path / offset_to_file_name(0), size)
     try:
+        assert mf.reserve(100)
         mf.stage(b"x" * 100)
-        assert mf._reserved == STAGE_RESERVE
-        mf.stage(b"y" * STAGE_RESERVE)
-        assert mf._reserved == 2 * STAGE_RESERVE
-        mf.stage(b"z" * STAGE_RESERVE)  # past 2 steps: clipped to the file
+        assert _staged(mf)
+        mf.stage(b"y" * 10)  # past the reservation: drained, then written at once
+        assert not _staged(mf)
+        assert mf.reserve(10 * size)
         assert mf._reserved == size
-        mf.drain()
-        assert mf.read(0, 3) == b"xxx"
-        assert mf.read(2 * STAGE_RESERVE + 100 - 3, 3) == b"zzz"
+        mf.stage(b"z" * 10)
+        assert _staged(mf)
+        assert mf.read(0, 3) == b"xxx"  # the read drained
+        assert mf.read(110, 10) == b"z" * 10
         mf.zero_from(50)
         assert mf._reserved == 50
         assert mf.read(40, 20) == b"x" * 10 + bytes(10)
-        mf.stage(b"w" * 10)
-        assert mf._reserved == 50 + STAGE_RESERVE
+        mf.stage(b"w" * 10)  # not reserved again yet
+        assert not _staged(mf)
         assert mf.read(50, 10) == b"w" * 10
     finally:
         mf.close()
+
+
+async def test_the_flush_service_reserves_ahead(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path).model_copy(
+        update={"mapped_file_size_commitlog": 64 << 20, "flush_interval_commitlog_ms": 20}
+    )
+    async with MessageStore(cfg, clock=lambda: NOW / 1000) as store:
+        _put(store, _msg(0))
+        mf = store.commitlog.mfq.files[-1]
+        with trio.fail_after(10):
+            while mf._reserved < mf.wrote_position + RESERVE_AHEAD:
+                await trio.sleep(0.01)
