@@ -64,6 +64,18 @@ def unique_instance_name() -> str:
     return f"{os.getpid()}#{time.monotonic_ns()}"
 
 
+def client_config(
+    config: ClientConfig, instance: ClientInstance | None
+) -> tuple[ClientConfig, bool]:
+    """A producer's or consumer's configuration, and whether it shares its instance: without
+    an explicit `instance`, a named one (`instance_name` set) is shared with the other clients
+    of that name (`shared_instance`), an unnamed one gets a unique name and its own."""
+    shared = instance is None and "instance_name" in config.model_fields_set
+    if instance is None and not shared:
+        config = config.model_copy(update={"instance_name": unique_instance_name()})
+    return config, shared
+
+
 def open_instance(
     config: ClientConfig, *, shared: bool
 ) -> AbstractAsyncContextManager[ClientInstance]:

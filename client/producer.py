@@ -18,7 +18,7 @@ from client.config import ClientConfig
 from client.errors import ClientClosedError, MessageValidationError, SendFailedError
 from client.fault import FaultStrategy
 from client.filter import java_string_hash
-from client.instance import ClientInstance, open_instance, unique_instance_name
+from client.instance import ClientInstance, client_config, open_instance
 from client.message import (
     DEFAULT_TOPIC,
     NOT_ALLOWED_SEND_TOPICS,
@@ -125,11 +125,7 @@ class Producer:
         check_group(group)
         self.group = group
         self.config = config or (instance.config if instance else ClientConfig())
-        # A named instance is shared with the other clients of that name (`shared_instance`);
-        # without a name each producer gets its own.
-        self._share_instance = instance is None and "instance_name" in self.config.model_fields_set
-        if instance is None and not self._share_instance:
-            self.config = self.config.model_copy(update={"instance_name": unique_instance_name()})
+        self.config, self._share_instance = client_config(self.config, instance)
         self._instance = instance
         self._owns_instance = instance is None
         self.fault = FaultStrategy(

@@ -245,7 +245,7 @@ class MappedFile:
 
         Raises:
             OSError: the write failed (EIO, ...). The bytes stay staged, the write position
-                stays past them: the caller must stop appending (see `CommitLog.drain`).
+                stays past them: the caller must stop appending (see `CommitLog.end_staging`).
         """
         staged = self._staged
         if staged is not None:

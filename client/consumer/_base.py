@@ -43,7 +43,7 @@ from client.consumer.rebalance import (
 )
 from client.errors import ClientClosedError, MQClientError, NoRouteError
 from client.filter import Subscription, parse_subscription
-from client.instance import ClientInstance, open_instance, unique_instance_name
+from client.instance import ClientInstance, client_config, open_instance
 from client.message import (
     RETRY_GROUP_TOPIC_PREFIX,
     MessageExt,
@@ -134,11 +134,7 @@ class ConsumerBase:
             if "instance_name" in self.config.model_fields_set
             else "DEFAULT"
         )
-        # A named instance is shared with the other clients of that name (`shared_instance`);
-        # without a name each consumer gets its own.
-        self._share_instance = instance is None and "instance_name" in self.config.model_fields_set
-        if instance is None and not self._share_instance:
-            self.config = self.config.model_copy(update={"instance_name": unique_instance_name()})
+        self.config, self._share_instance = client_config(self.config, instance)
         self.message_model = message_model
         self.consume_from_where = consume_from_where
         if consume_timestamp is None and self.config.consume_timestamp:

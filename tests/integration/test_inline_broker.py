@@ -20,7 +20,6 @@ from remoting import (
     ResponseCode,
     encode_frame,
 )
-from store._mapped_file import MappedFile
 from store.message import decode_records
 from tests.helpers import free_port
 from tests.integration.test_broker_process import (
@@ -30,6 +29,7 @@ from tests.integration.test_broker_process import (
     pull_request,
     send_request,
 )
+from tests.unit.test_store_staging import record_pwrites
 
 
 def config(tmp_path: Path, flush: Literal["ASYNC_FLUSH", "SYNC_FLUSH"]) -> BrokerConfig:
@@ -114,13 +114,6 @@ async def test_async_flush_sends_of_one_read_are_one_commitlog_write(
 ) -> None:
     """Sends arriving together (a pipelining producer) are appended with one pwrite, written
     before any of their answers leaves; a pull in the same read sees them."""
-    writes: list[int] = []
-    real = MappedFile._pwrite_all
-
-    def recording(self: MappedFile, data: bytes | bytearray | memoryview, pos: int) -> None:
-        writes.append(len(data))
-        real(self, data, pos)
-
     async with BrokerController(config(tmp_path, "ASYNC_FLUSH")) as ctrl:
         addr = f"127.0.0.1:{ctrl.port}"
         async with RemotingClient() as client:  # the topic exists before the counted read
@@ -128,7 +121,7 @@ async def test_async_flush_sends_of_one_read_are_one_commitlog_write(
         # What the flush service does every flush interval: reserve blocks for staging.
         assert await trio.to_thread.run_sync(ctrl.store.commitlog.reserve_ahead)
         before = ctrl.store.commitlog.max_offset
-        monkeypatch.setattr(MappedFile, "_pwrite_all", recording)
+        writes = record_pwrites(monkeypatch)
         frames = [send_request("StageT", b"m%d" % i) for i in range(1, 11)]
         frames.append(pull_request("StageT", 0))
         for opaque, cmd in enumerate(frames, 1):

@@ -19,9 +19,7 @@ from store.consume_queue import CQ_UNIT_SIZE
 from store.message import MessageInner, decode_record
 from store.paths import offset_to_file_name
 from store.results import AppendMessageResult
-
-NOW = 1_700_000_000_123
-COMMITLOG_FILE = 8192
+from tests.unit.test_store_batch_fast_path import COMMITLOG_FILE, NOW, _tree
 
 pytestmark = pytest.mark.unit
 
@@ -49,14 +47,7 @@ def _cfg(root: Path, flush: Literal["ASYNC_FLUSH", "SYNC_FLUSH"] = "ASYNC_FLUSH"
     )
 
 
-def _tree(root: Path, sub: str) -> list[tuple[str, bytes]]:
-    base = root / sub
-    return sorted(
-        (str(p.relative_to(base)), p.read_bytes()) for p in base.rglob("*") if p.is_file()
-    )
-
-
-def _record_pwrites(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def record_pwrites(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Sizes of the pwrites of mapped files (`MappedFile._pwrite_all`), in order."""
     sizes: list[int] = []
     real = MappedFile._pwrite_all
@@ -91,7 +82,7 @@ async def test_a_run_is_one_pwrite_and_the_files_match_one_by_one(
     writes its records in the reserved file with one pwrite at `end_staging`; the records in
     the new file, not reserved yet, are written one by one at once. Commitlog and consume
     queues equal those of the same sends put one by one."""
-    pwrites = _record_pwrites(monkeypatch)
+    pwrites = record_pwrites(monkeypatch)
     crossed = False
     async with MessageStore(_cfg(tmp_path / "staged"), clock=lambda: NOW / 1000) as store:
         assert store.commitlog.stages_appends
@@ -187,7 +178,7 @@ async def test_unreserved_appends_are_written_at_once(
     """Records past the reserved blocks are written at once, also inside a run (a staged
     write could otherwise fail after the send was answered): before the flush service
     reserved, on a filesystem that cannot (EOPNOTSUPP), and after a failed reservation."""
-    pwrites = _record_pwrites(monkeypatch)
+    pwrites = record_pwrites(monkeypatch)
     async with MessageStore(_cfg(tmp_path), clock=lambda: NOW / 1000) as store:
         store.begin_staging()
         appends = [_put(store, _msg(i)) for i in range(2)]  # nothing reserved yet
