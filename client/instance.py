@@ -320,8 +320,20 @@ class ClientInstance:
             if self._inner_producer is None:
                 if not self._running:
                     raise ClientClosedError("client instance is not started")
-                p = Producer(CLIENT_INNER_PRODUCER_GROUP, self.config, instance=self)
-                self._inner_producer = await self._stack.enter_async_context(p)
+                producer = Producer(CLIENT_INNER_PRODUCER_GROUP, self.config, instance=self)
+
+                async def host(task_status: trio.TaskStatus[Producer]) -> None:
+                    # The producer opens a nursery, which must be left by the task that
+                    # entered it: it lives in a task of the instance's nursery, not in the
+                    # caller's (a consume worker), and stops when the instance does.
+                    try:
+                        async with producer:
+                            task_status.started(producer)
+                            await trio.sleep_forever()
+                    finally:
+                        self._inner_producer = None
+
+                self._inner_producer = await self.nursery.start(host)
             return self._inner_producer
 
     # -- routes -------------------------------------------------------------------

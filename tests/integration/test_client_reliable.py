@@ -19,6 +19,8 @@ from client import (
     Producer,
     PushConsumer,
 )
+from client._api import MQClientAPI
+from remoting import RemoteError, ResponseCode
 from tests.helpers import wait_until
 from tests.integration.client_support import create_topic, fast_config
 from tests.integration.procs import BrokerProc, NamesrvProc
@@ -151,3 +153,48 @@ async def test_retry_survives_broker_restart(namesrv: NamesrvProc, broker: Broke
                     await trio.sleep(0.5)
         await wait_until(lambda: done >= set(bodies), total=30, what="all consumed after restart")
     assert done == set(bodies)
+
+
+async def test_failed_send_back_falls_back_to_the_inner_producer(
+    namesrv: NamesrvProc, broker: BrokerProc, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CONSUMER_SEND_MSG_BACK refused: the consumer re-sends the message to %RETRY%<group>
+    through its instance's inner producer (started from a consume worker), the retry comes
+    back, and leaving the consumer stops that producer cleanly."""
+    await create_topic(namesrv.addr, "FallbackT", queues=1)
+    refused: list[str] = []
+
+    async def refuse(self: object, addr: str, msg: MessageExt, *args: object, **kw: object) -> None:
+        refused.append(msg.msg_id)
+        raise RemoteError(ResponseCode.SYSTEM_ERROR, "send back refused by the test")
+
+    monkeypatch.setattr(MQClientAPI, "consumer_send_msg_back", refuse)
+    seen: list[tuple[str, int, bytes, str | None]] = []
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        seen.extend(
+            (m.topic, m.reconsume_times, m.body, m.properties.get("RETRY_TOPIC")) for m in msgs
+        )
+        return ConsumeStatus.RECONSUME_LATER if len(seen) == 1 else ConsumeStatus.CONSUME_SUCCESS
+
+    cfg = fast_config(namesrv.addr)
+    consumer = PushConsumer(
+        "CG_fallback",
+        cfg,
+        listener=listener,
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+    )
+    consumer.subscribe("FallbackT", "*")
+    async with Producer("PG_fallback", cfg) as producer:
+        async with consumer:
+            await producer.send(Message("FallbackT", b"again"))
+            instance = consumer.instance
+            await wait_until(lambda: len(seen) >= 2, total=25, what="the re-sent retry")
+        assert not instance.running
+    assert len(refused) == 1
+    assert seen == [
+        ("FallbackT", 0, b"again", None),
+        # Back from %RETRY%CG_fallback, under its original topic as RocketMQ restores it.
+        ("FallbackT", 1, b"again", "FallbackT"),
+    ]
+    assert consumer.sent_back == 1
