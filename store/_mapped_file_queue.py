@@ -186,16 +186,24 @@ class MappedFileQueue:
             plan.append(mf)
         return plan
 
-    def flush_ranges(self, target: int) -> list[tuple[MappedFile, int, int]]:
+    def flush_ranges(self, target: int, lo: int = -1) -> list[tuple[MappedFile, int, int]]:
         """(file, start, end) relative ranges holding the not-yet-durable bytes below
-        `target`: `MappedFile.sync_range` each, then call `flushed_to(target)`."""
-        lo = self.flushed_where
+        `target` (from global offset `lo` when given, else from what is durable):
+        `MappedFile.sync_range` each, then call `flushed_to(target)`."""
+        if lo < 0:
+            lo = self.flushed_where
         ranges: list[tuple[MappedFile, int, int]] = []
-        for mf in self.flush_plan(target):
-            start = max(lo - mf.file_from_offset, 0)
-            end = min(target - mf.file_from_offset, mf.file_size)
+        # From the newest file back (a SYNC_FLUSH put may ask for every waiting send): the
+        # range is almost always in the last file, whatever the number of files.
+        for mf in reversed(self.files):
+            base = mf.file_from_offset
+            if base + mf.file_size <= lo:
+                break
+            start = max(lo - base, 0)
+            end = min(target - base, mf.file_size)
             if end > start:
                 ranges.append((mf, start, end))
+        ranges.reverse()
         return ranges
 
     def flushed_to(self, target: int) -> None:

@@ -144,10 +144,10 @@ async def test_the_next_round_starts_before_the_last_rounds_waiters_are_answered
     submitted: list[int] = []
 
     def spy_submit(
-        self: flush_module._FsyncThread, ranges: list[tuple[MappedFile, int, int]]
+        self: flush_module._FsyncThread, ranges: list[tuple[MappedFile, int, int]], *args: int
     ) -> flush_module._Round:
         submitted.append(sum(end - start for _, start, end in ranges))
-        return real_submit(self, ranges)
+        return real_submit(self, ranges, *args)
 
     monkeypatch.setattr(flush_module, "_sync_ranges", hold_first)
     monkeypatch.setattr(flush_module._FsyncThread, "submit", spy_submit)
@@ -172,3 +172,98 @@ async def test_the_next_round_starts_before_the_last_rounds_waiters_are_answered
     assert answered_a == [(PutMessageStatus.PUT_OK, 2)]
     assert rounds == 2
     assert submitted == [end_a, end_b - end_a]
+
+
+def _ranges_synced(
+    monkeypatch: pytest.MonkeyPatch, hold: threading.Event, fail_first: bool = False
+) -> tuple[list[tuple[int, int]], threading.Event]:
+    """Record each synced range as global (start, end); the first round waits for `hold` (and
+    fails with EIO if `fail_first`); the returned event is set when a second round starts."""
+    real = flush_module._sync_ranges
+    synced: list[tuple[int, int]] = []
+    second = threading.Event()
+
+    def spy(ranges: list[tuple[MappedFile, int, int]]) -> None:
+        first = not synced
+        synced.append(
+            (
+                ranges[0][0].file_from_offset + ranges[0][1],
+                ranges[-1][0].file_from_offset + ranges[-1][2],
+            )
+        )
+        if first:
+            hold.wait(10)
+            if fail_first:
+                raise OSError(5, "simulated EIO")
+        else:
+            second.set()
+        real(ranges)
+
+    monkeypatch.setattr(flush_module, "_sync_ranges", spy)
+    return synced, second
+
+
+async def test_puts_waiting_during_a_round_share_the_next_which_the_thread_starts_on_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Round 1 (put A) is held in the thread. B and C then wait: B queues round 2, C extends
+    # it (the thread has not taken it). Once round 1 ends, the thread starts round 2 without
+    # the event loop, which is blocked meanwhile (with the loop starting each round, round 2
+    # would never start while it is).
+    hold = threading.Event()
+    synced, second = _ranges_synced(monkeypatch, hold)
+    done: list[str] = []
+    async with MessageStore(cfg(tmp_path, "SYNC_FLUSH")) as store:
+        start = store.max_phy_offset
+        result_a, end_a = store.put_messages_nowait([msg()])
+        store.when_put_durable(result_a, end_a, lambda final: done.append("a"))
+        with trio.fail_after(5):
+            while not synced:  # round 1 is in the thread
+                await trio.sleep(0.001)
+        result_b, end_b = store.put_messages_nowait([msg()])
+        store.when_put_durable(result_b, end_b, lambda final: done.append("b"))
+        result_c, end_c = store.put_messages_nowait([msg()])
+        store.when_put_durable(result_c, end_c, lambda final: done.append("c"))
+        hold.set()
+        assert second.wait(5), "the thread did not start round 2 while the loop was busy"
+        with trio.fail_after(5):
+            while len(done) < 3:
+                await trio.sleep(0.001)
+        assert store.flush_service.is_flushed(end_c)
+    assert done == ["a", "b", "c"]
+    assert synced[:2] == [(start, end_a), (end_a, end_c)]
+
+
+async def test_a_failed_round_leaves_the_rounds_after_it_not_durable_until_synced_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hold = threading.Event()
+    synced, second = _ranges_synced(monkeypatch, hold, fail_first=True)
+    durable_when_answered: list[bool] = []
+    async with MessageStore(cfg(tmp_path, "SYNC_FLUSH")) as store:
+        flush = store.flush_service
+        start = store.max_phy_offset
+        result_a, end_a = store.put_messages_nowait([msg()])
+        store.when_put_durable(result_a, end_a, lambda final: None)
+        with trio.fail_after(5):
+            while not synced:
+                await trio.sleep(0.001)
+        result_b, end_b = store.put_messages_nowait([msg()])
+        answered = trio.Event()
+
+        def on_b(final: object) -> None:
+            durable_when_answered.append(flush.is_flushed(end_b))
+            answered.set()
+
+        store.when_put_durable(result_b, end_b, on_b)
+        hold.set()
+        assert second.wait(5)
+        # Round 2 ([end_a, end_b)) succeeded, round 1 failed: nothing below end_b is durable.
+        await trio.sleep(0.05)
+        assert not flush.is_flushed(end_a)
+        with trio.fail_after(5):
+            await answered.wait()
+        assert flush.is_flushed(end_b)
+    assert durable_when_answered == [True]
+    # The retry synced again from the first byte that was not durable.
+    assert synced[:3] == [(start, end_a), (end_a, end_b), (start, end_b)]
