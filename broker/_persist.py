@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-import trio
 
 from remoting.protocol.bodies import loads_tolerant
 
@@ -41,11 +40,6 @@ def write_atomically(path: Path, data: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-
-
-async def write_atomically_async(path: Path, data: bytes) -> None:
-    """`write_atomically` in a worker thread (fsync blocks)."""
-    await trio.to_thread.run_sync(write_atomically, path, data)
 
 
 def read_json_file(path: Path) -> Any | None:
