@@ -285,6 +285,8 @@ class FlushService:
         everything appended so far if the thread has not taken it yet, else queue a round for
         the rest, which the thread starts right after the last one ends."""
         mfq = self._cl.mfq
+        # Every append below max_offset is complete and in the page cache: only SYNC_FLUSH
+        # puts wait (and so get here), and SYNC_FLUSH appends write the map, never staged.
         target = mfq.max_offset
         ts = self._cl.last_store_timestamp
         if self._fsync_thread.extend(last, mfq.flush_ranges(target, last.lo), target, ts):
