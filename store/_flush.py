@@ -367,7 +367,9 @@ class FlushService:
                 while rounds:
                     try:
                         await rounds[0].wait()
-                    except OSError:
+                    except Exception:
+                        # The first failure (above) is what propagates; the others only
+                        # have to end before the lock is released.
                         pass
                     rounds.popleft()
 
