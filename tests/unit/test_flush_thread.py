@@ -130,16 +130,8 @@ async def test_the_next_round_starts_before_the_last_rounds_waiters_are_answered
     # Round 1 (put A) is held in the thread until put B has appended and waits too. When A's
     # waiter is answered, B's round must already be with the thread: the disk works while the
     # loop answers.
-    real = flush_module._sync_ranges
     gate = threading.Event()
-    held = [False]
-
-    def hold_first(ranges: list[tuple[MappedFile, int, int]]) -> None:
-        if not held[0]:
-            held[0] = True
-            gate.wait(10)
-        real(ranges)
-
+    synced, _ = _ranges_synced(monkeypatch, gate)
     real_submit = flush_module._FsyncThread.submit
     submitted: list[int] = []
 
@@ -149,7 +141,6 @@ async def test_the_next_round_starts_before_the_last_rounds_waiters_are_answered
         submitted.append(sum(end - start for _, start, end in ranges))
         return real_submit(self, ranges, *args)
 
-    monkeypatch.setattr(flush_module, "_sync_ranges", hold_first)
     monkeypatch.setattr(flush_module._FsyncThread, "submit", spy_submit)
     answered_a: list[tuple[PutMessageStatus, int]] = []
     b_durable = trio.Event()
@@ -160,7 +151,7 @@ async def test_the_next_round_starts_before_the_last_rounds_waiters_are_answered
             result_a, end_a, lambda final: answered_a.append((final.status, len(submitted)))
         )
         with trio.fail_after(5):
-            while not held[0]:  # round 1 is in the thread
+            while not synced:  # round 1 is in the thread
                 await trio.sleep(0.001)
         result_b, end_b = store.put_messages_nowait([msg()])
         store.when_put_durable(result_b, end_b, lambda final: b_durable.set())
