@@ -470,7 +470,9 @@ class ConsumerBase:
                     st.next_offset = result.next_begin_offset
                     if result.messages:
                         st.pq.put_messages(result.messages)
-                        await self._deliver(mq, st.pq, result.messages)
+                        # Caught up: the next pull will be held until something arrives.
+                        caught_up = result.next_begin_offset >= result.max_offset
+                        await self._deliver(mq, st.pq, result.messages, caught_up)
                     elif st.pq.is_empty():
                         self.offset_store.update(mq, st.next_offset, increase_only=True)
                 elif result.status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
@@ -498,6 +500,9 @@ class ConsumerBase:
     def _on_offset_moved(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         """Subclass hook: the queue's cached messages are void."""
 
-    async def _deliver(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        """Subclass hook: hand pulled (and tag-checked) messages on."""
+    async def _deliver(
+        self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt], caught_up: bool
+    ) -> None:
+        """Subclass hook: hand pulled (and tag-checked) messages on. `caught_up`: they were
+        the last in the queue when pulled (the next pull is likely to be held)."""
         raise NotImplementedError

@@ -108,7 +108,9 @@ class PullConsumer(ConsumerBase):
         return await self.instance.get_subscribe_queues(topic, refresh=True)
 
     # -- delivery ---------------------------------------------------------------------
-    async def _deliver(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+    async def _deliver(
+        self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt], caught_up: bool
+    ) -> None:
         await self._send.send((mq, pq, msgs))
 
     async def poll(self, timeout_ms: int | None = None) -> list[MessageExt]:

@@ -99,7 +99,7 @@ class ConsumeOrderlyContext:
 
 # `async (msgs) -> ConsumeStatus` or `async (msgs, context) -> ConsumeStatus`.
 Listener = Callable[..., Awaitable[ConsumeStatus | None]]
-_Batch = tuple[MessageQueue, ProcessQueue, list[MessageExt]]
+_Batch = tuple[MessageQueue, ProcessQueue, list[MessageExt], trio.Event | None]
 OrderlyListener = Callable[
     [list[MessageExt], ConsumeOrderlyContext], Awaitable[ConsumeOrderlyStatus | None]
 ]
@@ -226,18 +226,32 @@ class PushConsumer(ConsumerBase):
             nursery.start_soon(self._lock_renew_loop)
 
     # -- concurrent ---------------------------------------------------------------
-    async def _deliver(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+    async def _deliver(
+        self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt], caught_up: bool
+    ) -> None:
         if self.orderly:
             oq = self._orderly.get(mq)
             if oq is not None:
                 oq.wakeup.set()
             return
         n = self.config.consume_message_batch_max_size
+        picked: trio.Event | None = None
         for i in range(0, len(msgs), n):
             self._task_started()
-            self._submit(mq, pq, msgs[i : i + n])
+            if caught_up and self._idle_workers and picked is None:
+                picked = trio.Event()
+                self._submit(mq, pq, msgs[i : i + n], picked)
+            else:
+                self._submit(mq, pq, msgs[i : i + n], None)
+        if picked is not None:
+            # Caught up, and a parked worker takes the (first) batch: let it run the listener
+            # before this pull loop sends its next pull, which would otherwise go first. That
+            # pull is likely to be held anyway; with a backlog the next pull goes at once.
+            await picked.wait()
 
-    def _submit(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+    def _submit(
+        self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt], picked: trio.Event | None
+    ) -> None:
         """Hand a batch (counted by `_task_started`) to an idle worker, to a new one while
         fewer than `consume_concurrency` run, else to the queue the workers take from."""
         if self._idle_workers:
@@ -246,17 +260,19 @@ class PushConsumer(ConsumerBase):
             assert self._nursery is not None
             self._workers += 1
             self._nursery.start_soon(self._worker)
-        self._work_send.send_nowait((mq, pq, msgs))
+        self._work_send.send_nowait((mq, pq, msgs, picked))
 
     async def _worker(self) -> None:
         receive = self._work_receive
         while True:
             try:
-                batch = receive.receive_nowait()
+                mq, pq, msgs, picked = receive.receive_nowait()
             except trio.WouldBlock:
                 self._idle_workers += 1
-                batch = await receive.receive()
-            await self._consume(*batch)
+                mq, pq, msgs, picked = await receive.receive()
+            if picked is not None:
+                picked.set()
+            await self._consume(mq, pq, msgs)
 
     def _task_started(self) -> None:
         if self._inflight == 0:
@@ -393,7 +409,7 @@ class PushConsumer(ConsumerBase):
             for m in msgs:
                 m.reconsume_times += 1
             self._task_started()
-            self._submit(mq, pq, msgs)
+            self._submit(mq, pq, msgs, None)
         finally:
             self._task_done()
 

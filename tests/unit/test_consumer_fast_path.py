@@ -17,8 +17,9 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client._api import decode_messages
+from client._api import PullResult, PullStatus, decode_messages
 from client.config import ClientConfig
+from client.consumer._base import _QueueState
 from client.consumer.offset_store import RemoteOffsetStore
 from client.consumer.process_queue import ProcessQueue
 from client.consumer.push import ConsumeStatus, Listener, PushConsumer
@@ -444,7 +445,7 @@ def test_consume_batches_respect_concurrency_and_commit_smallest_in_flight() -> 
         pq.put_messages(msgs)
         async with trio.open_nursery() as nursery:
             c._nursery = nursery
-            await c._deliver(mq, pq, msgs)  # four batches of two
+            await c._deliver(mq, pq, msgs, False)  # four batches of two
             await trio.sleep(0.005)
             # The first batch (100-101) is still in the listener: nothing passes it.
             assert c.offset_store.table()[mq] == 100
@@ -482,11 +483,12 @@ def test_consume_workers_are_reused_and_capped() -> None:
         async with trio.open_nursery() as nursery:
             c._nursery = nursery
             for i in range(0, 8, 2):  # one batch at a time
-                await c._deliver(mq, pq, msgs[i : i + 2])
+                await c._deliver(mq, pq, msgs[i : i + 2], False)
                 with trio.fail_after(5):
                     await c._idle.wait()
             assert c._workers == 1
-            await c._deliver(mq, pq, msgs[8:])  # six batches at once, three held at the gate
+            # Six batches at once, three held at the gate.
+            await c._deliver(mq, pq, msgs[8:], False)
             await trio.testing.wait_all_tasks_blocked()
             assert c._workers == 3
             assert order == [100, 102, 104, 106]
@@ -527,9 +529,9 @@ def test_a_batch_retried_locally_waits_without_holding_a_worker(
         pq.put_messages(msgs)
         async with trio.open_nursery() as nursery:
             c._nursery = nursery
-            await c._deliver(mq, pq, msgs[:2])
+            await c._deliver(mq, pq, msgs[:2], False)
             await trio.testing.wait_all_tasks_blocked()
-            await c._deliver(mq, pq, msgs[2:])
+            await c._deliver(mq, pq, msgs[2:], False)
             with trio.fail_after(5):
                 await trio.testing.wait_all_tasks_blocked()
                 # The worker was free for the next batch while the first one waits.
@@ -543,3 +545,92 @@ def test_a_batch_retried_locally_waits_without_holding_a_worker(
         assert c.offset_store.table()[mq] == 104
 
     trio.run(main)
+
+
+@pytest.mark.parametrize("caught_up", [True, False])
+def test_a_caught_up_batch_reaches_its_listener_before_delivery_returns(caught_up: bool) -> None:
+    """Caught up (the next pull is likely to be held), a batch handed to a parked worker
+    runs its listener before `_deliver` returns, so before the pull loop sends its next pull;
+    with a backlog `_deliver` returns at once and the next pull goes first. Either way it
+    returns without waiting for a listener that blocks."""
+    mq = MessageQueue("T", "broker-a", 0)
+    order: list[str] = []
+    gate = trio.Event()
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        order.append(f"listener {msgs[0].queue_offset}")
+        if msgs[0].queue_offset == 104:
+            await gate.wait()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    async def main() -> None:
+        c = _push_consumer(2, listener)
+        pq = ProcessQueue()
+        msgs = decode_pull_body(b"".join(_record(i) for i in range(6)), "broker-a")
+        pq.put_messages(msgs)
+        async with trio.open_nursery() as nursery:
+            c._nursery = nursery
+            await c._deliver(mq, pq, msgs[:2], False)  # starts a worker
+            with trio.fail_after(5):
+                await c._idle.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            assert c._idle_workers == 1
+            order.clear()
+            await c._deliver(mq, pq, msgs[2:4], caught_up)
+            order.append("delivered")
+            with trio.fail_after(5):
+                await c._idle.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            order.clear()
+            with trio.fail_after(5):  # a listener that blocks does not hold delivery
+                await c._deliver(mq, pq, msgs[4:], caught_up)
+            order.append("delivered")
+            await trio.testing.wait_all_tasks_blocked()
+            gate.set()
+            with trio.fail_after(5):
+                await c._idle.wait()
+            nursery.cancel_scope.cancel()
+        assert c.offset_store.table()[mq] == 106
+
+    trio.run(main)
+    if caught_up:
+        assert order == ["listener 104", "delivered"]
+    else:
+        assert order == ["delivered", "listener 104"]
+
+
+def test_the_pull_loop_tells_delivery_whether_the_queue_was_caught_up() -> None:
+    """`caught_up` is true when the pull read up to the queue's max offset."""
+    mq = MessageQueue("T", "broker-a", 0)
+    msgs = decode_pull_body(b"".join(_record(i) for i in range(4)), "broker-a")
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    async def main() -> list[bool]:
+        c = _push_consumer(1, listener)
+        st = _QueueState(ProcessQueue(), 100, trio.CancelScope())
+        results = [
+            PullResult(PullStatus.FOUND, 102, 0, 110, msgs[:2]),  # a backlog behind
+            PullResult(PullStatus.FOUND, 104, 0, 104, msgs[2:]),  # read to the end
+        ]
+        seen: list[bool] = []
+
+        async def pull_once(mq: MessageQueue, st: _QueueState) -> PullResult:
+            if not results:
+                st.pq.dropped = True  # ends the loop
+                return PullResult(PullStatus.NO_NEW_MSG, st.next_offset, 0, 104, [])
+            return results.pop(0)
+
+        async def deliver(
+            mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt], caught_up: bool
+        ) -> None:
+            seen.append(caught_up)
+
+        c._pull_once = pull_once  # type: ignore[method-assign]
+        c._deliver = deliver  # type: ignore[method-assign]
+        with trio.fail_after(5):
+            await c._pull_loop(mq, st)
+        return seen
+
+    assert trio.run(main) == [False, True]
