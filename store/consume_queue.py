@@ -30,6 +30,11 @@ _UNIT = struct.Struct(">qiq")
 _GAP = _UNIT.pack(0, GAP_UNIT_SIZE, 0)
 
 
+def _last_unit_valid(mf: MappedFile) -> bool:
+    phy, size, _tags = mf.unpack_from(_UNIT, mf.file_size - CQ_UNIT_SIZE)
+    return bool(phy >= 0 and size > 0)
+
+
 class ConsumeQueue:
     """One consume queue: `consumequeue/<topic>/<queue_id>/<20-digit>` files of units.
 
@@ -66,6 +71,10 @@ class ConsumeQueue:
         if not files:
             return
         start_idx = max(0, len(files) - 3)
+        # The files before are taken as full (RocketMQ's rule), unless the last unit of one is
+        # not valid: with small files a crash can lose more than the last three files' units.
+        while start_idx > 0 and not _last_unit_valid(files[start_idx - 1]):
+            start_idx -= 1
         end = files[start_idx].file_from_offset
         last_phy = -1
         for mf in files[start_idx:]:
@@ -135,7 +144,7 @@ class ConsumeQueue:
             self.min_logic_offset = expected
         cur = self.mfq.max_offset
         if expected < cur:
-            return False
+            return self._repair(expected, phy_offset, size, tags_code)
         if expected > cur:
             per_file = self.mfq.file_size // CQ_UNIT_SIZE
             if expected - cur > self.mfq.file_size:
@@ -165,6 +174,25 @@ class ConsumeQueue:
         mf = self.mfq.file_for_append()
         mf.append(_UNIT.pack(phy_offset, size, tags_code))
         self.max_physic_offset = phy_offset + size
+        return True
+
+    def _repair(self, pos: int, phy_offset: int, size: int, tags_code: int) -> bool:
+        """The unit at `pos` (below the end) is written already, unless a crash left it
+        zeroed in a file recovery took as full: then write it (recovery's redispatch)."""
+        mf = self.mfq.find(pos)
+        if mf is None:
+            return False
+        rel = pos - mf.file_from_offset
+        if mf.unpack_from(_UNIT, rel)[1] > 0:
+            return False
+        log.warning(
+            "consume_queue_unit_repaired",
+            topic=self.topic,
+            queue_id=self.queue_id,
+            queue_offset=pos // CQ_UNIT_SIZE,
+        )
+        mf.write_at(rel, _UNIT.pack(phy_offset, size, tags_code))
+        self.max_physic_offset = max(self.max_physic_offset, phy_offset + size)
         return True
 
     def put_batch(

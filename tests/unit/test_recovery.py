@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import structlog.testing
 
 from store import GetMessageStatus, MessageStore, PutMessageStatus, StoreConfig
 from store._recovery import RecordScanner, RecoveryReport
@@ -239,6 +240,44 @@ async def test_consume_queue_tail_lost_is_redispatched(tmp_path: Path) -> None:
     last = sorted(qdir.iterdir())[-1]
     last.write_bytes(b"\0" * last.stat().st_size)
     await check_prefix(tmp_path, recs, N)
+
+
+@pytest.mark.parametrize("damage", ["zeroed", "truncated"])
+async def test_consume_queue_files_lost_beyond_the_last_three_are_redispatched(
+    tmp_path: Path, damage: str
+) -> None:
+    """Recovery takes every consume-queue file before the last three as full (RocketMQ's
+    rule). With small files a crash can lose more than those: the units of every file of
+    queue 0 are gone here (zeroed, or the files cut to nothing, as a power cut leaves
+    files whose pages never reached the disk), and all of them come back from the
+    commitlog."""
+    recs = await write(tmp_path, 2 * N)
+    qdir = consume_queue_root(tmp_path) / "T" / "0"
+    files = sorted(qdir.iterdir())
+    assert len(files) >= 5
+    for f in files:
+        if damage == "zeroed":
+            f.write_bytes(b"\0" * f.stat().st_size)
+        else:
+            os.truncate(f, 0)
+    with structlog.testing.capture_logs() as logs:
+        await check_prefix(tmp_path, recs, 2 * N)
+    # Recovery put the queue's end before the lost units (not past them, to be repaired).
+    assert not [e for e in logs if e["event"] == "consume_queue_unit_repaired"]
+
+
+async def test_a_zeroed_unit_in_a_file_taken_as_full_is_written_again(tmp_path: Path) -> None:
+    """A unit zeroed in the middle of an older file, which recovery takes as full: the
+    redispatch writes it again instead of skipping it as already there."""
+    recs = await write(tmp_path, 2 * N)
+    first = sorted((consume_queue_root(tmp_path) / "T" / "0").iterdir())[0]
+    data = bytearray(first.read_bytes())
+    data[20:40] = bytes(20)  # queue offset 1
+    first.write_bytes(bytes(data))
+    with structlog.testing.capture_logs() as logs:
+        await check_prefix(tmp_path, recs, 2 * N)
+    repaired = [e for e in logs if e["event"] == "consume_queue_unit_repaired"]
+    assert [(e["queue_id"], e["queue_offset"]) for e in repaired] == [(0, 1)]
 
 
 def test_scanner_statuses() -> None:
