@@ -103,6 +103,46 @@ def _dropped(st: _QueueState) -> bool:
     return st.pq.dropped
 
 
+class _Baton:
+    """Which of a queue's two pull tasks pulls (`ConsumerBase._pull_turns`). The holder
+    pulls; the other waits in `take` and takes over when the holder keeps a batch to consume
+    itself (`hand_over`), then waits in its turn once that batch is consumed."""
+
+    __slots__ = ("_handed", "closed", "held")
+
+    def __init__(self) -> None:
+        self.held = False
+        self.closed = False
+        self._handed: trio.Event | None = None
+
+    async def take(self) -> bool:
+        """Until this task holds the baton; False once the queue's pulling has ended."""
+        if self.closed:
+            return False
+        if not self.held:
+            self.held = True
+            return True
+        handed = self._handed = trio.Event()
+        await handed.wait()
+        return not self.closed
+
+    def hand_over(self) -> bool:
+        """Pass the pulling to the task waiting in `take`; False if none waits."""
+        handed = self._handed
+        if handed is None or self.closed:
+            return False
+        self._handed = None
+        handed.set()
+        return True
+
+    def close(self) -> None:
+        """The queue's pulling has ended: a waiting task leaves."""
+        self.closed = True
+        if self._handed is not None:
+            self._handed.set()
+            self._handed = None
+
+
 class ConsumerBase:
     """Shared machinery; see PushConsumer and PullConsumer."""
 
@@ -440,62 +480,113 @@ class ConsumerBase:
             )
         return result
 
+    def _consumes_caught_up(self) -> bool:
+        """Subclass hook: whether a queue's pull task may consume a caught-up batch itself
+        (`_consume_here`); the queue then runs two pull tasks that take turns."""
+        return False
+
+    def _consume_here(self, msgs: list[MessageExt]) -> bool:
+        """Subclass hook: whether to consume this caught-up batch in the pull task."""
+        return False
+
+    async def _consume_caught_up(
+        self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]
+    ) -> None:
+        """Subclass hook: consume a batch in the pull task that received it."""
+        raise NotImplementedError
+
     async def _pull_loop(self, mq: MessageQueue, st: _QueueState) -> None:
-        cfg = self.config
         with st.scope:
-            while not st.pq.dropped:
-                if self._flow_controlled(st.pq):
-                    await trio.sleep(cfg.pull_time_delay_when_flow_control_ms / 1000)
-                    continue
+            if not self._consumes_caught_up():
+                await self._pull_turns(mq, st, None)
+                return
+            # Two tasks take turns pulling: one that receives a caught-up batch consumes it
+            # at once, and the other sends the next pull meanwhile. The listener runs
+            # without waiting for a worker to be scheduled, and a listener that waits does
+            # not hold up the queue's pulling.
+            baton = _Baton()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._pull_turns, mq, st, baton)
+                nursery.start_soon(self._pull_turns, mq, st, baton)
+
+    async def _pull_turns(self, mq: MessageQueue, st: _QueueState, baton: _Baton | None) -> None:
+        if baton is not None and not await baton.take():
+            return
+        try:
+            await self._pull_while_held(mq, st, baton)
+        finally:
+            if baton is not None:
+                baton.close()
+
+    async def _pull_while_held(
+        self, mq: MessageQueue, st: _QueueState, baton: _Baton | None
+    ) -> None:
+        cfg = self.config
+        while not st.pq.dropped:
+            if self._flow_controlled(st.pq):
+                await trio.sleep(cfg.pull_time_delay_when_flow_control_ms / 1000)
+                continue
+            try:
+                result = await self._pull_once(mq, st)
+            except RemoteError as exc:
+                delay = 0.02 if exc.code == ResponseCode.FLOW_CONTROL else None
+                log.warning("pull_failed", mq=str(mq), code=exc.code, remark=exc.remark)
+                await trio.sleep(delay or cfg.pull_time_delay_when_exception_ms / 1000)
+                continue
+            except Exception as exc:
+                log.warning(
+                    "pull_failed",
+                    mq=str(mq),
+                    error=str(exc) or type(exc).__name__,
+                    transport=is_transport_error(exc),
+                )
+                await trio.sleep(cfg.pull_time_delay_when_exception_ms / 1000)
+                continue
+            st.pq.last_pull_timestamp = time.monotonic()
+            if _dropped(st):  # rebalance may have taken the queue meanwhile
+                return
+            if result.status is PullStatus.FOUND:
+                st.next_offset = result.next_begin_offset
+                if result.messages:
+                    pq = st.pq
+                    msgs = result.messages
+                    pq.put_messages(msgs)
+                    # Caught up: the next pull will be held until something arrives.
+                    caught_up = result.next_begin_offset >= result.max_offset
+                    if (
+                        caught_up
+                        and baton is not None
+                        and self._consume_here(msgs)
+                        and baton.hand_over()
+                    ):
+                        await self._consume_caught_up(mq, pq, msgs)
+                        if not await baton.take():
+                            return
+                        continue
+                    await self._deliver(mq, pq, msgs, caught_up)
+                elif st.pq.is_empty():
+                    self.offset_store.update(mq, st.next_offset, increase_only=True)
+            elif result.status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
+                st.next_offset = result.next_begin_offset
+                if st.pq.is_empty():
+                    self.offset_store.update(mq, st.next_offset, increase_only=True)
+            else:  # OFFSET_ILLEGAL
+                log.warning(
+                    "pull_offset_moved",
+                    mq=str(mq),
+                    requested=st.next_offset,
+                    next=result.next_begin_offset,
+                )
+                self._on_offset_moved(mq, st.pq)
+                st.pq.dropped = True
+                fresh = ProcessQueue()
+                st.pq = fresh
+                st.next_offset = result.next_begin_offset
+                self.offset_store.update(mq, result.next_begin_offset)
                 try:
-                    result = await self._pull_once(mq, st)
-                except RemoteError as exc:
-                    delay = 0.02 if exc.code == ResponseCode.FLOW_CONTROL else None
-                    log.warning("pull_failed", mq=str(mq), code=exc.code, remark=exc.remark)
-                    await trio.sleep(delay or cfg.pull_time_delay_when_exception_ms / 1000)
-                    continue
+                    await self.offset_store.persist(mq)
                 except Exception as exc:
-                    log.warning(
-                        "pull_failed",
-                        mq=str(mq),
-                        error=str(exc) or type(exc).__name__,
-                        transport=is_transport_error(exc),
-                    )
-                    await trio.sleep(cfg.pull_time_delay_when_exception_ms / 1000)
-                    continue
-                st.pq.last_pull_timestamp = time.monotonic()
-                if _dropped(st):  # rebalance may have taken the queue meanwhile
-                    return
-                if result.status is PullStatus.FOUND:
-                    st.next_offset = result.next_begin_offset
-                    if result.messages:
-                        st.pq.put_messages(result.messages)
-                        # Caught up: the next pull will be held until something arrives.
-                        caught_up = result.next_begin_offset >= result.max_offset
-                        await self._deliver(mq, st.pq, result.messages, caught_up)
-                    elif st.pq.is_empty():
-                        self.offset_store.update(mq, st.next_offset, increase_only=True)
-                elif result.status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
-                    st.next_offset = result.next_begin_offset
-                    if st.pq.is_empty():
-                        self.offset_store.update(mq, st.next_offset, increase_only=True)
-                else:  # OFFSET_ILLEGAL
-                    log.warning(
-                        "pull_offset_moved",
-                        mq=str(mq),
-                        requested=st.next_offset,
-                        next=result.next_begin_offset,
-                    )
-                    self._on_offset_moved(mq, st.pq)
-                    st.pq.dropped = True
-                    fresh = ProcessQueue()
-                    st.pq = fresh
-                    st.next_offset = result.next_begin_offset
-                    self.offset_store.update(mq, result.next_begin_offset)
-                    try:
-                        await self.offset_store.persist(mq)
-                    except Exception as exc:
-                        log.warning("persist_failed", mq=str(mq), error=str(exc))
+                    log.warning("persist_failed", mq=str(mq), error=str(exc))
 
     def _on_offset_moved(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         """Subclass hook: the queue's cached messages are void."""

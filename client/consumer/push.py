@@ -226,6 +226,23 @@ class PushConsumer(ConsumerBase):
             nursery.start_soon(self._lock_renew_loop)
 
     # -- concurrent ---------------------------------------------------------------
+    def _consumes_caught_up(self) -> bool:
+        return not self.orderly
+
+    def _consume_here(self, msgs: list[MessageExt]) -> bool:
+        # One listener call, and within the concurrency (batches queued or consumed count).
+        cfg = self.config
+        return (
+            len(msgs) <= cfg.consume_message_batch_max_size
+            and self._inflight < cfg.consume_concurrency
+        )
+
+    async def _consume_caught_up(
+        self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]
+    ) -> None:
+        self._task_started()
+        await self._consume(mq, pq, msgs)
+
     async def _deliver(
         self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt], caught_up: bool
     ) -> None:

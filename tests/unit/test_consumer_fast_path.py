@@ -629,8 +629,112 @@ def test_the_pull_loop_tells_delivery_whether_the_queue_was_caught_up() -> None:
 
         c._pull_once = pull_once  # type: ignore[method-assign]
         c._deliver = deliver  # type: ignore[method-assign]
+        c._consume_here = lambda msgs: False  # type: ignore[method-assign]
         with trio.fail_after(5):
             await c._pull_loop(mq, st)
         return seen
 
     assert trio.run(main) == [False, True]
+
+
+def test_a_caught_up_batch_is_consumed_by_the_pull_task_while_the_other_pulls() -> None:
+    """A queue's two pull tasks take turns: the one that receives a caught-up batch runs
+    its listener at once, before the next pull, which the other task sends. A listener that
+    waits does not hold up pulling: the next caught-up batch, arriving while it waits, goes
+    to a worker. With a backlog the batch goes to a worker too."""
+    mq = MessageQueue("T", "broker-a", 0)
+    msgs = decode_pull_body(b"".join(_record(i) for i in range(6)), "broker-a")
+    events: list[str] = []
+    gate = trio.Event()
+
+    async def listener(batch: list[MessageExt]) -> ConsumeStatus:
+        events.append(f"listener {batch[0].queue_offset}")
+        if batch[0].queue_offset == 100:
+            await gate.wait()
+            events.append("listener 100 done")
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    async def main() -> None:
+        c = _push_consumer(4, listener)
+        st = _QueueState(ProcessQueue(), 100, trio.CancelScope())
+        results = [
+            PullResult(PullStatus.FOUND, 102, 0, 102, msgs[:2]),  # caught up: consumed here
+            PullResult(PullStatus.FOUND, 104, 0, 104, msgs[2:4]),  # caught up, 100 still waits
+            PullResult(PullStatus.FOUND, 106, 0, 110, msgs[4:]),  # a backlog behind
+        ]
+        calls = [0]
+
+        async def pull_once(mq: MessageQueue, st: _QueueState) -> PullResult:
+            await trio.lowlevel.checkpoint()  # a pull waits for its answer
+            calls[0] += 1
+            events.append(f"pull {calls[0]}")
+            if results:
+                return results.pop(0)
+            await gate.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            st.pq.dropped = True  # ends the loop
+            return PullResult(PullStatus.NO_NEW_MSG, st.next_offset, 0, 106, [])
+
+        c._pull_once = pull_once  # type: ignore[method-assign]
+        async with trio.open_nursery() as nursery:
+            c._nursery = nursery
+            with trio.fail_after(5):
+                nursery.start_soon(c._pull_loop, mq, st)
+                await trio.testing.wait_all_tasks_blocked()
+                # 100 ran at once, before the next pull, and waits in its listener; the
+                # other task went on pulling meanwhile, and 102 and 104 went to workers.
+                assert events[:3] == ["pull 1", "listener 100", "pull 2"]
+                assert sorted(events[3:]) == ["listener 102", "listener 104", "pull 3", "pull 4"]
+                gate.set()
+                await c._idle.wait()
+                await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()  # the idle workers
+        assert events[-1] == "listener 100 done"
+        assert c._workers == 2  # 102 and 104 went to workers
+        assert c.consumed_ok == 6
+        assert c.offset_store.table()[mq] == 106
+
+    trio.run(main)
+
+
+def test_the_pull_turns_end_together() -> None:
+    """The queue is dropped while one pull task consumes a batch: both tasks end."""
+    mq = MessageQueue("T", "broker-a", 0)
+    msgs = decode_pull_body(b"".join(_record(i) for i in range(2)), "broker-a")
+    gate = trio.Event()
+
+    async def listener(batch: list[MessageExt]) -> ConsumeStatus:
+        await gate.wait()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    async def main() -> None:
+        c = _push_consumer(2, listener)
+        st = _QueueState(ProcessQueue(), 100, trio.CancelScope())
+        first = [True]
+
+        async def pull_once(mq: MessageQueue, st: _QueueState) -> PullResult:
+            await trio.lowlevel.checkpoint()  # a pull waits for its answer
+            if first:
+                first.clear()
+                return PullResult(PullStatus.FOUND, 102, 0, 102, msgs)
+            st.pq.dropped = True  # rebalance took the queue
+            return PullResult(PullStatus.NO_NEW_MSG, 102, 0, 102, [])
+
+        c._pull_once = pull_once  # type: ignore[method-assign]
+        async with trio.open_nursery() as nursery:
+            c._nursery = nursery
+            with trio.fail_after(5):
+                done = trio.Event()
+
+                async def run() -> None:
+                    await c._pull_loop(mq, st)
+                    done.set()
+
+                nursery.start_soon(run)
+                await trio.testing.wait_all_tasks_blocked()
+                assert not done.is_set()  # the listener still waits
+                gate.set()
+                await done.wait()
+        assert c.consumed_ok == 2
+
+    trio.run(main)
