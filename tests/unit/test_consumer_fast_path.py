@@ -647,8 +647,11 @@ def test_a_caught_up_batch_is_consumed_by_the_pull_task_while_the_other_pulls() 
     events: list[str] = []
     gate = trio.Event()
 
+    ran_in: dict[int, str] = {}
+
     async def listener(batch: list[MessageExt]) -> ConsumeStatus:
         events.append(f"listener {batch[0].queue_offset}")
+        ran_in[batch[0].queue_offset] = trio.lowlevel.current_task().name
         if batch[0].queue_offset == 100:
             await gate.wait()
             events.append("listener 100 done")
@@ -690,7 +693,10 @@ def test_a_caught_up_batch_is_consumed_by_the_pull_task_while_the_other_pulls() 
                 await trio.testing.wait_all_tasks_blocked()
             nursery.cancel_scope.cancel()  # the idle workers
         assert events[-1] == "listener 100 done"
-        assert c._workers == 2  # 102 and 104 went to workers
+        # 100 ran in a pull task, 102 and 104 in workers.
+        assert ran_in[100].endswith("._pull_turns")
+        assert ran_in[102].endswith("._worker")
+        assert ran_in[104].endswith("._worker")
         assert c.consumed_ok == 6
         assert c.offset_store.table()[mq] == 106
 
