@@ -187,6 +187,9 @@ class PushConsumer(ConsumerBase):
         self._work_send, self._work_receive = trio.open_memory_channel[_Batch](math.inf)
         self._workers = 0
         self._idle_workers = 0  # workers parked on the channel and not yet handed a batch
+        # Listeners running in pull tasks (`_consume_caught_up`): they count against
+        # `consume_concurrency` with the workers.
+        self._in_pull_tasks = 0
         self._inflight = 0
         self._idle = trio.Event()
         self._idle.set()
@@ -230,18 +233,31 @@ class PushConsumer(ConsumerBase):
         return not self.orderly
 
     def _consume_here(self, msgs: list[MessageExt]) -> bool:
-        # One listener call, and within the concurrency (batches queued or consumed count).
+        # One listener call, and room for one more consumer: the workers (busy or not) and
+        # the listeners running in pull tasks never exceed `consume_concurrency`.
         cfg = self.config
         return (
             len(msgs) <= cfg.consume_message_batch_max_size
-            and self._inflight < cfg.consume_concurrency
+            and self._workers + self._in_pull_tasks < cfg.consume_concurrency
         )
 
     async def _consume_caught_up(
         self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]
     ) -> None:
         self._task_started()
-        await self._consume(mq, pq, msgs)
+        self._in_pull_tasks += 1
+        try:
+            await self._consume(mq, pq, msgs)
+        finally:
+            self._in_pull_tasks -= 1
+            # Batches queued while this listener held the last slot get a worker now.
+            if (
+                self._work_send.statistics().current_buffer_used
+                and self._workers + self._in_pull_tasks < self.config.consume_concurrency
+                and self._nursery is not None
+            ):
+                self._workers += 1
+                self._nursery.start_soon(self._worker)
 
     async def _deliver(
         self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt], caught_up: bool
@@ -270,10 +286,11 @@ class PushConsumer(ConsumerBase):
         self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt], picked: trio.Event | None
     ) -> None:
         """Hand a batch (counted by `_task_started`) to an idle worker, to a new one while
-        fewer than `consume_concurrency` run, else to the queue the workers take from."""
+        the workers and the listeners running in pull tasks are fewer than
+        `consume_concurrency`, else to the queue the workers take from."""
         if self._idle_workers:
             self._idle_workers -= 1  # the parked worker that the channel hands it to
-        elif self._workers < self.config.consume_concurrency:
+        elif self._workers + self._in_pull_tasks < self.config.consume_concurrency:
             assert self._nursery is not None
             self._workers += 1
             self._nursery.start_soon(self._worker)

@@ -744,3 +744,60 @@ def test_the_pull_turns_end_together() -> None:
         assert c.consumed_ok == 2
 
     trio.run(main)
+
+
+def test_listeners_in_pull_tasks_count_against_consume_concurrency() -> None:
+    """Workers and listeners running in pull tasks together never exceed
+    `consume_concurrency`: with two queues, caught-up batches on both and a backlog behind
+    (every listener waits), at most two listeners run with a concurrency of two."""
+    msgs = decode_pull_body(b"".join(_record(i) for i in range(12)), "broker-a")
+    running = [0, 0]  # now, max
+    gate = trio.Event()
+    stop = trio.Event()
+
+    async def listener(batch: list[MessageExt]) -> ConsumeStatus:
+        running[0] += 1
+        running[1] = max(running[1], running[0])
+        await gate.wait()
+        running[0] -= 1
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    async def main() -> None:
+        c = _push_consumer(2, listener)
+
+        def results(q: int) -> list[PullResult]:
+            base = 6 * q
+            return [
+                PullResult(PullStatus.FOUND, 102, 0, 102, msgs[base : base + 2]),  # caught up
+                PullResult(PullStatus.FOUND, 104, 0, 110, msgs[base + 2 : base + 4]),  # backlog
+                PullResult(PullStatus.FOUND, 106, 0, 110, msgs[base + 4 : base + 6]),
+            ]
+
+        pending = {0: results(0), 1: results(1)}
+
+        async def pull_once(mq: MessageQueue, st: _QueueState) -> PullResult:
+            await trio.lowlevel.checkpoint()
+            if pending[mq.queue_id]:
+                return pending[mq.queue_id].pop(0)
+            await stop.wait()
+            st.pq.dropped = True
+            return PullResult(PullStatus.NO_NEW_MSG, st.next_offset, 0, 110, [])
+
+        c._pull_once = pull_once  # type: ignore[method-assign]
+        async with trio.open_nursery() as nursery:
+            c._nursery = nursery
+            with trio.fail_after(5):
+                for q in (0, 1):
+                    st = _QueueState(ProcessQueue(), 100, trio.CancelScope())
+                    nursery.start_soon(c._pull_loop, MessageQueue("T", "broker-a", q), st)
+                await trio.testing.wait_all_tasks_blocked()
+                assert running[1] == 2
+                gate.set()
+                await trio.testing.wait_all_tasks_blocked()
+                await c._idle.wait()
+                assert c.consumed_ok == 12  # the batches queued meanwhile got workers
+                stop.set()
+            nursery.cancel_scope.cancel()
+        assert running[1] == 2
+
+    trio.run(main)
