@@ -232,14 +232,19 @@ class PushConsumer(ConsumerBase):
     def _consumes_caught_up(self) -> bool:
         return not self.orderly
 
+    def _has_room(self) -> bool:
+        """Room for one more consumer: the workers (busy or not) and the listeners running
+        in pull tasks never exceed `consume_concurrency`."""
+        return self._workers + self._in_pull_tasks < self.config.consume_concurrency
+
+    def _add_worker(self) -> None:
+        assert self._nursery is not None
+        self._workers += 1
+        self._nursery.start_soon(self._worker)
+
     def _consume_here(self, msgs: list[MessageExt]) -> bool:
-        # One listener call, and room for one more consumer: the workers (busy or not) and
-        # the listeners running in pull tasks never exceed `consume_concurrency`.
-        cfg = self.config
-        return (
-            len(msgs) <= cfg.consume_message_batch_max_size
-            and self._workers + self._in_pull_tasks < cfg.consume_concurrency
-        )
+        # One listener call, and room for it.
+        return len(msgs) <= self.config.consume_message_batch_max_size and self._has_room()
 
     async def _consume_caught_up(
         self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]
@@ -251,13 +256,8 @@ class PushConsumer(ConsumerBase):
         finally:
             self._in_pull_tasks -= 1
             # Batches queued while this listener held the last slot get a worker now.
-            if (
-                self._work_send.statistics().current_buffer_used
-                and self._workers + self._in_pull_tasks < self.config.consume_concurrency
-                and self._nursery is not None
-            ):
-                self._workers += 1
-                self._nursery.start_soon(self._worker)
+            if self._work_send.statistics().current_buffer_used and self._has_room():
+                self._add_worker()
 
     async def _deliver(
         self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt], caught_up: bool
@@ -268,14 +268,11 @@ class PushConsumer(ConsumerBase):
                 oq.wakeup.set()
             return
         n = self.config.consume_message_batch_max_size
-        picked: trio.Event | None = None
+        # The first batch goes to a parked worker if there is one.
+        picked = trio.Event() if caught_up and self._idle_workers else None
         for i in range(0, len(msgs), n):
             self._task_started()
-            if caught_up and self._idle_workers and picked is None:
-                picked = trio.Event()
-                self._submit(mq, pq, msgs[i : i + n], picked)
-            else:
-                self._submit(mq, pq, msgs[i : i + n], None)
+            self._submit(mq, pq, msgs[i : i + n], None if i else picked)
         if picked is not None:
             # Caught up, and a parked worker takes the (first) batch: let it run the listener
             # before this pull loop sends its next pull, which would otherwise go first. That
@@ -290,10 +287,8 @@ class PushConsumer(ConsumerBase):
         `consume_concurrency`, else to the queue the workers take from."""
         if self._idle_workers:
             self._idle_workers -= 1  # the parked worker that the channel hands it to
-        elif self._workers + self._in_pull_tasks < self.config.consume_concurrency:
-            assert self._nursery is not None
-            self._workers += 1
-            self._nursery.start_soon(self._worker)
+        elif self._has_room():
+            self._add_worker()
         self._work_send.send_nowait((mq, pq, msgs, picked))
 
     async def _worker(self) -> None:

@@ -416,6 +416,11 @@ class _NoBackend:
         return None
 
 
+def _pulled(n: int) -> list[MessageExt]:
+    """`n` pulled messages of queue offsets 100, 101, ... (broker-a)."""
+    return decode_pull_body(b"".join(_record(i) for i in range(n)), "broker-a")
+
+
 def _push_consumer(concurrency: int, listener: Listener) -> PushConsumer:
     cfg = ClientConfig(consume_concurrency=concurrency, consume_message_batch_max_size=2)
     c = PushConsumer("cg_fast", cfg, listener=listener)
@@ -440,7 +445,7 @@ def test_consume_batches_respect_concurrency_and_commit_smallest_in_flight() -> 
     async def main() -> None:
         c = _push_consumer(2, listener)
         pq = ProcessQueue()
-        msgs = decode_pull_body(b"".join(_record(i) for i in range(8)), "broker-a")
+        msgs = _pulled(8)
         put_properties_lazily(msgs, (("MIN_OFFSET", "100"), ("MAX_OFFSET", "108")))
         pq.put_messages(msgs)
         async with trio.open_nursery() as nursery:
@@ -478,7 +483,7 @@ def test_consume_workers_are_reused_and_capped() -> None:
     async def main() -> None:
         c = _push_consumer(3, listener)
         pq = ProcessQueue()
-        msgs = decode_pull_body(b"".join(_record(i) for i in range(20)), "broker-a")
+        msgs = _pulled(20)
         pq.put_messages(msgs)
         async with trio.open_nursery() as nursery:
             c._nursery = nursery
@@ -525,7 +530,7 @@ def test_a_batch_retried_locally_waits_without_holding_a_worker(
         c = _push_consumer(1, listener)
         c.send_message_back = no_send_back  # type: ignore[method-assign]
         pq = ProcessQueue()
-        msgs = decode_pull_body(b"".join(_record(i) for i in range(4)), "broker-a")
+        msgs = _pulled(4)
         pq.put_messages(msgs)
         async with trio.open_nursery() as nursery:
             c._nursery = nursery
@@ -566,7 +571,7 @@ def test_a_caught_up_batch_reaches_its_listener_before_delivery_returns(caught_u
     async def main() -> None:
         c = _push_consumer(2, listener)
         pq = ProcessQueue()
-        msgs = decode_pull_body(b"".join(_record(i) for i in range(6)), "broker-a")
+        msgs = _pulled(6)
         pq.put_messages(msgs)
         async with trio.open_nursery() as nursery:
             c._nursery = nursery
@@ -602,7 +607,7 @@ def test_a_caught_up_batch_reaches_its_listener_before_delivery_returns(caught_u
 def test_the_pull_loop_tells_delivery_whether_the_queue_was_caught_up() -> None:
     """`caught_up` is true when the pull read up to the queue's max offset."""
     mq = MessageQueue("T", "broker-a", 0)
-    msgs = decode_pull_body(b"".join(_record(i) for i in range(4)), "broker-a")
+    msgs = _pulled(4)
 
     async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
         return ConsumeStatus.CONSUME_SUCCESS
@@ -643,7 +648,7 @@ def test_a_caught_up_batch_is_consumed_by_the_pull_task_while_the_other_pulls() 
     waits does not hold up pulling: the next caught-up batch, arriving while it waits, goes
     to a worker. With a backlog the batch goes to a worker too."""
     mq = MessageQueue("T", "broker-a", 0)
-    msgs = decode_pull_body(b"".join(_record(i) for i in range(6)), "broker-a")
+    msgs = _pulled(6)
     events: list[str] = []
     gate = trio.Event()
 
@@ -706,7 +711,7 @@ def test_a_caught_up_batch_is_consumed_by_the_pull_task_while_the_other_pulls() 
 def test_the_pull_turns_end_together() -> None:
     """The queue is dropped while one pull task consumes a batch: both tasks end."""
     mq = MessageQueue("T", "broker-a", 0)
-    msgs = decode_pull_body(b"".join(_record(i) for i in range(2)), "broker-a")
+    msgs = _pulled(2)
     gate = trio.Event()
 
     async def listener(batch: list[MessageExt]) -> ConsumeStatus:
@@ -750,7 +755,7 @@ def test_listeners_in_pull_tasks_count_against_consume_concurrency() -> None:
     """Workers and listeners running in pull tasks together never exceed
     `consume_concurrency`: with two queues, caught-up batches on both and a backlog behind
     (every listener waits), at most two listeners run with a concurrency of two."""
-    msgs = decode_pull_body(b"".join(_record(i) for i in range(12)), "broker-a")
+    msgs = _pulled(12)
     running = [0, 0]  # now, max
     gate = trio.Event()
     stop = trio.Event()
