@@ -1,16 +1,28 @@
 """Render a `python -m bench.peers --out FILE` result as the Markdown table of bench/RESULTS.md.
 
-.venv/bin/python -m bench.peers.report /tmp/peers.json > /tmp/table.md
+.venv/bin/python -m bench.peers.report /tmp/peers.json > /tmp/table.md  # machine JSON on stderr
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
-from .run import CONFIGS, METRICS, PAIRS, WORKLOADS, _fmt, _ratio, cpu_per_msg_us, metric, targets
+from .run import (
+    CONFIGS,
+    METRICS,
+    PAIRS,
+    WORKLOADS,
+    _fmt,
+    _ratio,
+    cpu_per_msg_us,
+    cpu_reference_line,
+    metric,
+    targets,
+)
 
 
 def render(data: dict[str, Any]) -> str:
@@ -31,6 +43,8 @@ def render(data: dict[str, Any]) -> str:
             row += [_ratio(vals[a], vals[b]) for a, b in pairs]
             lines.append("| " + " | ".join(row) + " |")
     lines.append("")
+    lines.append(cpu_reference_line(data.get("machine", {})))
+    lines.append("")
     lines.append("| target | result | figures |")
     lines.append("|---|---|---|")
     for desc, ok, figures in targets(runs):
@@ -44,7 +58,8 @@ def main() -> None:
     ap.add_argument("result", type=Path)
     opts = ap.parse_args()
     data = json.loads(opts.result.read_text())
-    print(json.dumps({"machine": data["machine"], "disk": data["disk"]}, indent=1))
+    # The machine and disk figures go to stderr: stdout is the Markdown alone.
+    print(json.dumps({"machine": data["machine"], "disk": data["disk"]}, indent=1), file=sys.stderr)
     print(render(data))
 
 

@@ -40,7 +40,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from . import _disk
+from . import _cpu, _disk
 from ._proc import ClientRun, Server, System, free_port, run_client
 
 REPO = Path(__file__).resolve().parents[2]
@@ -423,6 +423,18 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def cpu_reference_line(info: dict[str, Any]) -> str:
+    """The run's CPU reference (`_cpu.reference`) as one line, for the table's reader."""
+    ref = info.get("cpu_reference")
+    if not ref:
+        return "cpu reference: not measured"
+    return (
+        f"cpu reference ({ref['cpu_model']}): {ref['interp_ns']} ns per Python loop iteration, "
+        f"{ref['trio_checkpoint_us']} us per trio checkpoint, {ref['loopback_rtt_us']} us per "
+        "1 KiB loopback round trip"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     global SIZES
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
@@ -451,6 +463,9 @@ def main(argv: list[str] | None = None) -> None:
     all_runs: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
     with tempfile.TemporaryDirectory(prefix="trimq-peers-") as tmp:
         scratch = Path(tmp)
+        # Before any system starts: how fast this (shared) machine runs Python right now.
+        info["cpu_reference"] = _cpu.reference()
+        console.print(f"cpu reference: {info['cpu_reference']}")
         disk: dict[str, float] = {}
         if not opts.no_disk:
             disk["seq_mb_per_s"] = round(
@@ -477,6 +492,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{info['loadavg_start'][0]:.1f} at start, {info['loadavg_end'][0]:.1f} at end; "
         f"client CPU excludes interpreter start-up ({startup})"
     )
+    console.print(cpu_reference_line(info), highlight=False)
     for desc, ok, figures in targets(all_runs):
         mark = "[green]met[/]" if ok else ("[yellow]n/a[/]" if ok is None else "[red]missed[/]")
         console.print(f"  {mark:18} {desc}: {figures}")

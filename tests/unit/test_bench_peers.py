@@ -6,6 +6,7 @@ import os
 import time
 from typing import Any
 
+from bench.peers._cpu import interp_ns, loopback_rtt_us, trio_checkpoint_us
 from bench.peers._proc import cpu_seconds
 from bench.peers._stats import E2E_HEAD, e2e_body, e2e_latency_ms, summary
 from bench.peers.report import render
@@ -68,3 +69,19 @@ def test_medians_targets_and_report() -> None:
     text = render({"runs": runs})
     assert "| W1 publish, 64 in flight: msgs/s | 200 | 150 | 1,000 | 120 |" in text
     assert "| W1 >= 1.0x JetStream msgs/s | met |" in text
+    assert "cpu reference: not measured" in text
+
+
+def test_report_names_the_runs_cpu_reference() -> None:
+    ref = {"cpu_model": "X", "interp_ns": 70.5, "trio_checkpoint_us": 4.2, "loopback_rtt_us": 30.0}
+    runs = {"trimq-async": [_run(100, 4, 300, 1.0)]}
+    text = render({"runs": runs, "machine": {"cpu_reference": ref}})
+    assert (
+        "cpu reference (X): 70.5 ns per Python loop iteration, 4.2 us per trio checkpoint" in text
+    )
+
+
+def test_cpu_reference_probes_measure_something() -> None:
+    assert 0 < interp_ns(n=20_000, repeats=2) < 100_000
+    assert 0 < trio_checkpoint_us(n=2_000, repeats=2) < 10_000
+    assert 0 < loopback_rtt_us(n=50) < 1_000_000
