@@ -297,10 +297,10 @@ class BrokerController:
         await self._load()
         async with MessageStore(cfg.store_config()) as store:
             self._store = store
-            if store.commitlog.stages_appends:
-                # Sends of one received chunk are appended with one pwrite, before any of
-                # their answers leaves (`MessageStore.begin_staging`).
-                self.server.set_inline_batch(store.begin_staging, store.end_staging)
+            # The sends of one received chunk are stored as a run, completed before any of
+            # their answers leaves (`MessageStore.begin_staging`): one pwrite for their
+            # records under ASYNC_FLUSH, their index entries written together in both modes.
+            self.server.set_inline_batch(store.begin_staging, store.end_staging)
             self._known_topics = {cfg.topic_name for cfg in self.topics}
             store.add_arrival_listener(self._on_arrival)
             store.add_arrival_listener(self.schedule.on_arrival)

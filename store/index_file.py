@@ -480,6 +480,9 @@ class IndexService:
         self.index_num = index_num
         self._files: list[IndexFile] = []
         self._lock = threading.Lock()
+        # Records `build_index` keeps for `build_deferred` while deferring (`defer`); None
+        # otherwise. Event loop only.
+        self._deferred: list[DispatchRequest] | None = None
 
     @property
     def files(self) -> list[IndexFile]:
@@ -562,6 +565,10 @@ class IndexService:
         keys = req.keys
         if not uniq and not keys:
             return
+        deferred = self._deferred
+        if deferred is not None:
+            deferred.append(req)
+            return
         f = self._last_file()
         end = f.end_phy_offset
         phy = req.commit_log_offset
@@ -593,6 +600,18 @@ class IndexService:
         one header write."""
         if not any(uniq_keys) and not any(keys):
             return
+        if self._deferred:
+            self._build_runs()  # the records deferred before these come first
+        self._index_batch(topic, phy_offsets, uniq_keys, keys, store_timestamp)
+
+    def _index_batch(
+        self,
+        topic: str,
+        phy_offsets: Sequence[int],
+        uniq_keys: Sequence[str | None],
+        keys: Sequence[str | None],
+        store_timestamp: int,
+    ) -> None:
         f = self._last_file()
         end = f.end_phy_offset
         indexed = f.index_count > 1 or f.end_timestamp > 0
@@ -608,6 +627,57 @@ class IndexService:
             f.write_header()
             if done < total:
                 f = self._last_file()
+
+    def defer(self) -> None:
+        """From now until `build_deferred`, `build_index` keeps the records instead of
+        indexing each at once: `build_deferred` indexes them together, one `build_index_batch`
+        per run of records with the same topic and store time (a store's run of sends,
+        `MessageStore.begin_staging`). Event loop only; the caller calls `build_deferred`
+        before the event loop can switch tasks, so no other task ever sees the index without
+        them."""
+        if self._deferred is None:
+            self._deferred = []
+
+    def build_deferred(self) -> None:
+        """Index the records kept since `defer` and stop deferring.
+
+        Raises:
+            OSError / IndexFileError: a new index file could not be created; the records not
+                indexed yet are dropped (the index is derived data).
+        """
+        try:
+            self._build_runs()
+        finally:
+            self._deferred = None
+
+    def drop_deferred(self) -> None:
+        """Stop deferring, forgetting the records kept (their writes failed)."""
+        self._deferred = None
+
+    def _build_runs(self) -> None:
+        """Index the deferred records (deferring goes on), in order, one batch per run of
+        one topic and store time."""
+        reqs = self._deferred
+        if not reqs:
+            return
+        self._deferred = []
+        i, n = 0, len(reqs)
+        while i < n:
+            first = reqs[i]
+            topic = first.topic
+            ts = first.store_timestamp
+            j = i + 1
+            while j < n and reqs[j].topic == topic and reqs[j].store_timestamp == ts:
+                j += 1
+            run = reqs[i:j]
+            self._index_batch(
+                topic,
+                [r.commit_log_offset for r in run],
+                [r.uniq_key for r in run],
+                [r.keys for r in run],
+                ts,
+            )
+            i = j
 
     def put_keys(
         self, topic: str, keys: Iterable[str], phy_offset: int, store_timestamp: int

@@ -496,28 +496,50 @@ class MessageStore:
         return await self.wait_put_durable(result, flush_end)
 
     def begin_staging(self) -> None:
-        """Stage single-message appends until `end_staging` (ASYNC_FLUSH; see
-        `CommitLog.begin_staging` for the caller's duties): for a server that runs a run of
-        sends without switching tasks and answers them together, one ``pwrite`` for the run."""
+        """Start a run of puts that `end_staging` completes; the caller must call it before
+        the event loop can switch tasks and before answering any of the puts (see
+        `CommitLog.begin_staging`). For a server that runs the sends of one read without
+        switching tasks and answers them together:
+
+        - under ASYNC_FLUSH, single-message appends are staged and written with one
+          ``pwrite`` for the run;
+        - in both flush modes, the records' index entries are written together, one batch
+          per run of one topic and store time (`IndexService.defer`), instead of one
+          ``_last_file`` lookup, hash and header write each.
+        """
         self.commitlog.begin_staging()
+        index = self.dispatcher.index
+        if index is not None:
+            index.defer()
 
     def end_staging(self) -> None:
-        """Write what `begin_staging` staged; call it before answering those sends.
+        """Write what `begin_staging` staged and index the run's records; call it before
+        answering those sends.
 
         Raises:
             OSError: the write failed. The sends since `begin_staging` must not be
                 acknowledged; from now on every append is refused (SERVICE_NOT_AVAILABLE)
                 until the store is reopened, since records after the unwritten ones would
-                sit beyond a hole that recovery stops at.
+                sit beyond a hole that recovery stops at. Their index entries are dropped.
         """
+        index = self.dispatcher.index
         try:
             self.commitlog.end_staging()
         except OSError as exc:
+            if index is not None:
+                index.drop_deferred()
             self._write_failed = (
                 f"commitlog write failed ({exc}); appends are refused until the store is reopened"
             )
             log.exception("commitlog_staged_write_failed")
             raise
+        if index is not None:
+            try:
+                index.build_deferred()
+            except Exception:
+                # The records are stored and in their consume queues: the sends succeed, as
+                # when RocketMQ's index service fails; the index is derived data.
+                log.exception("index_build_failed")
 
     def put_messages_nowait(self, msgs: Sequence[MessageInner]) -> tuple[PutMessageResult, int]:
         """The synchronous part of `put_messages`: validate, encode, append, dispatch, count.
