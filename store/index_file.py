@@ -600,8 +600,10 @@ class IndexService:
         one header write."""
         if not any(uniq_keys) and not any(keys):
             return
-        if self._deferred:
-            self._build_runs()  # the records deferred before these come first
+        kept = self._deferred
+        if kept:  # the records kept before these come first (deferring goes on)
+            self._deferred = []
+            self._index_runs(kept)
         self._index_batch(topic, phy_offsets, uniq_keys, keys, store_timestamp)
 
     def _index_batch(
@@ -645,22 +647,17 @@ class IndexService:
             OSError / IndexFileError: a new index file could not be created; the records not
                 indexed yet are dropped (the index is derived data).
         """
-        try:
-            self._build_runs()
-        finally:
-            self._deferred = None
+        kept = self._deferred
+        self._deferred = None
+        if kept:
+            self._index_runs(kept)
 
     def drop_deferred(self) -> None:
         """Stop deferring, forgetting the records kept (their writes failed)."""
         self._deferred = None
 
-    def _build_runs(self) -> None:
-        """Index the deferred records (deferring goes on), in order, one batch per run of
-        one topic and store time."""
-        reqs = self._deferred
-        if not reqs:
-            return
-        self._deferred = []
+    def _index_runs(self, reqs: list[DispatchRequest]) -> None:
+        """Index kept records, in order, one batch per run of one topic and store time."""
         i, n = 0, len(reqs)
         while i < n:
             first = reqs[i]

@@ -509,7 +509,7 @@ class MessageStore:
         """
         self.commitlog.begin_staging()
         index = self.dispatcher.index
-        if index is not None:
+        if index is not None:  # every read of the broker's connections: kept to two calls
             index.defer()
 
     def end_staging(self) -> None:
