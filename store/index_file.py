@@ -480,9 +480,11 @@ class IndexService:
         self.index_num = index_num
         self._files: list[IndexFile] = []
         self._lock = threading.Lock()
-        # Records `build_index` keeps for `build_deferred` while deferring (`defer`); None
-        # otherwise. Event loop only.
-        self._deferred: list[DispatchRequest] | None = None
+        # While `deferring` (`defer`), `build_index` keeps its records in `kept` for
+        # `build_deferred`. Plain attributes, event loop only: the store sets and tests them
+        # around every read of the broker's connections, most of which hold no send.
+        self.deferring = False
+        self.kept: list[DispatchRequest] = []
 
     @property
     def files(self) -> list[IndexFile]:
@@ -565,10 +567,12 @@ class IndexService:
         keys = req.keys
         if not uniq and not keys:
             return
-        deferred = self._deferred
-        if deferred is not None:
-            deferred.append(req)
+        if self.deferring:
+            self.kept.append(req)
             return
+        self._index_one(req, uniq, keys)
+
+    def _index_one(self, req: DispatchRequest, uniq: str | None, keys: str | None) -> None:
         f = self._last_file()
         end = f.end_phy_offset
         phy = req.commit_log_offset
@@ -600,9 +604,9 @@ class IndexService:
         one header write."""
         if not any(uniq_keys) and not any(keys):
             return
-        kept = self._deferred
+        kept = self.kept
         if kept:  # the records kept before these come first (deferring goes on)
-            self._deferred = []
+            self.kept = []
             self._index_runs(kept)
         self._index_batch(topic, phy_offsets, uniq_keys, keys, store_timestamp)
 
@@ -637,8 +641,7 @@ class IndexService:
         `MessageStore.begin_staging`). Event loop only; the caller calls `build_deferred`
         before the event loop can switch tasks, so no other task ever sees the index without
         them."""
-        if self._deferred is None:
-            self._deferred = []
+        self.deferring = True
 
     def build_deferred(self) -> None:
         """Index the records kept since `defer` and stop deferring.
@@ -647,17 +650,24 @@ class IndexService:
             OSError / IndexFileError: a new index file could not be created; the records not
                 indexed yet are dropped (the index is derived data).
         """
-        kept = self._deferred
-        self._deferred = None
+        self.deferring = False
+        kept = self.kept
         if kept:
+            self.kept = []
             self._index_runs(kept)
 
     def drop_deferred(self) -> None:
         """Stop deferring, forgetting the records kept (their writes failed)."""
-        self._deferred = None
+        self.deferring = False
+        self.kept = []
 
     def _index_runs(self, reqs: list[DispatchRequest]) -> None:
-        """Index kept records, in order, one batch per run of one topic and store time."""
+        """Index kept records, in order, one batch per run of one topic and store time (a
+        single record the way `build_index` does, which costs less than a batch of one)."""
+        if len(reqs) == 1:
+            req = reqs[0]
+            self._index_one(req, req.uniq_key, req.keys)
+            return
         i, n = 0, len(reqs)
         while i < n:
             first = reqs[i]

@@ -509,8 +509,8 @@ class MessageStore:
         """
         self.commitlog.begin_staging()
         index = self.dispatcher.index
-        if index is not None:  # every read of the broker's connections: kept to two calls
-            index.defer()
+        if index is not None:
+            index.deferring = True  # `IndexService.defer`, without a call on every read
 
     def end_staging(self) -> None:
         """Write what `begin_staging` staged and index the run's records; call it before
@@ -534,6 +534,9 @@ class MessageStore:
             log.exception("commitlog_staged_write_failed")
             raise
         if index is not None:
+            if not index.kept:  # a read without sends: no call
+                index.deferring = False
+                return
             try:
                 index.build_deferred()
             except Exception:

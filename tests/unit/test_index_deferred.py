@@ -117,6 +117,10 @@ async def test_a_runs_entries_are_written_when_it_ends(tmp_path: Path) -> None:
         assert len(index.query("T", "alpha", 8, 0, NOW + 10**7)[0]) == 1
         _put(store, [_msg(2, keys="beta")])  # outside a run: indexed at once
         assert len(index.query("T", "beta", 8, 0, NOW + 10**7)[0]) == 1
+        store.begin_staging()
+        store.end_staging()  # a run without puts (a read of pulls)
+        _put(store, [_msg(3, keys="gamma")])  # outside a run again: indexed at once
+        assert len(index.query("T", "gamma", 8, 0, NOW + 10**7)[0]) == 1
 
 
 async def test_a_failed_write_drops_the_runs_entries(
@@ -138,7 +142,8 @@ async def test_a_failed_write_drops_the_runs_entries(
             store.end_staging()
         monkeypatch.undo()
         assert index.query("T", "lost", 8, 0, NOW + 10**7)[0] == []
-        assert index._deferred is None
+        assert not index.deferring
+        assert index.kept == []
 
 
 async def test_an_index_failure_does_not_fail_the_run(
@@ -153,7 +158,7 @@ async def test_an_index_failure_does_not_fail_the_run(
 
         store.begin_staging()
         _put(store, [_msg(1, keys="gamma")])
-        monkeypatch.setattr(IndexService, "_index_batch", failing)
+        monkeypatch.setattr(IndexService, "_index_runs", failing)
         store.end_staging()  # logged, not raised: the record is stored
         monkeypatch.undo()
         assert store.commitlog.max_offset > 0
