@@ -607,17 +607,7 @@ class IndexService:
         kept = self.kept
         if kept:  # the records kept before these come first (deferring goes on)
             self.kept = []
-            self._index_runs(kept)
-        self._index_batch(topic, phy_offsets, uniq_keys, keys, store_timestamp)
-
-    def _index_batch(
-        self,
-        topic: str,
-        phy_offsets: Sequence[int],
-        uniq_keys: Sequence[str | None],
-        keys: Sequence[str | None],
-        store_timestamp: int,
-    ) -> None:
+            self._index_runs(kept)  # `kept` is empty while it calls back here
         f = self._last_file()
         end = f.end_phy_offset
         indexed = f.index_count > 1 or f.end_timestamp > 0
@@ -677,7 +667,7 @@ class IndexService:
             while j < n and reqs[j].topic == topic and reqs[j].store_timestamp == ts:
                 j += 1
             run = reqs[i:j]
-            self._index_batch(
+            self.build_index_batch(
                 topic,
                 [r.commit_log_offset for r in run],
                 [r.uniq_key for r in run],
