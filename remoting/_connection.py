@@ -113,6 +113,14 @@ _OPAQUE_MASK = 0x7FFFFFFF
 _ids = itertools.count(1)
 
 
+def _joined(frames: list[bytes | Body]) -> tuple[bytes, Body | None]:
+    """Encoded frames as one writer item (one bytes object, copied only when several)."""
+    first = frames[0]
+    if len(frames) == 1 and isinstance(first, bytes):
+        return first, None
+    return b"", b"".join(frames)
+
+
 class PendingBudget:
     """A cap on requests waiting for a response, shared by the connections of one owner."""
 
@@ -271,7 +279,7 @@ class Connection:
         self._pending: dict[int, _Waiter] = {}
         # Of those, requests the peer may hold until it has an answer (long polls).
         self._long_polls = 0
-        # While the reader runs an inline handler: the list of answers its batch will write.
+        # While the reader runs an inline handler: where the answers it releases collect.
         self._joining: list[bytes | Body] | None = None
         # Request timeouts without a cancel scope per request (a scope's enter/exit was ~1/4
         # of a producer's CPU per send): (deadline, opaque, waiter) in a heap, expired by one
@@ -486,6 +494,10 @@ class Connection:
         # Encoded answers of inline handlers, written together per chunk of a batch.
         out: list[bytes | Body] = []
         out_count = out_bytes = 0
+        # Answers to earlier requests of this connection that its inline handlers released
+        # (`respond_nowait`: a send waking a pull the same client parked here), written
+        # together before the run ends (see `_write_released`).
+        released: list[bytes | Body] = []
         # Reads bypass `SocketStream.receive_some`, which tries the recv first and, on an idle
         # connection, takes a failing recv (an exception) before waiting, then yields twice
         # around the recv that succeeds. Here: after a short read (the socket was drained),
@@ -547,7 +559,7 @@ class Connection:
                         # Let the requesters run (and their next requests leave) before
                         # the rest of the batch: see the module docstring.
                         woken = 0
-                        if not await self._pause(out, batch):
+                        if not await self._pause(out, released, batch):
                             return
                         out_count = out_bytes = 0
                     continue
@@ -555,8 +567,8 @@ class Connection:
                 handler = inline_get(cmd.code)
                 if handler is not None:
                     # Answers this handler releases on this connection (`respond_nowait`: a
-                    # send waking a pull parked here) join the batch's write.
-                    self._joining = out
+                    # send waking a pull parked here) leave together before the run ends.
+                    self._joining = released
                     try:
                         result = handler(self, cmd)
                     except Exception as exc:
@@ -573,7 +585,7 @@ class Connection:
                                 out_bytes += len(body)
                             out_count += 1
                             if out_count >= _ANSWER_CHUNK or out_bytes >= _ANSWER_CHUNK_BYTES:
-                                if not await self._pause(out, batch, checkpoint=False):
+                                if not await self._pause(out, released, batch, checkpoint=False):
                                     return
                                 out_count = out_bytes = 0
                         continue
@@ -585,7 +597,7 @@ class Connection:
                         try:
                             inflight.acquire_nowait()
                         except trio.WouldBlock:
-                            if not await self._pause(out, batch, acquire=True):
+                            if not await self._pause(out, released, batch, acquire=True):
                                 return
                             out_count = out_bytes = 0
                         continue
@@ -596,7 +608,7 @@ class Connection:
                     inflight.acquire_nowait()
                 except trio.WouldBlock:
                     try:
-                        if not await self._pause(out, batch, acquire=True):
+                        if not await self._pause(out, released, batch, acquire=True):
                             _close_awaitable(awaitable)
                             return
                     except BaseException:
@@ -607,6 +619,8 @@ class Connection:
                     nursery.start_soon(self._handle, cmd)
                 else:
                     nursery.start_soon(self._handle_awaitable, cmd, awaitable)
+            if released:
+                self._write_released(released)
             if batch is not None and not self._end_inline_batch(batch):
                 return
             if out:
@@ -617,15 +631,19 @@ class Connection:
     async def _pause(
         self,
         out: list[bytes | Body],
+        released: list[bytes | Body],
         batch: InlineBatch | None,
         *,
         checkpoint: bool = True,
         acquire: bool = False,
     ) -> bool:
-        """The reader's await points within a chunk: end the inline batch, write the answers
-        collected in `out` (then empty it), and yield (`checkpoint`) or wait for a free
-        request slot (`acquire`); then begin the batch again. False when the batch could not
-        end (the connection closes; nothing of `out` was written)."""
+        """The reader's await points within a chunk: write the answers the handlers
+        `released`, end the inline batch, write the answers collected in `out` (then empty
+        both), and yield (`checkpoint`) or wait for a free request slot (`acquire`); then
+        begin the batch again. False when the batch could not end (the connection closes;
+        nothing of `out` was written)."""
+        if released:
+            self._write_released(released)
         if batch is not None and not self._end_inline_batch(batch):
             return False
         if out:
@@ -683,15 +701,36 @@ class Connection:
             return encode_frame_parts(fallback)
         return head, body
 
+    def _write_released(self, released: list[bytes | Body]) -> None:
+        """Write the answers that a run's inline handlers released (then empty the list),
+        before the run ends (`InlineBatch.end`), and without waiting: straight to the socket
+        when the writer is idle, else queued to it.
+
+        They answer earlier requests (held pulls woken by the run's sends), not the run's own,
+        and the records they carry were read from the files, so nothing of the run has to be
+        complete for them. Ending the run (a commitlog write, index entries) and answering
+        its own requests come after, off the consumer's way: W4's end-to-end p50 and p99
+        both dropped (7 of 8 interleaved pairs each, bench/RESULTS.md). Written at once
+        from the handler instead, the write (which wakes the peer) landed in the middle of
+        the send and the p99 rose.
+        """
+        parts = _joined(released)
+        released.clear()
+        if self.closed:
+            return
+        if self._writer_idle:
+            rest = self._write_direct(parts)
+            if rest is None:
+                return
+            parts = rest
+        self._send_nowait(parts)
+
     async def _flush_batch(self, out: list[bytes | Body]) -> None:
         """Send the frames in `out` as one write: straight to the socket when the writer is
         idle (no task switch), else queued to the writer as one item."""
         if self.closed:
             return
-        first = out[0]
-        parts: tuple[bytes, Body | None] = (
-            (first, None) if len(out) == 1 and isinstance(first, bytes) else (b"", b"".join(out))
-        )
+        parts = _joined(out)
         if self._writer_idle:
             rest = self._write_direct(parts)
             if rest is None:
@@ -851,7 +890,9 @@ class Connection:
         released one at a time (a held pull woken by one arrival), where waking the writer
         would cost a task switch for nothing to join. Released from inside an inline handler
         of this connection's own reader (a client's send waking a pull the same client parked
-        on this connection), it joins the answers of the reader's batch in their write.
+        on this connection), it joins the other answers those handlers released, written
+        together once the handlers of the chunk have run, before the run ends
+        (`_write_released`).
         """
         self._inflight.release()
         if self.closed or response is None or cmd.flag & FLAG_ONEWAY:
@@ -860,8 +901,7 @@ class Connection:
         joining = self._joining
         if joining is not None:
             # Released by an inline handler of this connection's reader: leaves with the
-            # answers of its batch, in the same write (one write and one wake-up of the peer
-            # fewer when a client's send wakes its own parked pull).
+            # others it releases, once the chunk's handlers have run (one write for them).
             head, body = parts
             joining.append(head)
             if body is not None:
@@ -872,6 +912,10 @@ class Connection:
             if rest is None:
                 return
             parts = rest
+        self._send_nowait(parts)
+
+    def _send_nowait(self, parts: tuple[bytes, Body | None]) -> None:
+        """Queue `parts` for the writer from synchronous code (never waits)."""
         self._writer_idle = False
         try:
             self._send_channel.send_nowait(parts)

@@ -100,8 +100,10 @@ class RemotingServer:
         has just received and `end()` after them, and also before writing any answer it has
         collected from them and before yielding to another task (the run then goes on with a
         new `begin()`). Between the two nothing else runs on the event loop and none of the
-        run's answers has left. If `end()` raises, the reader closes the connection without
-        writing the run's answers. Both must be quick and never block.
+        run's answers has left; answers to earlier requests that the run's handlers release
+        with `Connection.respond_nowait` (a send waking a pull held on the same connection)
+        are written just before `end()`. If `end()` raises, the reader closes the connection
+        without writing the run's answers. Both must be quick and never block.
         """
         self._inline_batch = InlineBatch(begin, end)
 

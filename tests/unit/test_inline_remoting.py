@@ -496,11 +496,14 @@ async def test_parked_long_polls_do_not_count_as_requests_in_flight() -> None:
     assert by_writer_task(ninth) == []
 
 
-async def test_an_answer_released_by_a_handler_of_the_same_connection_joins_its_write(
+async def test_answers_released_by_a_run_leave_together_before_the_run_ends(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # A client sharing one connection for sending and pulling: its send (inline) wakes the
-    # pull it parked on the same connection (DEFERRED), and both answers leave in one write.
+    # A client sharing one connection for sending and pulling: its sends (inline) wake the
+    # pulls it parked on the same connection (DEFERRED). The woken pulls' answers leave in one
+    # write as soon as the chunk's handlers have run, before the run ends (`end`: the store's
+    # commitlog write and index entries); the sends' own answers only after it.
+    events, batch = record_batch(monkeypatch)
     parked: list[RemotingCommand] = []
 
     def pull(conn: Connection, cmd: RemotingCommand) -> Connection.Deferred:
@@ -508,21 +511,61 @@ async def test_an_answer_released_by_a_handler_of_the_same_connection_joins_its_
         return Connection.DEFERRED
 
     def send(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        for waiting in parked:
+        events.append("send")
+        if parked:
+            waiting = parked.pop(0)
             conn.respond_nowait(waiting, waiting.make_response(body=b"pulled"), direct=True)
-        parked.clear()
         return cmd.make_response(body=b"sent")
 
-    async with serve({SLOW_INLINE: pull, INLINE: send}) as (_conn, peer):
+    async with serve({SLOW_INLINE: pull, INLINE: send}, inline_batch=batch) as (_conn, peer):
         with trio.fail_after(10):
-            await peer.send(request(SLOW_INLINE, 1))
+            await peer.send(request(SLOW_INLINE, 1), request(SLOW_INLINE, 2))
             await trio.testing.wait_all_tasks_blocked()
-            assert len(parked) == 1
+            assert len(parked) == 2
+            events.clear()
             writers = record_writers(monkeypatch)
-            await peer.send(request(INLINE, 2))
-            got = await peer.receive(2)
-    assert [(c.opaque, c.body) for c in got] == [(1, b"pulled"), (2, b"sent")]
-    assert len(writers) == 1  # both answers in one write, by the reader
+            await peer.send(request(INLINE, 3), request(INLINE, 4))
+            got = await peer.receive(4)
+    assert events == ["begin", "send", "send", "write", "end", "write"]
+    assert [(c.opaque, c.body) for c in got] == [
+        (1, b"pulled"),
+        (2, b"pulled"),
+        (3, b"sent"),
+        (4, b"sent"),
+    ]
+    assert by_writer_task(writers) == []  # both writes by the reader, no writer task
+
+
+async def test_answers_released_by_a_run_leave_before_it_ends_at_a_chunk_boundary(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A run longer than a chunk (16 answers) ends and begins again at the chunk boundary: the
+    # answers its first part released leave before that end, not with the last part.
+    events, batch = record_batch(monkeypatch)
+    parked: list[RemotingCommand] = []
+
+    def pull(conn: Connection, cmd: RemotingCommand) -> Connection.Deferred:
+        parked.append(cmd)
+        return Connection.DEFERRED
+
+    def send(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        events.append("send")
+        if parked:
+            waiting = parked.pop(0)
+            conn.respond_nowait(waiting, waiting.make_response(body=b"pulled"), direct=True)
+        return cmd.make_response(body=b"sent")
+
+    async with serve({SLOW_INLINE: pull, INLINE: send}, inline_batch=batch) as (_conn, peer):
+        with trio.fail_after(10):
+            await peer.send(request(SLOW_INLINE, 100))
+            await trio.testing.wait_all_tasks_blocked()
+            events.clear()
+            await peer.send(*(request(INLINE, i) for i in range(18)))
+            got = await peer.receive(19)
+    first = ["begin", *["send"] * 16, "write", "end", "write"]
+    assert events == [*first, "begin", "send", "send", "end", "write"]
+    assert got[0].opaque == 100
+    assert got[0].body == b"pulled"
 
 
 async def test_the_writer_writes_frames_larger_than_the_socket_buffer() -> None:
