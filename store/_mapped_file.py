@@ -296,8 +296,22 @@ class MappedFile:
         self._mm[pos : pos + len(data)] = data
 
     def read(self, pos: int, size: int) -> bytes:
-        """A copy of `size` bytes at relative `pos` (clipped to the file)."""
-        if self._staged is not None:
+        """A copy of `size` bytes at relative `pos` (clipped to the file).
+
+        Bytes that are all still staged are copied from the staging buffer, which stays
+        staged: a pull woken by a send of the same run (W4) reads the record without the
+        run's ``pwrite``, which then happens once, when the run ends, after the pull's answer
+        has left (W4 p50 and p99 lower in 7 of 8 interleaved pairs each). Any other read
+        writes the staged bytes first. Should the run's write then fail, that pull delivered a
+        record the file does not keep while the run's sends are refused (see
+        `CommitLog.end_staging`): the consumer saw a message before it was durable, as it may
+        see any ASYNC_FLUSH message.
+        """
+        staged = self._staged
+        if staged is not None:
+            at = pos - self._staged_at
+            if at >= 0 and at + size <= len(staged):
+                return bytes(staged[at : at + size])
             self.drain()
         return self._mm[pos : pos + size]
 

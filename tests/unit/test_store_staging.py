@@ -136,6 +136,37 @@ async def test_staged_records_are_readable_before_the_run_ends(tmp_path: Path) -
         store.end_staging()
 
 
+async def test_a_read_of_staged_records_only_leaves_them_staged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read that falls wholly within the staged bytes (a pull woken by a send of the run:
+    its queue unit gives offset and size) copies them from the buffer, without the run's
+    pwrite; one reaching into what was written before the run writes them first."""
+    async with MessageStore(_cfg(tmp_path), clock=lambda: NOW / 1000) as store:
+        before = _put(store, _msg(99))
+        await trio.to_thread.run_sync(store.commitlog.reserve_ahead)
+        pwrites = record_pwrites(monkeypatch)
+        store.begin_staging()
+        appends = [_put(store, _msg(i)) for i in range(3)]
+        mf = store.commitlog.mfq.files[-1]
+        for i, a in enumerate(appends):
+            raw = store.commitlog.read(a.wrote_offset, a.wrote_bytes)
+            assert raw is not None
+            assert decode_record(raw, check_crc=True).body == _msg(i).body
+        both = store.commitlog.read(appends[0].wrote_offset, 2 * 1024)  # past the staged end
+        assert pwrites == []
+        assert mf.staged
+        assert both is None  # beyond what is written, as without staging
+        end = appends[0].wrote_offset + appends[0].wrote_bytes
+        span = store.commitlog.read(before.wrote_offset, end - before.wrote_offset)
+        assert span is not None
+        assert pwrites == [sum(a.wrote_bytes for a in appends)]  # the run, written first
+        assert not mf.staged
+        assert decode_record(span[before.wrote_bytes :], check_crc=True).body == _msg(0).body
+        store.end_staging()
+        assert len(pwrites) == 1
+
+
 async def test_sync_flush_does_not_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """SYNC_FLUSH appends through the map (see `CommitLog`): `begin_staging` changes nothing."""
     async with MessageStore(_cfg(tmp_path, "SYNC_FLUSH"), clock=lambda: NOW / 1000) as store:
