@@ -707,12 +707,13 @@ class Connection:
         when the writer is idle, else queued to it.
 
         They answer earlier requests (held pulls woken by the run's sends), not the run's own,
-        and the records they carry were read from the files, so nothing of the run has to be
-        complete for them. Ending the run (a commitlog write, index entries) and answering
-        its own requests come after, off the consumer's way: W4's end-to-end p50 and p99
-        both dropped (7 of 8 interleaved pairs each, bench/RESULTS.md). Written at once
-        from the handler instead, the write (which wakes the peer) landed in the middle of
-        the send and the p99 rose.
+        and they hold their records already (read from the file or the run's staging
+        buffer), so nothing of the run has to be complete for them. Ending the run (a
+        commitlog write, index entries) and answering its own requests come after, off the
+        consumer's way: W4's end-to-end p50 and p99 were lower in 11 of 12 interleaved pairs
+        each (and in one set of 3 pairs kept as medians only, the p99 was higher;
+        bench/RESULTS.md). Written at once from the handler instead, the write (which wakes
+        the peer) landed in the middle of the send and the p99 rose.
         """
         parts = _joined(released)
         released.clear()

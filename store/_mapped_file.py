@@ -13,8 +13,9 @@ appended within one synchronous stretch of the event loop in a buffer and write 
 (`reserve`: ``fallocate``, in a worker thread) are staged, so the write cannot fail for want of
 space. Every accessor that reads or writes the file on the
 event loop (`append`, `pwrite_append`, `write_at`, the reads, `zero_from`, `close`) drains
-first, so nothing ever sees the file without them; `CommitLog` drains before the event loop can
-switch tasks (see `CommitLog.begin_staging`).
+first, so nothing ever sees the file without them, except a `read` wholly within the staged
+bytes, which copies them from the buffer; `CommitLog` drains before the event loop can switch
+tasks (see `CommitLog.begin_staging`).
 
 Thread rules: `fsync`, `close` and `destroy` block and are called from worker threads by the
 owners (flush and cleanup services); everything else is quick and runs on the event loop.

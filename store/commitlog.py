@@ -131,10 +131,12 @@ class CommitLog:
 
         The caller must call `end_staging` before the event loop can switch tasks (before any
         checkpoint) and before it answers any of the sends: then no other task, no flush plan
-        and no answer ever sees a record that is not in the page cache. Reads through the
-        files drain first, so a pull served in between reads what was staged. Only records
-        within the blocks reserved ahead (`reserve_ahead`) are staged; the others are written
-        at once. No-op unless appends go through pwrite.
+        and no answer to a send ever sees a record that is not in the page cache. A pull
+        served in between reads what was staged: from the buffer when the read lies wholly
+        within it (`MappedFile.read`; its answer may leave before the run's write), else from
+        the file after a drain. Only records within the blocks reserved ahead
+        (`reserve_ahead`) are staged; the others are written at once. No-op unless appends go
+        through pwrite.
         """
         if self._pwrite_appends:
             self._staging = True
