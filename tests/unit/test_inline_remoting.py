@@ -496,14 +496,10 @@ async def test_parked_long_polls_do_not_count_as_requests_in_flight() -> None:
     assert by_writer_task(ninth) == []
 
 
-async def test_answers_released_by_a_run_leave_together_before_the_run_ends(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # A client sharing one connection for sending and pulling: its sends (inline) wake the
-    # pulls it parked on the same connection (DEFERRED). The woken pulls' answers leave in one
-    # write as soon as the chunk's handlers have run, before the run ends (`end`: the store's
-    # commitlog write and index entries); the sends' own answers only after it.
-    events, batch = record_batch(monkeypatch)
+def pulls_and_sends(events: list[str]) -> tuple[dict[int, InlineHandler], list[RemotingCommand]]:
+    """Inline handlers of a client sharing one connection for pulling and sending: SLOW_INLINE
+    parks a pull (DEFERRED), INLINE answers a send (recorded as "send" in `events`) and first
+    wakes the oldest parked pull, answering it with `respond_nowait`. Also the parked list."""
     parked: list[RemotingCommand] = []
 
     def pull(conn: Connection, cmd: RemotingCommand) -> Connection.Deferred:
@@ -517,7 +513,19 @@ async def test_answers_released_by_a_run_leave_together_before_the_run_ends(
             conn.respond_nowait(waiting, waiting.make_response(body=b"pulled"), direct=True)
         return cmd.make_response(body=b"sent")
 
-    async with serve({SLOW_INLINE: pull, INLINE: send}, inline_batch=batch) as (_conn, peer):
+    return {SLOW_INLINE: pull, INLINE: send}, parked
+
+
+async def test_answers_released_by_a_run_leave_together_before_the_run_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A client sharing one connection for sending and pulling: its sends (inline) wake the
+    # pulls it parked on the same connection (DEFERRED). The woken pulls' answers leave in one
+    # write as soon as the chunk's handlers have run, before the run ends (`end`: the store's
+    # commitlog write and index entries); the sends' own answers only after it.
+    events, batch = record_batch(monkeypatch)
+    handlers, parked = pulls_and_sends(events)
+    async with serve(handlers, inline_batch=batch) as (_conn, peer):
         with trio.fail_after(10):
             await peer.send(request(SLOW_INLINE, 1), request(SLOW_INLINE, 2))
             await trio.testing.wait_all_tasks_blocked()
@@ -542,23 +550,12 @@ async def test_answers_released_by_a_run_leave_before_it_ends_at_a_chunk_boundar
     # A run longer than a chunk (16 answers) ends and begins again at the chunk boundary: the
     # answers its first part released leave before that end, not with the last part.
     events, batch = record_batch(monkeypatch)
-    parked: list[RemotingCommand] = []
-
-    def pull(conn: Connection, cmd: RemotingCommand) -> Connection.Deferred:
-        parked.append(cmd)
-        return Connection.DEFERRED
-
-    def send(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        events.append("send")
-        if parked:
-            waiting = parked.pop(0)
-            conn.respond_nowait(waiting, waiting.make_response(body=b"pulled"), direct=True)
-        return cmd.make_response(body=b"sent")
-
-    async with serve({SLOW_INLINE: pull, INLINE: send}, inline_batch=batch) as (_conn, peer):
+    handlers, parked = pulls_and_sends(events)
+    async with serve(handlers, inline_batch=batch) as (_conn, peer):
         with trio.fail_after(10):
             await peer.send(request(SLOW_INLINE, 100))
             await trio.testing.wait_all_tasks_blocked()
+            assert len(parked) == 1
             events.clear()
             await peer.send(*(request(INLINE, i) for i in range(18)))
             got = await peer.receive(19)
