@@ -715,29 +715,27 @@ class Connection:
         bench/RESULTS.md). Written at once from the handler instead, the write (which wakes
         the peer) landed in the middle of the send and the p99 rose.
         """
-        parts = _joined(released)
+        rest = self._write_if_idle(released)
         released.clear()
-        if self.closed:
-            return
-        if self._writer_idle:
-            rest = self._write_direct(parts)
-            if rest is None:
-                return
-            parts = rest
-        self._send_nowait(parts)
+        if rest is not None:
+            self._send_nowait(rest)
 
     async def _flush_batch(self, out: list[bytes | Body]) -> None:
         """Send the frames in `out` as one write: straight to the socket when the writer is
         idle (no task switch), else queued to the writer as one item."""
+        rest = self._write_if_idle(out)
+        if rest is not None:
+            await self._queue(rest)
+
+    def _write_if_idle(self, frames: list[bytes | Body]) -> tuple[bytes, Body | None] | None:
+        """Join `frames` and write them straight to the socket if the writer is idle; what
+        is left for the writer, or None (all written, or the connection is closed)."""
         if self.closed:
-            return
-        parts = _joined(out)
-        if self._writer_idle:
-            rest = self._write_direct(parts)
-            if rest is None:
-                return
-            parts = rest
-        await self._queue(parts)
+            return None
+        parts = _joined(frames)
+        if not self._writer_idle:
+            return parts
+        return self._write_direct(parts)
 
     def _write_direct(self, parts: tuple[bytes, Body | None]) -> tuple[bytes, Body | None] | None:
         """Write a frame (or joined frames) to the socket now, without the writer.

@@ -4,7 +4,7 @@ the arrival listeners hear (topic, queue id, new max offset).
 Appends dispatch in the calling task right after writing, so there is no reput lag; recovery
 re-dispatches scanned records through the same path (consume queues and index skip what they
 already hold). Within a run of sends (`MessageStore.begin_staging`) the index keeps the
-records and indexes them when the run ends (`IndexService.defer`), before any of the run's
+records and indexes them when the run ends (`IndexService.deferring`), before any of the run's
 answers leaves.
 """
 

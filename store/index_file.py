@@ -480,9 +480,13 @@ class IndexService:
         self.index_num = index_num
         self._files: list[IndexFile] = []
         self._lock = threading.Lock()
-        # While `deferring` (`defer`), `build_index` keeps its records in `kept` for
-        # `build_deferred`. Plain attributes, event loop only: the store sets and tests them
-        # around every read of the broker's connections, most of which hold no send.
+        # Set `deferring` and, until `build_deferred`, `build_index` keeps its records in
+        # `kept` instead of indexing each at once; `build_deferred` indexes them together, one
+        # `build_index_batch` per run of one topic and store time (a store's run of sends,
+        # `MessageStore.begin_staging`). Plain attributes, event loop only: the store sets and
+        # tests them around every read of the broker's connections, most of which hold no
+        # send, and calls `build_deferred` before the event loop can switch tasks, so no other
+        # task ever sees the index without the kept records.
         self.deferring = False
         self.kept: list[DispatchRequest] = []
 
@@ -624,17 +628,8 @@ class IndexService:
             if done < total:
                 f = self._last_file()
 
-    def defer(self) -> None:
-        """From now until `build_deferred`, `build_index` keeps the records instead of
-        indexing each at once: `build_deferred` indexes them together, one `build_index_batch`
-        per run of records with the same topic and store time (a store's run of sends,
-        `MessageStore.begin_staging`). Event loop only; the caller calls `build_deferred`
-        before the event loop can switch tasks, so no other task ever sees the index without
-        them."""
-        self.deferring = True
-
     def build_deferred(self) -> None:
-        """Index the records kept since `defer` and stop deferring.
+        """Index the records kept since `deferring` was set, and stop deferring.
 
         Raises:
             OSError / IndexFileError: a new index file could not be created; the records not

@@ -504,13 +504,13 @@ class MessageStore:
         - under ASYNC_FLUSH, single-message appends are staged and written with one
           ``pwrite`` for the run;
         - in both flush modes, the records' index entries are written together, one batch
-          per run of one topic and store time (`IndexService.defer`), instead of one
+          per run of one topic and store time (`IndexService.deferring`), instead of one
           ``_last_file`` lookup, hash and header write each.
         """
         self.commitlog.begin_staging()
         index = self.dispatcher.index
         if index is not None:
-            index.deferring = True  # `IndexService.defer`, without a call on every read
+            index.deferring = True  # a plain attribute: no call on every read
 
     def end_staging(self) -> None:
         """Write what `begin_staging` staged and index the run's records; call it before

@@ -516,6 +516,14 @@ def pulls_and_sends(events: list[str]) -> tuple[dict[int, InlineHandler], list[R
     return {SLOW_INLINE: pull, INLINE: send}, parked
 
 
+async def park(peer: Peer, parked: list[RemotingCommand], events: list[str], *opaques: int) -> None:
+    """Park a pull for each opaque (SLOW_INLINE), see them all parked, forget the events."""
+    await peer.send(*(request(SLOW_INLINE, o) for o in opaques))
+    await trio.testing.wait_all_tasks_blocked()
+    assert len(parked) == len(opaques)
+    events.clear()
+
+
 async def test_answers_released_by_a_run_leave_together_before_the_run_ends(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -527,10 +535,7 @@ async def test_answers_released_by_a_run_leave_together_before_the_run_ends(
     handlers, parked = pulls_and_sends(events)
     async with serve(handlers, inline_batch=batch) as (_conn, peer):
         with trio.fail_after(10):
-            await peer.send(request(SLOW_INLINE, 1), request(SLOW_INLINE, 2))
-            await trio.testing.wait_all_tasks_blocked()
-            assert len(parked) == 2
-            events.clear()
+            await park(peer, parked, events, 1, 2)
             writers = record_writers(monkeypatch)
             await peer.send(request(INLINE, 3), request(INLINE, 4))
             got = await peer.receive(4)
@@ -553,10 +558,7 @@ async def test_answers_released_by_a_run_leave_before_it_ends_at_a_chunk_boundar
     handlers, parked = pulls_and_sends(events)
     async with serve(handlers, inline_batch=batch) as (_conn, peer):
         with trio.fail_after(10):
-            await peer.send(request(SLOW_INLINE, 100))
-            await trio.testing.wait_all_tasks_blocked()
-            assert len(parked) == 1
-            events.clear()
+            await park(peer, parked, events, 100)
             await peer.send(*(request(INLINE, i) for i in range(18)))
             got = await peer.receive(19)
     first = ["begin", *["send"] * 16, "write", "end", "write"]
