@@ -300,7 +300,26 @@ class BrokerController:
             # The sends of one received chunk are stored as a run, completed before any of
             # their answers leaves (`MessageStore.begin_staging`): one pwrite for their
             # records under ASYNC_FLUSH, their index entries written together in both modes.
-            self.server.set_inline_batch(store.begin_staging, store.end_staging)
+            # Under SYNC_FLUSH the run's answers also wait for one group commit together
+            # (`SendProcessor.begin_run`); under ASYNC_FLUSH no send waits.
+            if store.flush_service.sync:
+                send = self.send
+
+                def begin_run() -> None:
+                    store.begin_staging()
+                    send.begin_run()
+
+                def end_run() -> None:
+                    try:
+                        store.end_staging()
+                    except BaseException:
+                        send.abandon_run()  # not written: none of the run may be acknowledged
+                        raise
+                    send.end_run()
+
+                self.server.set_inline_batch(begin_run, end_run)
+            else:
+                self.server.set_inline_batch(store.begin_staging, store.end_staging)
             self._known_topics = {cfg.topic_name for cfg in self.topics}
             store.add_arrival_listener(self._on_arrival)
             store.add_arrival_listener(self.schedule.on_arrival)

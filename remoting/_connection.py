@@ -56,7 +56,7 @@ import itertools
 import math
 import os
 import socket
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import ClassVar, NamedTuple, TypeAlias, cast
 
 import structlog
@@ -912,6 +912,44 @@ class Connection:
                 return
             parts = rest
         self._send_nowait(parts)
+
+    def respond_many(
+        self, answers: Sequence[tuple[RemotingCommand, RemotingCommand | None]]
+    ) -> None:
+        """Answer several requests whose inline handlers returned `Connection.DEFERRED`, in one
+        write, and release their in-flight slots: `respond_nowait` for each, without its
+        per-answer checks and hand-over to the writer. For answers released together (a
+        SYNC_FLUSH group commit answering one run of sends).
+
+        The joined answers are written straight to the socket when the writer is idle, else
+        queued to it as one item; from inside an inline handler of this connection's reader
+        they join the answers those handlers release (`_write_released`). Call it on the
+        event loop; it never blocks. None answers and oneway requests send nothing; on a
+        closed connection every answer is dropped.
+        """
+        inflight = self._inflight
+        for _ in answers:
+            inflight.release()
+        if self.closed:
+            return
+        frames: list[bytes | Body] = []
+        add = frames.append
+        for cmd, response in answers:
+            if response is None or cmd.flag & FLAG_ONEWAY:
+                continue
+            head, body = self._encode_response(cmd, response)
+            add(head)
+            if body is not None:
+                add(body)
+        if not frames:
+            return
+        joining = self._joining
+        if joining is not None:
+            joining.extend(frames)
+            return
+        rest = self._write_if_idle(frames)
+        if rest is not None:
+            self._send_nowait(rest)
 
     def _send_nowait(self, parts: tuple[bytes, Body | None]) -> None:
         """Queue `parts` for the writer from synchronous code (never waits)."""

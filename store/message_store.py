@@ -630,6 +630,21 @@ class MessageStore:
 
         flush.on_flushed(flush_end, done)
 
+    def when_durable(self, flush_end: int, callback: Callable[[bool], object]) -> None:
+        """`when_put_durable` for many puts at once (a run of sends answered together):
+        `callback(durable)` is called later on the event loop (never from within this call),
+        with True once the group commit made the commitlog durable up to `flush_end` (the
+        largest of their ends), False after `sync_flush_timeout_ms` or when the store closes
+        first; `not_durable` then gives each put's final result. The callback must not
+        block; an exception it raises is logged and dropped."""
+        flush = self.flush_service
+        flush.on_flushed(flush_end, lambda: callback(flush.is_flushed(flush_end)))
+
+    def not_durable(self, result: PutMessageResult) -> PutMessageResult:
+        """The final result of a SYNC_FLUSH put whose records were not made durable in time:
+        FLUSH_DISK_TIMEOUT, records kept (the put's `PUT_OK` result otherwise)."""
+        return self._flush_timeout(result)
+
     def _flush_timeout(self, result: PutMessageResult) -> PutMessageResult:
         return PutMessageResult(
             PutMessageStatus.FLUSH_DISK_TIMEOUT,

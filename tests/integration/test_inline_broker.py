@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 import trio
@@ -13,6 +13,7 @@ import trio
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from remoting import (
+    Connection,
     FrameDecoder,
     RemotingClient,
     RemotingCommand,
@@ -61,6 +62,89 @@ async def test_sync_flush_send_answers_after_the_group_commit(tmp_path: Path) ->
         )
         mfq = ctrl.store.commitlog.mfq
         assert mfq.flushed_where == mfq.max_offset
+
+
+async def send_run(port: int, frames: list[RemotingCommand]) -> dict[int, RemotingCommand]:
+    """Send `frames` in one write (one read, one run of inline handlers); their answers by
+    opaque (opaques 1..n)."""
+    for opaque, cmd in enumerate(frames, 1):
+        cmd.opaque = opaque
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(b"".join(encode_frame(c) for c in frames))
+        decoder = FrameDecoder()
+        answers: list[RemotingCommand] = []
+        while len(answers) < len(frames):
+            answers.extend(decoder.feed(await stream.receive_some(1 << 20)))
+    return {a.opaque: a for a in answers}
+
+
+def fields(cmd: RemotingCommand) -> dict[str, str]:
+    assert cmd.ext_fields is not None
+    return cmd.ext_fields
+
+
+def record_answers(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
+    """The opaques of each `Connection.respond_many` call (and of each `respond_nowait`, as a
+    list of one)."""
+    calls: list[list[int]] = []
+    many, one = Connection.respond_many, Connection.respond_nowait
+
+    def recording_many(self: Connection, answers: Any) -> None:
+        calls.append([cmd.opaque for cmd, _ in answers])
+        many(self, answers)
+
+    def recording_one(self: Connection, cmd: RemotingCommand, response: Any, **kw: Any) -> None:
+        calls.append([cmd.opaque])
+        one(self, cmd, response, **kw)
+
+    monkeypatch.setattr(Connection, "respond_many", recording_many)
+    monkeypatch.setattr(Connection, "respond_nowait", recording_one)
+    return calls
+
+
+async def test_sync_flush_sends_of_one_read_are_answered_together_once_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of SYNC_FLUSH sends waits for one group commit, and their answers leave in one
+    `respond_many`; a send with WAIT=false in the run is answered at once."""
+    async with BrokerController(config(tmp_path, "SYNC_FLUSH")) as ctrl:
+        async with RemotingClient() as client:  # the topic exists before the counted run
+            addr = f"127.0.0.1:{ctrl.port}"
+            assert (await client.invoke(addr, send_request("RunT", b"m0"))).code == 0
+        calls = record_answers(monkeypatch)
+        frames = [send_request("RunT", b"m%d" % i) for i in range(1, 6)]
+        frames.append(send_request("RunT", b"nowait", props={"WAIT": "false"}))
+        with trio.fail_after(10):
+            answers = await send_run(ctrl.port, frames)
+        assert [answers[i].code for i in range(1, 7)] == [ResponseCode.SUCCESS] * 6
+        assert sorted(int(fields(answers[i])["queueOffset"]) for i in range(1, 7)) == list(
+            range(1, 7)
+        )
+        assert calls == [[1, 2, 3, 4, 5]]
+        mfq = ctrl.store.commitlog.mfq
+        assert mfq.flushed_where == mfq.max_offset
+
+
+async def test_a_sync_flush_run_not_durable_in_time_is_answered_flush_disk_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = config(tmp_path, "SYNC_FLUSH").model_copy(update={"sync_flush_timeout_ms": 100})
+    async with BrokerController(cfg) as ctrl:
+        async with RemotingClient() as client:
+            addr = f"127.0.0.1:{ctrl.port}"
+            assert (await client.invoke(addr, send_request("RunT", b"m0"))).code == 0
+        calls = record_answers(monkeypatch)
+        with trio.fail_after(10):
+            async with ctrl.store.flush_service.commitlog_lock:  # no group commit can run
+                answers = await send_run(
+                    ctrl.port, [send_request("RunT", b"m%d" % i) for i in range(1, 4)]
+                )
+        assert [answers[i].code for i in (1, 2, 3)] == [ResponseCode.FLUSH_DISK_TIMEOUT] * 3
+        # Stored all the same: the answers carry their ids and offsets.
+        assert sorted(int(fields(answers[i])["queueOffset"]) for i in (1, 2, 3)) == [1, 2, 3]
+        assert all(fields(answers[i])["msgId"] for i in (1, 2, 3))
+        assert calls == [[1, 2, 3]]
 
 
 async def test_send_errors_keep_their_mapping_and_region_fields(tmp_path: Path) -> None:

@@ -3,15 +3,25 @@ task-free SYNC_FLUSH completion (`MessageStore.when_put_durable`) they are built
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
-from remoting import Connection, RemotingCommand
+from remoting import FLAG_ONEWAY, Connection, RemotingCommand
 from store import MessageStore, PutMessageResult, PutMessageStatus, StoreConfig
 from store.message import MessageInner
-from tests.unit.test_inline_remoting import INLINE, SLOW_INLINE, request, serve
+from tests.unit.test_inline_remoting import (
+    INLINE,
+    SLOW_INLINE,
+    park,
+    record_batch,
+    request,
+    serve,
+)
 
 
 async def test_deferred_answer_is_sent_by_respond_nowait_without_a_task() -> None:
@@ -87,6 +97,102 @@ async def test_respond_nowait_after_close_is_dropped() -> None:
         await conn.wait_closed()
         c, cmd = held[0]
         c.respond_nowait(cmd, cmd.make_response())  # no error, nothing sent
+
+
+async def test_respond_many_answers_in_one_write_and_frees_every_slot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    held: list[RemotingCommand] = []
+
+    def later(conn: Connection, cmd: RemotingCommand) -> Connection.Deferred:
+        held.append(cmd)
+        return Connection.DEFERRED
+
+    def fast(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(remark="fast")
+
+    async with serve({SLOW_INLINE: later, INLINE: fast}, max_inflight=3) as (conn, peer):
+        await peer.send(*(request(SLOW_INLINE, i) for i in (1, 2, 3, 4)), request(INLINE, 5))
+        await trio.testing.wait_all_tasks_blocked()
+        assert [c.opaque for c in held] == [1, 2, 3, 4]  # 4 waits for a slot, 5 is not read
+        writes = record_writes(monkeypatch)
+        conn.respond_many([(c, c.make_response(remark=f"r{c.opaque}")) for c in held[:3]])
+        assert len(writes) == 1  # the three answers, straight from the caller
+        got = await peer.receive(4)
+        assert [(r.opaque, r.remark) for r in got[:3]] == [(1, "r1"), (2, "r2"), (3, "r3")]
+        assert (got[3].opaque, got[3].remark) == (5, "fast")  # the slots were freed
+        conn.respond_many([(held[3], held[3].make_response(remark="r4"))])
+        [last] = await peer.receive(1)
+        assert (last.opaque, last.remark) == (4, "r4")
+
+
+async def test_respond_many_frees_the_slots_of_none_answers_and_drops_after_close(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    held: list[RemotingCommand] = []
+
+    def later(conn: Connection, cmd: RemotingCommand) -> Connection.Deferred:
+        held.append(cmd)
+        return Connection.DEFERRED
+
+    async with serve({SLOW_INLINE: later}, max_inflight=1) as (conn, peer):
+        oneway = request(SLOW_INLINE, 2)
+        oneway.flag |= FLAG_ONEWAY
+        await peer.send(request(SLOW_INLINE, 1), oneway, request(SLOW_INLINE, 3))
+        await trio.testing.wait_all_tasks_blocked()
+        assert [c.opaque for c in held] == [1, 2]  # 2 waits for the only slot
+        writes = record_writes(monkeypatch)
+        conn.respond_many([(held[0], None)])  # nothing to send, the slot is free again
+        await trio.testing.wait_all_tasks_blocked()
+        assert [c.opaque for c in held] == [1, 2, 3]  # 2 took it, 3 waits
+        conn.respond_many([(held[1], held[1].make_response())])  # oneway: no answer either
+        await peer.send(request(SLOW_INLINE, 4))
+        await trio.testing.wait_all_tasks_blocked()
+        assert [c.opaque for c in held] == [1, 2, 3, 4]  # 3 took the slot 2 freed, 4 waits
+        assert writes == []
+        conn.close()
+        await conn.wait_closed()
+        conn.respond_many([(held[2], held[2].make_response())])  # no error, nothing sent
+        assert writes == []
+
+
+async def test_respond_many_from_an_inline_handler_joins_the_answers_it_releases(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events, batch = record_batch(monkeypatch)
+    parked: list[RemotingCommand] = []
+
+    def pull(conn: Connection, cmd: RemotingCommand) -> Connection.Deferred:
+        parked.append(cmd)
+        return Connection.DEFERRED
+
+    def send(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        conn.respond_many([(c, c.make_response(body=b"pulled")) for c in parked])
+        parked.clear()
+        events.append("send")  # after the call: a write from within it would come first
+        return cmd.make_response(body=b"sent")
+
+    async with serve({SLOW_INLINE: pull, INLINE: send}, inline_batch=batch) as (_conn, peer):
+        with trio.fail_after(10):
+            await park(peer, parked, events, 1, 2)
+            await peer.send(request(INLINE, 3))
+            got = await peer.receive(3)
+    # The woken pulls' answers leave together once the chunk's handlers ran, before the end.
+    assert events == ["begin", "send", "write", "end", "write"]
+    assert [(c.opaque, c.body) for c in got] == [(1, b"pulled"), (2, b"pulled"), (3, b"sent")]
+
+
+def record_writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record the size of each `os.write` (a `Connection`'s socket writes)."""
+    writes: list[int] = []
+    real_write = os.write
+
+    def counting_write(fd: int, data: Any) -> int:
+        writes.append(len(data))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", counting_write)
+    return writes
 
 
 def store_cfg(root: Path, **kw: object) -> StoreConfig:
