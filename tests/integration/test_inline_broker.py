@@ -208,17 +208,8 @@ async def test_async_flush_sends_of_one_read_are_one_commitlog_write(
         writes = record_pwrites(monkeypatch)
         frames = [send_request("StageT", b"m%d" % i) for i in range(1, 11)]
         frames.append(pull_request("StageT", 0))
-        for opaque, cmd in enumerate(frames, 1):
-            cmd.opaque = opaque
         with trio.fail_after(10):
-            stream = await trio.open_tcp_stream("127.0.0.1", ctrl.port)
-            async with stream:
-                await stream.send_all(b"".join(encode_frame(c) for c in frames))
-                decoder = FrameDecoder()
-                answers: list[RemotingCommand] = []
-                while len(answers) < len(frames):
-                    answers.extend(decoder.feed(await stream.receive_some(1 << 20)))
-        by_opaque = {a.opaque: a for a in answers}
+            by_opaque = await send_run(ctrl.port, frames)
         assert [by_opaque[i].code for i in range(1, 11)] == [ResponseCode.SUCCESS] * 10
         pulled = decode_records(by_opaque[11].body_bytes())
         assert [m.body for m in pulled] == [b"m%d" % i for i in range(11)]

@@ -3,15 +3,13 @@ task-free SYNC_FLUSH completion (`MessageStore.when_put_durable`) they are built
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
-from remoting import FLAG_ONEWAY, Connection, RemotingCommand
+from remoting import FLAG_ONEWAY, Connection, InlineHandler, RemotingCommand
 from store import MessageStore, PutMessageResult, PutMessageStatus, StoreConfig
 from store.message import MessageInner
 from tests.unit.test_inline_remoting import (
@@ -19,6 +17,7 @@ from tests.unit.test_inline_remoting import (
     SLOW_INLINE,
     park,
     record_batch,
+    record_writes,
     request,
     serve,
 )
@@ -99,14 +98,21 @@ async def test_respond_nowait_after_close_is_dropped() -> None:
         c.respond_nowait(cmd, cmd.make_response())  # no error, nothing sent
 
 
-async def test_respond_many_answers_in_one_write_and_frees_every_slot(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def holding() -> tuple[list[RemotingCommand], InlineHandler]:
+    """An inline handler that answers later (DEFERRED), and the requests it holds."""
     held: list[RemotingCommand] = []
 
     def later(conn: Connection, cmd: RemotingCommand) -> Connection.Deferred:
         held.append(cmd)
         return Connection.DEFERRED
+
+    return held, later
+
+
+async def test_respond_many_answers_in_one_write_and_frees_every_slot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    held, later = holding()
 
     def fast(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.make_response(remark="fast")
@@ -129,12 +135,7 @@ async def test_respond_many_answers_in_one_write_and_frees_every_slot(
 async def test_respond_many_frees_the_slots_of_none_answers_and_drops_after_close(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    held: list[RemotingCommand] = []
-
-    def later(conn: Connection, cmd: RemotingCommand) -> Connection.Deferred:
-        held.append(cmd)
-        return Connection.DEFERRED
-
+    held, later = holding()
     async with serve({SLOW_INLINE: later}, max_inflight=1) as (conn, peer):
         oneway = request(SLOW_INLINE, 2)
         oneway.flag |= FLAG_ONEWAY
@@ -180,19 +181,6 @@ async def test_respond_many_from_an_inline_handler_joins_the_answers_it_releases
     # The woken pulls' answers leave together once the chunk's handlers ran, before the end.
     assert events == ["begin", "send", "write", "end", "write"]
     assert [(c.opaque, c.body) for c in got] == [(1, b"pulled"), (2, b"pulled"), (3, b"sent")]
-
-
-def record_writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Record the size of each `os.write` (a `Connection`'s socket writes)."""
-    writes: list[int] = []
-    real_write = os.write
-
-    def counting_write(fd: int, data: Any) -> int:
-        writes.append(len(data))
-        return real_write(fd, data)
-
-    monkeypatch.setattr(os, "write", counting_write)
-    return writes
 
 
 def store_cfg(root: Path, **kw: object) -> StoreConfig:

@@ -180,7 +180,8 @@ async def test_inline_exception_becomes_system_error() -> None:
     assert "async part blew up" in answers[2].remark
 
 
-async def test_answers_of_one_batch_leave_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+def record_writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record the size of each `os.write` (a `Connection`'s socket writes)."""
     writes: list[int] = []
     real_write = os.write
 
@@ -189,6 +190,11 @@ async def test_answers_of_one_batch_leave_in_one_write(monkeypatch: pytest.Monke
         return real_write(fd, data)
 
     monkeypatch.setattr(os, "write", counting_write)
+    return writes
+
+
+async def test_answers_of_one_batch_leave_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    writes = record_writes(monkeypatch)
 
     def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.make_response(body=cmd.body)
