@@ -641,8 +641,9 @@ class MessageStore:
         flush.on_flushed(flush_end, lambda: callback(flush.is_flushed(flush_end)))
 
     def not_durable(self, result: PutMessageResult) -> PutMessageResult:
-        """The final result of a SYNC_FLUSH put whose records were not made durable in time:
-        FLUSH_DISK_TIMEOUT, records kept (the put's `PUT_OK` result otherwise)."""
+        """The final result of a SYNC_FLUSH put whose records were not made durable in time
+        (`when_durable` called back with False): FLUSH_DISK_TIMEOUT, records kept. With True,
+        the put's own PUT_OK result is final."""
         return self._flush_timeout(result)
 
     def _flush_timeout(self, result: PutMessageResult) -> PutMessageResult:
