@@ -715,10 +715,8 @@ class Connection:
         bench/RESULTS.md). Written at once from the handler instead, the write (which wakes
         the peer) landed in the middle of the send and the p99 rose.
         """
-        rest = self._write_if_idle(released)
+        self._write_now(released)
         released.clear()
-        if rest is not None:
-            self._send_nowait(rest)
 
     async def _flush_batch(self, out: list[bytes | Body]) -> None:
         """Send the frames in `out` as one write: straight to the socket when the writer is
@@ -726,6 +724,13 @@ class Connection:
         rest = self._write_if_idle(out)
         if rest is not None:
             await self._queue(rest)
+
+    def _write_now(self, frames: list[bytes | Body]) -> None:
+        """Join `frames` and write them without waiting: straight to the socket when the writer
+        is idle, else queued to it as one item."""
+        rest = self._write_if_idle(frames)
+        if rest is not None:
+            self._send_nowait(rest)
 
     def _write_if_idle(self, frames: list[bytes | Body]) -> tuple[bytes, Body | None] | None:
         """Join `frames` and write them straight to the socket if the writer is idle; what
@@ -947,9 +952,7 @@ class Connection:
         if joining is not None:
             joining.extend(frames)
             return
-        rest = self._write_if_idle(frames)
-        if rest is not None:
-            self._send_nowait(rest)
+        self._write_now(frames)
 
     def _send_nowait(self, parts: tuple[bytes, Body | None]) -> None:
         """Queue `parts` for the writer from synchronous code (never waits)."""

@@ -610,7 +610,7 @@ class MessageStore:
         longer than `sync_flush_timeout_ms`."""
         if await self.flush_service.wait_flushed(flush_end):
             return result
-        return self._flush_timeout(result)
+        return self.not_durable(result)
 
     def when_put_durable(
         self,
@@ -623,12 +623,9 @@ class MessageStore:
         made the commitlog durable up to `flush_end`, FLUSH_DISK_TIMEOUT (records kept) after
         `sync_flush_timeout_ms` or when the store closes first. The callback must not block;
         an exception it raises is logged and dropped."""
-        flush = self.flush_service
-
-        def done() -> None:
-            callback(result if flush.is_flushed(flush_end) else self._flush_timeout(result))
-
-        flush.on_flushed(flush_end, done)
+        self.when_durable(
+            flush_end, lambda durable: callback(result if durable else self.not_durable(result))
+        )
 
     def when_durable(self, flush_end: int, callback: Callable[[bool], object]) -> None:
         """`when_put_durable` for many puts at once (a run of sends answered together):
@@ -644,9 +641,6 @@ class MessageStore:
         """The final result of a SYNC_FLUSH put whose records were not made durable in time
         (`when_durable` called back with False): FLUSH_DISK_TIMEOUT, records kept. With True,
         the put's own PUT_OK result is final."""
-        return self._flush_timeout(result)
-
-    def _flush_timeout(self, result: PutMessageResult) -> PutMessageResult:
         return PutMessageResult(
             PutMessageStatus.FLUSH_DISK_TIMEOUT,
             result.append,

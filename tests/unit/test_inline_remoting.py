@@ -530,6 +530,23 @@ async def park(peer: Peer, parked: list[RemotingCommand], events: list[str], *op
     events.clear()
 
 
+async def sends_waking_parked_pulls(
+    monkeypatch: pytest.MonkeyPatch, pulls: list[int], sends: list[int]
+) -> tuple[list[str], list[RemotingCommand], list[str]]:
+    """Park a pull for each of `pulls`, then send `sends` in one read (`pulls_and_sends`'
+    handlers, an inline batch recorded): the events from the sends on, every answer, and the
+    task of each write from the sends on."""
+    events, batch = record_batch(monkeypatch)
+    handlers, parked = pulls_and_sends(events)
+    async with serve(handlers, inline_batch=batch) as (_conn, peer):
+        with trio.fail_after(10):
+            await park(peer, parked, events, *pulls)
+            writers = record_writers(monkeypatch)
+            await peer.send(*(request(INLINE, i) for i in sends))
+            got = await peer.receive(len(pulls) + len(sends))
+    return events, got, writers
+
+
 async def test_answers_released_by_a_run_leave_together_before_the_run_ends(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -537,14 +554,7 @@ async def test_answers_released_by_a_run_leave_together_before_the_run_ends(
     # pulls it parked on the same connection (DEFERRED). The woken pulls' answers leave in one
     # write as soon as the chunk's handlers have run, before the run ends (`end`: the store's
     # commitlog write and index entries); the sends' own answers only after it.
-    events, batch = record_batch(monkeypatch)
-    handlers, parked = pulls_and_sends(events)
-    async with serve(handlers, inline_batch=batch) as (_conn, peer):
-        with trio.fail_after(10):
-            await park(peer, parked, events, 1, 2)
-            writers = record_writers(monkeypatch)
-            await peer.send(request(INLINE, 3), request(INLINE, 4))
-            got = await peer.receive(4)
+    events, got, writers = await sends_waking_parked_pulls(monkeypatch, [1, 2], [3, 4])
     assert events == ["begin", "send", "send", "write", "end", "write"]
     assert [(c.opaque, c.body) for c in got] == [
         (1, b"pulled"),
@@ -560,13 +570,7 @@ async def test_answers_released_by_a_run_leave_before_it_ends_at_a_chunk_boundar
 ) -> None:
     # A run longer than a chunk (16 answers) ends and begins again at the chunk boundary: the
     # answers its first part released leave before that end, not with the last part.
-    events, batch = record_batch(monkeypatch)
-    handlers, parked = pulls_and_sends(events)
-    async with serve(handlers, inline_batch=batch) as (_conn, peer):
-        with trio.fail_after(10):
-            await park(peer, parked, events, 100)
-            await peer.send(*(request(INLINE, i) for i in range(18)))
-            got = await peer.receive(19)
+    events, got, _ = await sends_waking_parked_pulls(monkeypatch, [100], list(range(18)))
     first = ["begin", *["send"] * 16, "write", "end", "write"]
     assert events == [*first, "begin", "send", "send", "end", "write"]
     assert got[0].opaque == 100
