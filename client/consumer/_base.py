@@ -274,6 +274,11 @@ class ConsumerBase:
         except BaseException:
             if self._instance is not None and self._instance.consumers.get(self.group) is self:
                 del self._instance.consumers[self.group]
+            if self._nursery is not None:
+                # The tasks `_start_extra` started run until cancelled: closing the stack
+                # would otherwise wait for them forever.
+                self._nursery.cancel_scope.cancel()
+                self._nursery = None
             await self._stack.aclose()
             raise
         return self

@@ -27,6 +27,7 @@ import trio
 
 from client.config import ClientConfig
 from client.consumer._base import ConsumeFromWhere, ConsumerBase, MessageModel
+from client.consumer._deadlines import CallDeadlines
 from client.consumer.process_queue import ProcessQueue
 from client.consumer.rebalance import AllocateStrategy
 from client.errors import MQClientError
@@ -196,6 +197,8 @@ class PushConsumer(ConsumerBase):
         self._orderly: dict[MessageQueue, _OrderlyQueue] = {}
         self.consumed_ok = 0
         self.consumed_failed = 0
+        # `consume_timeout_ms` of every listener call, by one timer task (`_start_extra`).
+        self._call_deadlines = CallDeadlines(self.config.consume_timeout_ms / 1000)
         self.sent_back = 0
 
     def register_listener(self, listener: Listener) -> None:
@@ -225,6 +228,9 @@ class PushConsumer(ConsumerBase):
             if retry not in self.subscriptions:
                 self.subscriptions[retry] = parse_subscription(retry, "*")
         self._wants_context = self.listener is not None and _wants_context(self.listener)
+        # Read at start, as the rest of the config: one timeout for every call while running.
+        self._call_deadlines.timeout_s = self.config.consume_timeout_ms / 1000
+        nursery.start_soon(self._call_deadlines.run)
         if self.orderly and self.message_model is MessageModel.CLUSTERING:
             nursery.start_soon(self._lock_renew_loop)
 
@@ -333,9 +339,10 @@ class PushConsumer(ConsumerBase):
         self, mq: MessageQueue, msgs: list[MessageExt], ctx: ConsumeConcurrentlyContext
     ) -> ConsumeStatus:
         assert self.listener is not None
-        timeout_s = self.config.consume_timeout_ms / 1000
+        deadlines = self._call_deadlines
+        scope = deadlines.open()  # not `trio.move_on_after`: see client/consumer/_deadlines.py
         try:
-            with trio.move_on_after(timeout_s) as scope:
+            with scope:
                 if self._wants_context:
                     status = await self.listener(msgs, ctx)
                 else:
@@ -343,8 +350,12 @@ class PushConsumer(ConsumerBase):
         except Exception as exc:
             log.warning("listener_failed", group=self.group, mq=str(mq), error=repr(exc))
             return ConsumeStatus.RECONSUME_LATER
+        finally:
+            deadlines.close(scope)
         if scope.cancelled_caught:
-            log.warning("consume_timeout", group=self.group, mq=str(mq), timeout_s=timeout_s)
+            log.warning(
+                "consume_timeout", group=self.group, mq=str(mq), timeout_s=deadlines.timeout_s
+            )
             return ConsumeStatus.RECONSUME_LATER
         return ConsumeStatus.CONSUME_SUCCESS if status is None else status
 
@@ -620,14 +631,19 @@ class PushConsumer(ConsumerBase):
         self, mq: MessageQueue, msgs: list[MessageExt], ctx: ConsumeOrderlyContext
     ) -> ConsumeOrderlyStatus:
         assert self.orderly_listener is not None
-        timeout_s = self.config.consume_timeout_ms / 1000
+        deadlines = self._call_deadlines
+        scope = deadlines.open()
         try:
-            with trio.move_on_after(timeout_s) as scope:
+            with scope:
                 status = await self.orderly_listener(msgs, ctx)
         except Exception as exc:
             log.warning("orderly_listener_failed", group=self.group, mq=str(mq), error=repr(exc))
             return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        finally:
+            deadlines.close(scope)
         if scope.cancelled_caught:
-            log.warning("consume_timeout", group=self.group, mq=str(mq), timeout_s=timeout_s)
+            log.warning(
+                "consume_timeout", group=self.group, mq=str(mq), timeout_s=deadlines.timeout_s
+            )
             return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
         return ConsumeOrderlyStatus.SUCCESS if status is None else status

@@ -9,6 +9,8 @@ import trio.testing
 
 from client import (
     ClientConfig,
+    ConsumeOrderlyContext,
+    ConsumeOrderlyStatus,
     ConsumeStatus,
     MessageExt,
     MQClientError,
@@ -71,11 +73,17 @@ async def test_the_first_user_may_leave_first_and_the_last_stops_it() -> None:
         assert third.instance.running
 
 
-async def test_a_group_twice_on_one_shared_instance_is_refused() -> None:
+@pytest.mark.parametrize("orderly", [False, True], ids=["concurrent", "orderly"])
+async def test_a_group_twice_on_one_shared_instance_is_refused(orderly: bool) -> None:
+    """Refused without hanging: the tasks the second consumer started before the refusal
+    (its listeners' deadline timer; an orderly one's lock renewal) are cancelled."""
     cfg = _cfg(instance_name="svc")
 
     def consumer() -> PushConsumer:
-        c = PushConsumer("g", cfg, listener=_ignore)
+        if orderly:
+            c = PushConsumer("g", cfg, orderly_listener=_ignore_orderly)
+        else:
+            c = PushConsumer("g", cfg, listener=_ignore)
         c.subscribe("T", "*")
         return c
 
@@ -87,6 +95,12 @@ async def test_a_group_twice_on_one_shared_instance_is_refused() -> None:
 
 async def _ignore(msgs: list[MessageExt]) -> ConsumeStatus:
     return ConsumeStatus.CONSUME_SUCCESS
+
+
+async def _ignore_orderly(
+    msgs: list[MessageExt], ctx: ConsumeOrderlyContext
+) -> ConsumeOrderlyStatus:
+    return ConsumeOrderlyStatus.SUCCESS
 
 
 async def test_an_instance_that_cannot_start_fails_its_users_and_the_next_starts_anew(

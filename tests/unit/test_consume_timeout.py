@@ -23,8 +23,18 @@ MQ = MessageQueue("T", "broker-a", 0)
 TIMEOUT_MIN = 15  # ClientConfig's default consume_timeout_ms, in minutes
 
 
-def _run(main: Callable[[], Awaitable[None]]) -> None:
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+def _run(c: PushConsumer, main: Callable[[], Awaitable[None]]) -> None:
+    """`main` on trio's MockClock with the consumer's deadline timer running (as
+    `PushConsumer` starts it)."""
+
+    async def with_timer() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(c._call_deadlines.run)
+            await main()
+            assert c._call_deadlines.open_calls == 0  # every call forgot its deadline
+            nursery.cancel_scope.cancel()
+
+    trio.run(with_timer, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 def _concurrent(minutes: float, finished: list[bool]) -> PushConsumer:
@@ -48,7 +58,7 @@ def test_a_listener_over_the_timeout_is_cancelled_and_retried() -> None:
         assert status is ConsumeStatus.RECONSUME_LATER
         assert trio.current_time() - start == TIMEOUT_MIN * 60  # cut at the timeout, not later
 
-    _run(main)
+    _run(c, main)
     assert finished == []  # the listener never ran to its end
 
 
@@ -60,7 +70,7 @@ def test_a_listener_within_the_timeout_keeps_its_status() -> None:
         status = await c._call_listener(MQ, [], ConsumeConcurrentlyContext(MQ))
         assert status is ConsumeStatus.CONSUME_SUCCESS
 
-    _run(main)
+    _run(c, main)
     assert finished == [True]
 
 
@@ -79,7 +89,7 @@ def test_the_timeout_follows_the_config() -> None:
         status = await c._call_listener(MQ, [], ConsumeConcurrentlyContext(MQ))
         assert status is ConsumeStatus.RECONSUME_LATER
 
-    _run(main)
+    _run(c, main)
     assert finished == []
 
 
@@ -97,5 +107,5 @@ def test_an_orderly_listener_over_the_timeout_suspends_the_queue() -> None:
         status = await c._call_orderly(MQ, [], ConsumeOrderlyContext(MQ))
         assert status is ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
 
-    _run(main)
+    _run(c, main)
     assert finished == []
