@@ -197,9 +197,9 @@ class PushConsumer(ConsumerBase):
         self._orderly: dict[MessageQueue, _OrderlyQueue] = {}
         self.consumed_ok = 0
         self.consumed_failed = 0
+        self.sent_back = 0
         # `consume_timeout_ms` of every listener call, by one timer task (`_start_extra`).
         self._call_deadlines = CallDeadlines(self.config.consume_timeout_ms / 1000)
-        self.sent_back = 0
 
     def register_listener(self, listener: Listener) -> None:
         self.listener = listener
