@@ -272,19 +272,9 @@ class SendProcessor:
         store = self.ctrl.store
         by_conn: dict[Connection, list[tuple[RemotingCommand, RemotingCommand | None]]] = {}
         for conn, cmd, result, queue_id in held:
-            try:
-                resp = self._put_response(
-                    cmd, result if durable else store.not_durable(result), queue_id
-                )
-            except Exception as exc:  # the request must still get its answer
-                log.exception("send_response_failed", peer=conn.remote_address)
-                resp = self._response(
-                    cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
-                )
-            answers = by_conn.get(conn)
-            if answers is None:
-                answers = by_conn[conn] = []
-            answers.append((cmd, resp))
+            final = result if durable else store.not_durable(result)
+            resp = self._durable_response(conn, cmd, final, queue_id)
+            by_conn.setdefault(conn, []).append((cmd, resp))
         for conn, answers in by_conn.items():
             conn.respond_many(answers)
 
@@ -613,17 +603,21 @@ class SendProcessor:
             return Connection.DEFERRED
 
         def durable(final: PutMessageResult) -> None:
-            try:
-                resp = self._put_response(cmd, final, queue_id)
-            except Exception as exc:  # the request must still get its answer
-                log.exception("send_response_failed", peer=conn.remote_address)
-                resp = self._response(
-                    cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
-                )
-            conn.respond_nowait(cmd, resp)
+            conn.respond_nowait(cmd, self._durable_response(conn, cmd, final, queue_id))
 
         store.when_put_durable(result, flush_end, durable)
         return Connection.DEFERRED
+
+    def _durable_response(
+        self, conn: Connection, cmd: RemotingCommand, final: PutMessageResult, queue_id: int
+    ) -> RemotingCommand:
+        """The answer to a send that waited for the group commit, from its final result; a
+        SYSTEM_ERROR answer if building it fails (the request must still get one)."""
+        try:
+            return self._put_response(cmd, final, queue_id)
+        except Exception as exc:
+            log.exception("send_response_failed", peer=conn.remote_address)
+            return self._response(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
 
     def _put_response(
         self, cmd: RemotingCommand, result: PutMessageResult, queue_id: int
