@@ -428,11 +428,18 @@ def cpu_reference_line(info: dict[str, Any]) -> str:
     ref = info.get("cpu_reference")
     if not ref:
         return "cpu reference: not measured"
-    return (
+    line = (
         f"cpu reference ({ref['cpu_model']}): {ref['interp_ns']} ns per Python loop iteration, "
         f"{ref['trio_checkpoint_us']} us per trio checkpoint, {ref['loopback_rtt_us']} us per "
         "1 KiB loopback round trip"
     )
+    wake = ref.get("idle_wake_us")  # runs saved before it was measured lack it
+    if wake:
+        line += (
+            f"; CPU per idle wake-up: {wake['epoll']} us (bare epoll loop), {wake['asyncio']} us"
+            f" (asyncio), {wake['trio']} us (trio)"
+        )
+    return line
 
 
 def main(argv: list[str] | None = None) -> None:

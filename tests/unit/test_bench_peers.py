@@ -6,7 +6,7 @@ import os
 import time
 from typing import Any
 
-from bench.peers._cpu import interp_ns, loopback_rtt_us, trio_checkpoint_us
+from bench.peers._cpu import idle_wake_us, interp_ns, loopback_rtt_us, trio_checkpoint_us
 from bench.peers._proc import cpu_seconds
 from bench.peers._stats import E2E_HEAD, e2e_body, e2e_latency_ms, summary
 from bench.peers.report import render
@@ -85,3 +85,18 @@ def test_cpu_reference_probes_measure_something() -> None:
     assert 0 < interp_ns(n=20_000, repeats=2) < 100_000
     assert 0 < trio_checkpoint_us(n=2_000, repeats=2) < 10_000
     assert 0 < loopback_rtt_us(n=50) < 1_000_000
+    wake = idle_wake_us(n=50, gap=0.001)
+    assert sorted(wake) == ["asyncio", "epoll", "trio"]
+    assert all(0 < us < 1_000_000 for us in wake.values())
+
+
+def test_report_names_the_idle_wake_up_cost_when_measured() -> None:
+    ref = {"cpu_model": "X", "interp_ns": 70.5, "trio_checkpoint_us": 4.2, "loopback_rtt_us": 30.0}
+    runs = {"trimq-async": [_run(100, 4, 300, 1.0)]}
+    wake = {"epoll": 20.0, "asyncio": 35.5, "trio": 64.0}
+    text = render({"runs": runs, "machine": {"cpu_reference": {**ref, "idle_wake_us": wake}}})
+    assert (
+        "CPU per idle wake-up: 20.0 us (bare epoll loop), 35.5 us (asyncio), 64.0 us (trio)" in text
+    )
+    # A run saved before the probe existed still renders, without it.
+    assert "idle wake-up" not in render({"runs": runs, "machine": {"cpu_reference": ref}})
