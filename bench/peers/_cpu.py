@@ -107,18 +107,25 @@ def loopback_rtt_us(n: int = 2_000, size: int = 1024) -> float:
     return statistics.median(times) * 1e6
 
 
+def _drain(fd: int) -> int:
+    """Bytes read from the non-blocking `fd` in one read (0 if there was nothing)."""
+    try:
+        return len(os.read(fd, 65536))
+    except BlockingIOError:
+        return 0
+
+
 def _wait_epoll(fd: int, total: int) -> int:
     ep = select.epoll()
     try:
         ep.register(fd, select.EPOLLIN)
         got = reads = 0
-        while got < total:
-            ep.poll(5)
-            try:
-                got += len(os.read(fd, 65536))
-                reads += 1
-            except BlockingIOError:
-                pass
+        deadline = time.monotonic() + 30
+        while got < total and time.monotonic() < deadline:
+            ep.poll(1)
+            n = _drain(fd)
+            got += n
+            reads += n > 0
         return reads
     finally:
         ep.close()
@@ -131,11 +138,9 @@ def _wait_asyncio(fd: int, total: int) -> int:
         count = [0, 0]
 
         def readable() -> None:
-            try:
-                count[0] += len(os.read(fd, 65536))
-                count[1] += 1
-            except BlockingIOError:
-                return
+            n = _drain(fd)
+            count[0] += n
+            count[1] += n > 0
             if count[0] >= total and not done.done():
                 done.set_result(count[1])
 
@@ -154,11 +159,9 @@ def _wait_trio(fd: int, total: int) -> int:
         with trio.fail_after(30):
             while got < total:
                 await trio.lowlevel.wait_readable(fd)
-                try:
-                    got += len(os.read(fd, 65536))
-                    reads += 1
-                except BlockingIOError:
-                    pass
+                n = _drain(fd)
+                got += n
+                reads += n > 0
         return reads
 
     return trio.run(main)
