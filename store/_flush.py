@@ -8,16 +8,21 @@ callback with `on_flushed(end, callback)`, no task needed); one flusher task tak
 appended so far, runs one fsync round in a thread, and wakes every waiter (calls every callback)
 whose end is now durable. Puts that arrive during the fsync share the next round, which goes to
 the thread as soon as the previous one ends, before its waiters are answered. The group commit's
-fsync rounds go to one long-lived thread (`_FsyncThread`): a hand-off costs about half the CPU
-of a `trio.to_thread.run_sync` call, and a sequential SYNC_FLUSH producer pays one per message.
+fsync rounds go to one long-lived thread: a hand-off costs about half the CPU of a
+`trio.to_thread.run_sync` call, and a sequential SYNC_FLUSH producer pays one per message. That
+thread is native (`_NativeFsyncThread`, a C thread that never takes the GIL) when the store's
+accelerators are built, else a Python thread (`_FsyncThread`).
 """
 
 from __future__ import annotations
 
 import collections
+import itertools
+import os
 import queue
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import trio
@@ -26,6 +31,14 @@ from store._mapped_file import MappedFile
 from store.commitlog import CommitLog
 from store.config import StoreConfig
 from store.consume_queue import ConsumeQueue
+from store.message import NATIVE
+
+if TYPE_CHECKING:
+    from store._speedups import FsyncWorker
+
+_native: Any = None  # store._speedups when in use (its FsyncWorker is Linux only)
+if NATIVE:
+    import store._speedups as _native
 
 __all__ = ["FlushService"]
 
@@ -65,7 +78,7 @@ class _Round:
     Until the thread takes it (`taken`), the event loop may still extend a queued round to
     what was appended since (`_FsyncThread.extend`)."""
 
-    __slots__ = ("box", "done", "lo", "ranges", "taken", "target", "ts")
+    __slots__ = ("box", "done", "lo", "ranges", "rid", "taken", "target", "ts")
 
     def __init__(
         self, ranges: list[tuple[MappedFile, int, int]], lo: int = 0, target: int = 0, ts: int = 0
@@ -77,6 +90,7 @@ class _Round:
         self.target = target
         self.ts = ts
         self.taken = False
+        self.rid = 0  # its id with the native worker
 
     async def wait(self) -> None:
         """Until the round is over (shielded: the files stay open until then); raises what the
@@ -165,6 +179,133 @@ class _FsyncThread:
                 return
 
 
+class _NativeRound(_Round):
+    """A round of the native worker: its waiter also collects the worker's results."""
+
+    __slots__ = ("owner",)
+
+    def __init__(
+        self,
+        owner: _NativeFsyncThread,
+        ranges: list[tuple[MappedFile, int, int]],
+        lo: int = 0,
+        target: int = 0,
+        ts: int = 0,
+    ) -> None:
+        super().__init__(ranges, lo, target, ts)
+        self.owner = owner
+
+    async def wait(self) -> None:
+        """As `_Round.wait`."""
+        with trio.CancelScope(shield=True):
+            await self.owner.wait_done(self)
+        if self.box and self.box[0] is not None:
+            raise self.box[0]
+
+
+class _NativeFsyncThread:
+    """`_FsyncThread` with the thread in C (`store._speedups.FsyncWorker`): it syncs a round's
+    ranges, and signals an eventfd, without ever taking the GIL.
+
+    A Python thread needs the GIL after every msync and again to hand the end to trio; the
+    event loop holds it while it works through a read of sends and lets go only at its next
+    system call, so a round's end reached the loop late, and the next round started late (see
+    bench/RESULTS.md). Same interface and guarantees: rounds are synced one at a time, in
+    submission order; a queued round may be extended until the thread takes it; `stop` lets
+    the thread finish the rounds queued before it.
+
+    No task delivers the results: whoever waits for a round waits on the eventfd and hands
+    every finished round its result. Rounds are waited for under the flush service's
+    `commitlog_lock`, one waiter at a time; a lock keeps a second one (should there be one)
+    from waiting on the descriptor at the same time. So the descriptor is never waited on once
+    the service stops, and it closes with the worker.
+    """
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+        self._worker: FsyncWorker | None = None
+        self._rounds: dict[int, _NativeRound] = {}
+        self._ids = itertools.count(1)
+        self._poll_lock = trio.Lock()
+
+    def start(self) -> None:
+        worker = self._native.FsyncWorker()
+        worker.start()
+        self._worker = worker
+
+    def stop(self) -> None:
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
+
+    @property
+    def running(self) -> bool:
+        return self._worker is not None
+
+    def _running(self) -> FsyncWorker:
+        worker = self._worker
+        if worker is None:
+            raise RuntimeError("the fsync thread is not running")
+        return worker
+
+    @staticmethod
+    def _plan(ranges: list[tuple[MappedFile, int, int]]) -> list[tuple[int, int, int]]:
+        plan = []
+        for mf, start, end in ranges:
+            step = mf.sync_plan(start, end)
+            if step is not None:
+                plan.append(step)
+        return plan
+
+    def submit(
+        self, ranges: list[tuple[MappedFile, int, int]], lo: int = 0, target: int = 0, ts: int = 0
+    ) -> _NativeRound:
+        """As `_FsyncThread.submit`."""
+        rnd = _NativeRound(self, ranges, lo, target, ts)
+        rnd.rid = next(self._ids)
+        self._running().submit(rnd.rid, self._plan(ranges))
+        self._rounds[rnd.rid] = rnd
+        return rnd
+
+    def extend(
+        self, rnd: _Round, ranges: list[tuple[MappedFile, int, int]], target: int, ts: int
+    ) -> bool:
+        """As `_FsyncThread.extend`."""
+        if not self._running().extend(rnd.rid, self._plan(ranges)):
+            return False
+        rnd.ranges = ranges
+        rnd.target = target
+        rnd.ts = ts
+        return True
+
+    async def fsync(self, ranges: list[tuple[MappedFile, int, int]]) -> None:
+        """As `_FsyncThread.fsync`."""
+        await self.submit(ranges).wait()
+
+    async def wait_done(self, rnd: _NativeRound) -> None:
+        """Until `rnd` is done, handing every round the worker finished its result."""
+        while not rnd.done.is_set():
+            async with self._poll_lock:
+                if rnd.done.is_set():
+                    break
+                worker = self._running()
+                await trio.lowlevel.wait_readable(worker.fileno())
+                for rid, err in worker.collect():
+                    done = self._rounds.pop(rid)
+                    done.box.append(
+                        OSError(err, f"msync failed: {os.strerror(err)}") if err else None
+                    )
+                    done.done.set()
+
+
+def _fsync_thread() -> _FsyncThread | _NativeFsyncThread:
+    """The native fsync thread when the accelerators are in use and have it, else the
+    Python one."""
+    if _native is not None and hasattr(_native, "FsyncWorker"):
+        return _NativeFsyncThread(_native)
+    return _FsyncThread()
+
+
 class FlushService:
     """Owns the flush tasks of one store (started with ``nursery.start(service.run)``).
 
@@ -201,7 +342,7 @@ class FlushService:
         )
         self._wake = trio.Event()
         self.flush_rounds = 0
-        self._fsync_thread = _FsyncThread()
+        self._fsync_thread = _fsync_thread()
         # Group commit rounds handed to the fsync thread and not yet seen to end, oldest
         # first; each covers the commitlog from the previous one's target (or what was durable)
         # to its own. Only `_group_commit_rounds` (which holds `commitlog_lock` meanwhile) and

@@ -391,17 +391,30 @@ class MappedFile:
         Raises:
             OSError: msync failed (EIO, ...).
         """
+        plan = self.sync_plan(start, end)
+        if plan is None:
+            return
+        address, length, fd = plan
+        if not address:  # unmapped: only fdatasync can still help
+            os.fdatasync(fd)
+            return
+        if _msync(address, length, _MS_SYNC) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"msync failed: {os.strerror(err)}", str(self.path))
+
+    def sync_plan(self, start: int, end: int) -> tuple[int, int, int] | None:
+        """What `sync_range(start, end)` syncs, for a caller that syncs it itself (the native
+        fsync worker): ``(address, length, fd)`` of the page-aligned range to msync, address 0
+        when the file is unmapped (fdatasync `fd` then), or None when the range is empty. The
+        address is valid while the file stays mapped: only until it is closed."""
         start -= start % _PAGE
         end = min(end, self.file_size)
         if end <= start:
-            return
+            return None
         base = _map_address(self._mm)
-        if base is None:  # unmapped: only fdatasync can still help
-            os.fdatasync(self._fd)
-            return
-        if _msync(base + start, end - start, _MS_SYNC) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"msync failed: {os.strerror(err)}", str(self.path))
+        if base is None:
+            return 0, 0, self._fd
+        return base + start, end - start, self._fd
 
     def prefault(self, start: int, end: int) -> bool:
         """Fault the pages over relative [`start`, `end`) in for writing; contents unchanged.

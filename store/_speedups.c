@@ -4,7 +4,8 @@
  * which); the Python code picks these only when this module imports and TRIMQ_NO_NATIVE is not
  * set. Exception classes and helpers that live in Python modules are passed in as arguments, so
  * the module holds no state besides the CRC table (computed once at import, never written
- * again).
+ * again). One type, `FsyncWorker` (Linux), is the group commit's fsync thread; its Python
+ * counterpart is store._flush._FsyncThread.
  *
  * Byte order: every record field is big-endian (RocketMQ's format).
  */
@@ -1648,6 +1649,322 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------------ fsync worker */
+/* `FsyncWorker`: the SYNC_FLUSH group commit's fsync thread, in C (store._flush says why).
+ *
+ * A POSIX thread takes rounds (file ranges to msync, or descriptors to fdatasync) in the order
+ * they were submitted and syncs them without ever taking the GIL; each finished round is put on
+ * a done list and an eventfd is signalled, which the event loop waits on. A round not yet taken
+ * may still be extended (its ranges replaced). The state the thread uses lives in a block of
+ * its own, freed by whichever of the thread and the Python object lets go of it last, so the
+ * object may be collected while the thread finishes a round. */
+#ifdef __linux__
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+typedef struct {
+    uintptr_t addr; /* 0: fdatasync(fd) */
+    size_t len;
+    int fd;
+} fw_range_t;
+
+typedef struct fw_round {
+    long long id;
+    fw_range_t *ranges;
+    Py_ssize_t n;
+    int err;
+    struct fw_round *next;
+} fw_round_t;
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    fw_round_t *qhead, *qtail; /* submitted, not taken: oldest first */
+    fw_round_t *dhead, *dtail; /* synced, not collected: oldest first */
+    int stopping;
+    int refs; /* the Python object, and the thread while it runs (under mu) */
+    int efd;
+} fw_shared_t;
+
+typedef struct {
+    PyObject_HEAD
+    fw_shared_t *sh;
+    int started;
+} FsyncWorker;
+
+static void fw_free_list(fw_round_t *r) {
+    while (r != NULL) {
+        fw_round_t *next = r->next;
+        free(r->ranges);
+        free(r);
+        r = next;
+    }
+}
+
+/* Drop one reference; called with mu held, returns with it released. */
+static void fw_release(fw_shared_t *sh) {
+    int last = --sh->refs == 0;
+    pthread_mutex_unlock(&sh->mu);
+    if (!last) return;
+    fw_free_list(sh->qhead);
+    fw_free_list(sh->dhead);
+    close(sh->efd);
+    pthread_cond_destroy(&sh->cv);
+    pthread_mutex_destroy(&sh->mu);
+    free(sh);
+}
+
+static void *fw_main(void *arg) {
+    fw_shared_t *sh = (fw_shared_t *)arg;
+    pthread_mutex_lock(&sh->mu);
+    for (;;) {
+        while (sh->qhead == NULL && !sh->stopping) pthread_cond_wait(&sh->cv, &sh->mu);
+        fw_round_t *r = sh->qhead;
+        if (r == NULL) break; /* stopping, and every round submitted before is done */
+        sh->qhead = r->next;
+        if (sh->qhead == NULL) sh->qtail = NULL;
+        r->next = NULL;
+        pthread_mutex_unlock(&sh->mu);
+        int err = 0;
+        for (Py_ssize_t i = 0; i < r->n; i++) {
+            fw_range_t *g = &r->ranges[i];
+            int rc = g->addr ? msync((void *)g->addr, g->len, MS_SYNC) : fdatasync(g->fd);
+            if (rc != 0) {
+                err = errno;
+                break;
+            }
+        }
+        r->err = err;
+        pthread_mutex_lock(&sh->mu);
+        if (sh->dtail != NULL)
+            sh->dtail->next = r;
+        else
+            sh->dhead = r;
+        sh->dtail = r;
+        uint64_t one = 1;
+        if (write(sh->efd, &one, sizeof one) < 0) { /* EAGAIN: the counter is set already */
+        }
+    }
+    fw_release(sh);
+    return NULL;
+}
+
+/* A list of (address, length, fd) tuples as a malloc'd array; -1 with an exception set. */
+static int fw_parse_ranges(PyObject *obj, fw_range_t **out, Py_ssize_t *n_out) {
+    PyObject *seq = PySequence_Fast(obj, "ranges must be a sequence of (address, length, fd)");
+    if (seq == NULL) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    fw_range_t *ranges = (fw_range_t *)malloc(sizeof(fw_range_t) * (size_t)(n > 0 ? n : 1));
+    if (ranges == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        unsigned long long addr, len;
+        int fd;
+        if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "KKi", &addr, &len, &fd)) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "a range is a tuple (address, length, fd)");
+            free(ranges);
+            Py_DECREF(seq);
+            return -1;
+        }
+        ranges[i].addr = (uintptr_t)addr;
+        ranges[i].len = (size_t)len;
+        ranges[i].fd = fd;
+    }
+    Py_DECREF(seq);
+    *out = ranges;
+    *n_out = n;
+    return 0;
+}
+
+static PyObject *fw_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    if (!_PyArg_NoPositional("FsyncWorker", args) || !_PyArg_NoKeywords("FsyncWorker", kwds))
+        return NULL;
+    FsyncWorker *self = (FsyncWorker *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    fw_shared_t *sh = (fw_shared_t *)calloc(1, sizeof(fw_shared_t));
+    if (sh == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    sh->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (sh->efd < 0) {
+        free(sh);
+        Py_DECREF(self);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    pthread_mutex_init(&sh->mu, NULL);
+    pthread_cond_init(&sh->cv, NULL);
+    sh->refs = 1;
+    self->sh = sh;
+    return (PyObject *)self;
+}
+
+static void fw_dealloc(FsyncWorker *self) {
+    fw_shared_t *sh = self->sh;
+    if (sh != NULL) {
+        pthread_mutex_lock(&sh->mu);
+        sh->stopping = 1;
+        pthread_cond_signal(&sh->cv);
+        fw_release(sh);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *fw_start(FsyncWorker *self, PyObject *Py_UNUSED(ignored)) {
+    fw_shared_t *sh = self->sh;
+    if (self->started) {
+        PyErr_SetString(PyExc_RuntimeError, "the fsync worker was started already");
+        return NULL;
+    }
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t tid;
+    pthread_mutex_lock(&sh->mu);
+    sh->refs++;
+    int rc = pthread_create(&tid, &attr, fw_main, sh);
+    if (rc != 0) sh->refs--;
+    pthread_mutex_unlock(&sh->mu);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    pthread_setname_np(tid, "trimq-fsync");
+    self->started = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *fw_submit(FsyncWorker *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "submit(round_id, ranges)");
+        return NULL;
+    }
+    long long id = PyLong_AsLongLong(args[0]);
+    if (id == -1 && PyErr_Occurred()) return NULL;
+    fw_round_t *r = (fw_round_t *)calloc(1, sizeof(fw_round_t));
+    if (r == NULL) return PyErr_NoMemory();
+    if (fw_parse_ranges(args[1], &r->ranges, &r->n) < 0) {
+        free(r);
+        return NULL;
+    }
+    r->id = id;
+    fw_shared_t *sh = self->sh;
+    pthread_mutex_lock(&sh->mu);
+    if (sh->stopping) {
+        pthread_mutex_unlock(&sh->mu);
+        fw_free_list(r);
+        PyErr_SetString(PyExc_RuntimeError, "the fsync worker is stopped");
+        return NULL;
+    }
+    if (sh->qtail != NULL)
+        sh->qtail->next = r;
+    else
+        sh->qhead = r;
+    sh->qtail = r;
+    pthread_cond_signal(&sh->cv);
+    pthread_mutex_unlock(&sh->mu);
+    Py_RETURN_NONE;
+}
+
+static PyObject *fw_extend(FsyncWorker *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "extend(round_id, ranges)");
+        return NULL;
+    }
+    long long id = PyLong_AsLongLong(args[0]);
+    if (id == -1 && PyErr_Occurred()) return NULL;
+    fw_range_t *ranges;
+    Py_ssize_t n;
+    if (fw_parse_ranges(args[1], &ranges, &n) < 0) return NULL;
+    fw_shared_t *sh = self->sh;
+    fw_range_t *old = ranges;
+    int found = 0;
+    pthread_mutex_lock(&sh->mu);
+    for (fw_round_t *r = sh->qhead; r != NULL; r = r->next) {
+        if (r->id == id) {
+            old = r->ranges;
+            r->ranges = ranges;
+            r->n = n;
+            found = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&sh->mu);
+    free(old);
+    return PyBool_FromLong(found);
+}
+
+static PyObject *fw_collect(FsyncWorker *self, PyObject *Py_UNUSED(ignored)) {
+    fw_shared_t *sh = self->sh;
+    uint64_t count;
+    if (read(sh->efd, &count, sizeof count) < 0 && errno != EAGAIN)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    pthread_mutex_lock(&sh->mu);
+    fw_round_t *done = sh->dhead;
+    sh->dhead = sh->dtail = NULL;
+    pthread_mutex_unlock(&sh->mu);
+    PyObject *out = PyList_New(0);
+    for (fw_round_t *r = done; r != NULL && out != NULL; r = r->next) {
+        PyObject *item = Py_BuildValue("(Li)", r->id, r->err);
+        if (item == NULL || PyList_Append(out, item) < 0) Py_CLEAR(out);
+        Py_XDECREF(item);
+    }
+    fw_free_list(done);
+    return out;
+}
+
+static PyObject *fw_fileno(FsyncWorker *self, PyObject *Py_UNUSED(ignored)) {
+    return PyLong_FromLong(self->sh->efd);
+}
+
+static PyObject *fw_stop(FsyncWorker *self, PyObject *Py_UNUSED(ignored)) {
+    fw_shared_t *sh = self->sh;
+    pthread_mutex_lock(&sh->mu);
+    sh->stopping = 1;
+    pthread_cond_signal(&sh->cv);
+    pthread_mutex_unlock(&sh->mu);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef fw_methods[] = {
+    {"start", (PyCFunction)fw_start, METH_NOARGS, "Start the thread (once)."},
+    {"submit", (PyCFunction)(void (*)(void))fw_submit, METH_FASTCALL,
+     "submit(round_id, ranges): queue a round of (address, length, fd) ranges; address 0 "
+     "means fdatasync(fd)."},
+    {"extend", (PyCFunction)(void (*)(void))fw_extend, METH_FASTCALL,
+     "extend(round_id, ranges) -> bool: replace a queued round's ranges if the thread has not "
+     "taken it yet."},
+    {"collect", (PyCFunction)fw_collect, METH_NOARGS,
+     "The rounds synced since the last call, oldest first: [(round_id, errno)], errno 0 on "
+     "success; resets the eventfd."},
+    {"fileno", (PyCFunction)fw_fileno, METH_NOARGS,
+     "The eventfd that becomes readable when a round is done."},
+    {"stop", (PyCFunction)fw_stop, METH_NOARGS,
+     "No more rounds: the thread exits once the queued ones are synced."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject FsyncWorkerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "store._speedups.FsyncWorker",
+    .tp_basicsize = sizeof(FsyncWorker),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The group commit's fsync thread (no GIL while it syncs or signals).",
+    .tp_new = fw_new,
+    .tp_dealloc = (destructor)fw_dealloc,
+    .tp_methods = fw_methods,
+};
+#endif /* __linux__ */
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
@@ -1690,5 +2007,11 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     use_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
 #endif
     if (intern_names() < 0 || intern_record_slots() < 0) return NULL;
-    return PyModule_Create(&module);
+    PyObject *mod = PyModule_Create(&module);
+#ifdef __linux__
+    if (mod != NULL && (PyType_Ready(&FsyncWorkerType) < 0 ||
+                        PyModule_AddObjectRef(mod, "FsyncWorker", (PyObject *)&FsyncWorkerType) < 0))
+        Py_CLEAR(mod);
+#endif
+    return mod;
 }

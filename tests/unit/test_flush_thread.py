@@ -1,4 +1,9 @@
-"""SYNC_FLUSH group commit on the dedicated fsync thread (`store._flush._FsyncThread`)."""
+"""SYNC_FLUSH group commit on the dedicated fsync thread.
+
+The tests that hold or fail a round from inside the thread (by patching `_sync_ranges`) run
+the Python thread (`store._flush._FsyncThread`, used when the native accelerators are not);
+the group commit logic around it is the same for the native one, which
+`test_native_fsync.py` covers."""
 
 from __future__ import annotations
 
@@ -36,12 +41,18 @@ def msg() -> MessageInner:
     )
 
 
+@pytest.fixture
+def python_fsync_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store's SYNC_FLUSH rounds go to the Python fsync thread."""
+    monkeypatch.setattr(flush_module, "_native", None)
+
+
 def fsync_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "trimq-fsync"]
 
 
 async def test_sync_flush_rounds_run_on_one_thread_that_stops_with_the_store(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, python_fsync_thread: None
 ) -> None:
     threads: set[str] = set()
     real = flush_module._sync_ranges
@@ -72,7 +83,7 @@ async def test_async_flush_starts_no_fsync_thread(tmp_path: Path) -> None:
 
 
 async def test_fsync_error_reaches_the_flusher_and_the_thread_survives(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, python_fsync_thread: None
 ) -> None:
     real = flush_module._sync_ranges
     calls = [0]
@@ -125,7 +136,7 @@ async def test_one_timer_expires_every_waiter_and_rearms(tmp_path: Path) -> None
 
 
 async def test_the_next_round_starts_before_the_last_rounds_waiters_are_answered(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, python_fsync_thread: None
 ) -> None:
     # Round 1 (put A) is held in the thread until put B has appended and waits too. When A's
     # waiter is answered, B's round must already be with the thread: the disk works while the
@@ -195,7 +206,7 @@ def _ranges_synced(
 
 
 async def test_puts_waiting_during_a_round_share_the_next_which_the_thread_starts_on_its_own(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, python_fsync_thread: None
 ) -> None:
     # Round 1 (put A) is held in the thread. B and C then wait: B queues round 2, C extends
     # it (the thread has not taken it). Once round 1 ends, the thread starts round 2 without
@@ -226,7 +237,7 @@ async def test_puts_waiting_during_a_round_share_the_next_which_the_thread_start
 
 
 async def test_a_failed_round_leaves_the_rounds_after_it_not_durable_until_synced_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, python_fsync_thread: None
 ) -> None:
     hold = threading.Event()
     synced, second = _ranges_synced(monkeypatch, hold, fail_first=True)
