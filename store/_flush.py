@@ -92,6 +92,13 @@ class _Round:
         self.taken = False
         self.rid = 0  # its id with the native worker
 
+    def retarget(self, ranges: list[tuple[MappedFile, int, int]], target: int, ts: int) -> None:
+        """Sync `ranges` (up to commitlog offset `target`, store time `ts`) instead: the round
+        was extended before the thread took it."""
+        self.ranges = ranges
+        self.target = target
+        self.ts = ts
+
     async def wait(self) -> None:
         """Until the round is over (shielded: the files stay open until then); raises what the
         sync raised."""
@@ -147,9 +154,7 @@ class _FsyncThread:
         with self._lock:
             if rnd.taken:
                 return False
-            rnd.ranges = ranges
-            rnd.target = target
-            rnd.ts = ts
+            rnd.retarget(ranges, target, ts)
             return True
 
     async def fsync(self, ranges: list[tuple[MappedFile, int, int]]) -> None:
@@ -273,9 +278,7 @@ class _NativeFsyncThread:
         """As `_FsyncThread.extend`."""
         if not self._running().extend(rnd.rid, self._plan(ranges)):
             return False
-        rnd.ranges = ranges
-        rnd.target = target
-        rnd.ts = ts
+        rnd.retarget(ranges, target, ts)
         return True
 
     async def fsync(self, ranges: list[tuple[MappedFile, int, int]]) -> None:

@@ -1844,20 +1844,31 @@ static PyObject *fw_start(FsyncWorker *self, PyObject *Py_UNUSED(ignored)) {
     Py_RETURN_NONE;
 }
 
-static PyObject *fw_submit(FsyncWorker *self, PyObject *const *args, Py_ssize_t nargs) {
+/* The (round_id, ranges) arguments of `submit` and `extend`; -1 with an exception set. */
+static int fw_round_args(const char *signature, PyObject *const *args, Py_ssize_t nargs,
+                         long long *id, fw_range_t **ranges, Py_ssize_t *n) {
     if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "submit(round_id, ranges)");
-        return NULL;
+        PyErr_SetString(PyExc_TypeError, signature);
+        return -1;
     }
-    long long id = PyLong_AsLongLong(args[0]);
-    if (id == -1 && PyErr_Occurred()) return NULL;
+    *id = PyLong_AsLongLong(args[0]);
+    if (*id == -1 && PyErr_Occurred()) return -1;
+    return fw_parse_ranges(args[1], ranges, n);
+}
+
+static PyObject *fw_submit(FsyncWorker *self, PyObject *const *args, Py_ssize_t nargs) {
+    long long id;
+    fw_range_t *ranges;
+    Py_ssize_t n;
+    if (fw_round_args("submit(round_id, ranges)", args, nargs, &id, &ranges, &n) < 0) return NULL;
     fw_round_t *r = (fw_round_t *)calloc(1, sizeof(fw_round_t));
-    if (r == NULL) return PyErr_NoMemory();
-    if (fw_parse_ranges(args[1], &r->ranges, &r->n) < 0) {
-        free(r);
-        return NULL;
+    if (r == NULL) {
+        free(ranges);
+        return PyErr_NoMemory();
     }
     r->id = id;
+    r->ranges = ranges;
+    r->n = n;
     fw_shared_t *sh = self->sh;
     pthread_mutex_lock(&sh->mu);
     if (sh->stopping) {
@@ -1877,15 +1888,10 @@ static PyObject *fw_submit(FsyncWorker *self, PyObject *const *args, Py_ssize_t 
 }
 
 static PyObject *fw_extend(FsyncWorker *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "extend(round_id, ranges)");
-        return NULL;
-    }
-    long long id = PyLong_AsLongLong(args[0]);
-    if (id == -1 && PyErr_Occurred()) return NULL;
+    long long id;
     fw_range_t *ranges;
     Py_ssize_t n;
-    if (fw_parse_ranges(args[1], &ranges, &n) < 0) return NULL;
+    if (fw_round_args("extend(round_id, ranges)", args, nargs, &id, &ranges, &n) < 0) return NULL;
     fw_shared_t *sh = self->sh;
     fw_range_t *old = ranges;
     int found = 0;

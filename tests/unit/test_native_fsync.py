@@ -18,8 +18,9 @@ import trio
 import store._flush as flush_module
 from store import MessageStore, PutMessageStatus, StoreConfig
 from store._mapped_file import MappedFile
-from store.message import MessageInner
 from store.paths import offset_to_file_name
+from tests.unit.test_flush_thread import cfg as flush_cfg
+from tests.unit.test_flush_thread import msg
 
 pytestmark = pytest.mark.skipif(
     flush_module._native is None or not hasattr(flush_module._native, "FsyncWorker"),
@@ -30,25 +31,7 @@ PAGE = 4096
 
 
 def cfg(root: Path) -> StoreConfig:
-    return StoreConfig.model_validate(
-        {
-            "store_path_root_dir": root,
-            "mapped_file_size_commitlog": 64 * 1024,
-            "mapped_file_size_consume_queue": 100 * 20,
-            "flush_disk_type": "SYNC_FLUSH",
-        }
-    )
-
-
-def msg() -> MessageInner:
-    return MessageInner(
-        "T",
-        b"x" * 100,
-        queue_id=0,
-        born_timestamp=1,
-        born_host=("192.0.2.1", 1234),
-        store_host=("192.0.2.2", 10911),
-    )
+    return flush_cfg(root, "SYNC_FLUSH")
 
 
 def native_threads() -> int:
