@@ -109,6 +109,7 @@ class MappedFile:
     """
 
     __slots__ = (
+        "_address",
         "_fd",
         "_mm",
         "_reserved",
@@ -149,6 +150,9 @@ class MappedFile:
             os.close(fd)
             raise
         self._fd = fd
+        # The mapping's address, fixed while it is mapped (never resized): `sync_plan` hands it
+        # to the native fsync worker once per round without taking it through ctypes each time.
+        self._address = _map_address(self._mm) or 0
         self._staged: bytearray | None = None
         self._staged_at = 0
         # Bytes from 0 known to have their blocks allocated (`reserve`); -1: cannot reserve.
@@ -411,10 +415,9 @@ class MappedFile:
         end = min(end, self.file_size)
         if end <= start:
             return None
-        base = _map_address(self._mm)
-        if base is None:
+        if self._mm.closed:
             return 0, 0, self._fd
-        return base + start, end - start, self._fd
+        return self._address + start, end - start, self._fd
 
     def prefault(self, start: int, end: int) -> bool:
         """Fault the pages over relative [`start`, `end`) in for writing; contents unchanged.
