@@ -103,9 +103,12 @@ class _Round:
         """Until the round is over (shielded: the files stay open until then); raises what the
         sync raised."""
         with trio.CancelScope(shield=True):
-            await self.done.wait()
+            await self._until_done()
         if self.box and self.box[0] is not None:
             raise self.box[0]
+
+    async def _until_done(self) -> None:
+        await self.done.wait()
 
 
 class _FsyncThread:
@@ -185,7 +188,8 @@ class _FsyncThread:
 
 
 class _NativeRound(_Round):
-    """A round of the native worker: its waiter also collects the worker's results."""
+    """A round of the native worker: its waiter also collects the worker's results
+    (`_NativeFsyncThread.wait_done`)."""
 
     __slots__ = ("owner",)
 
@@ -200,12 +204,8 @@ class _NativeRound(_Round):
         super().__init__(ranges, lo, target, ts)
         self.owner = owner
 
-    async def wait(self) -> None:
-        """As `_Round.wait`."""
-        with trio.CancelScope(shield=True):
-            await self.owner.wait_done(self)
-        if self.box and self.box[0] is not None:
-            raise self.box[0]
+    async def _until_done(self) -> None:
+        await self.owner.wait_done(self)
 
 
 class _NativeFsyncThread:
