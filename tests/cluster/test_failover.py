@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,6 +83,17 @@ async def run_scenario(
 ) -> Row:
     """Run one scenario; `fault(ctx)` breaks and heals, returning (recover_s, note)."""
     await cluster.await_healthy()
+    # A broker's container is healthy once one NameServer lists it (deploy/healthcheck.py),
+    # and `create_topic` below asks one NameServer for the cluster's masters: a broker that
+    # missed a NameServer at start (it was not listening yet) is listed there only after its
+    # next registration period. Wait for every NameServer to list every broker.
+    async with RemotingClient() as rc:
+        await wait_until(
+            lambda: _ns_list(rc, cluster, BROKERS),
+            total=30,
+            interval=0.2,
+            what="every NameServer listing every broker",
+        )
     suffix = uuid.uuid4().hex[:8]
     topic = f"cluster_{name}_{suffix}"
     group = f"cg_{name}_{suffix}"
@@ -155,12 +166,17 @@ async def _all_ns_lack(ctx: Ctx, broker: str) -> bool:
     return True
 
 
-async def _all_ns_list(ctx: Ctx, broker: str) -> bool:
+async def _ns_list(rc: RemotingClient, cluster: Cluster, names: Sequence[str]) -> bool:
+    """Every NameServer lists each of the brokers `names` at its address."""
     for ns in NAMESRVS:
-        brokers = await ns_brokers(ctx.rc, ctx.cluster.ns_addr(ns))
-        if brokers is None or brokers.get(broker) != ctx.cluster.broker_addr(broker):
+        brokers = await ns_brokers(rc, cluster.ns_addr(ns))
+        if brokers is None or any(brokers.get(b) != cluster.broker_addr(b) for b in names):
             return False
     return True
+
+
+async def _all_ns_list(ctx: Ctx, broker: str) -> bool:
+    return await _ns_list(ctx.rc, ctx.cluster, (broker,))
 
 
 async def test_kill_broker_a(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
