@@ -31,7 +31,7 @@ log = structlog.get_logger()
 # Heap entries of pulls that left (a tuple and the `ParkedPull`) are dropped once there are
 # this many and they outnumber the parked pulls 4:1. Kept small so that they die before the
 # garbage collector's young generation is collected: at 1,024 they made the broker's ~18 young
-# collections (~0.2 ms each) in an 8 s W4 run, at 64 one (bench/RESULTS.md).
+# collections (~0.2 ms each) in an 8 s W4 run, at 64 one (bench/HISTORY.md).
 _COMPACT_MIN = 64
 
 Resume = Callable[["ParkedPull", bool], bool]

@@ -22,7 +22,7 @@ The answers produced inline while handling one `receive_some` batch leave togeth
 write per `_ANSWER_CHUNK` answers (and at the end of the batch): written straight to the socket
 by the reader when the writer task is idle (nothing queued, not inside a write), which saves
 waking the writer, or queued to the writer as one item otherwise. A task per request plus the
-writer's wake-up cost more CPU than the work of a single send (bench/RESULTS.md); the reader's
+writer's wake-up cost more CPU than the work of a single send (bench/HISTORY.md); the reader's
 batch is the natural unit to coalesce. It is cut into chunks so that both ends work at once:
 a pipelining client sends its whole window in one write, and answering it only at the end
 would leave the client idle while the broker works through the window and the broker idle
@@ -36,7 +36,7 @@ next requests leave) while the rest of the batch is still to be handed out. With
 window of answers released together (a SYNC_FLUSH group commit answers a whole window at once)
 comes back as a window of requests only after the caller worked through all of it, and the
 peer waits meanwhile: SYNC_FLUSH W1 ran in lock-step waves of 64 sends, one fsync each, and
-went 32% faster with chunks of 8 (bench/RESULTS.md).
+went 32% faster with chunks of 8 (bench/HISTORY.md).
 
 A request is written by its caller straight to the socket when the writer is idle and at most
 `_DIRECT_MAX_OTHERS` other requests are in flight, not counting long polls (`invoke(...,
@@ -159,7 +159,7 @@ _ABORT_SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
 # is compacted: from this many entries on, once they outnumber the pending requests 4:1. Kept
 # small so that the entries die young: with 1,024, ~1,000 of them at a time outlived the
 # garbage collector's young generation, and with the consumer's listener scopes they made a
-# W4 client's ~50 young collections of ~0.2 ms in 8 s (bench/RESULTS.md).
+# W4 client's ~50 young collections of ~0.2 ms in 8 s (bench/HISTORY.md).
 _DEADLINES_COMPACT_MIN = 64
 
 
@@ -720,7 +720,7 @@ class Connection:
         commitlog write, index entries) and answering its own requests come after, off the
         consumer's way: W4's end-to-end p50 and p99 were lower in 11 of 12 interleaved pairs
         each (and in one set of 3 pairs kept as medians only, the p99 was higher;
-        bench/RESULTS.md). Written at once from the handler instead, the write (which wakes
+        bench/HISTORY.md). Written at once from the handler instead, the write (which wakes
         the peer) landed in the middle of the send and the p99 rose.
         """
         self._write_now(released)

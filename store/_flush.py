@@ -215,7 +215,7 @@ class _NativeFsyncThread:
     A Python thread needs the GIL after every msync and again to hand the end to trio; the
     event loop holds it while it works through a read of sends and lets go only at its next
     system call, so a round's end reached the loop late, and the next round started late (see
-    bench/RESULTS.md). Same interface and guarantees: rounds are synced one at a time, in
+    bench/HISTORY.md). Same interface and guarantees: rounds are synced one at a time, in
     submission order; a queued round may be extended until the thread takes it; `stop` lets
     the thread finish the rounds queued before it.
 

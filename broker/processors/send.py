@@ -239,7 +239,7 @@ class SendProcessor:
         that saves the callbacks, the flush service's waiter entry and the hand-over of each
         answer to the connection's writer: in SYNC_FLUSH W1 the broker loop thread's user CPU
         was lower in 11 of 12 interleaved pairs (median -10%), msgs/s higher in 8 of 12
-        (bench/RESULTS.md).
+        (bench/HISTORY.md).
         """
         self._in_run = True
 

@@ -7,7 +7,7 @@ scope behind in trio's deadline heap, which trio prunes only once ~1,000 such en
 Those scopes outlive the garbage collector's young generation, so every collection scans them
 again: in a W4 run (one listener call per message, 2,000 a second) they and the remoting
 deadline heap's entries made the client's ~50 young collections of ~0.2 ms in 8 s, each a
-pause on some message's way (bench/RESULTS.md). Here a call runs in a cancel scope without a
+pause on some message's way (bench/HISTORY.md). Here a call runs in a cancel scope without a
 deadline (it leaves nothing behind) and is registered with its deadline in an
 insertion-ordered dict. The timeout is fixed, so the oldest call has the earliest deadline:
 `run` sleeps until that one and cancels what is due, exactly at its deadline.
