@@ -299,7 +299,7 @@ class BrokerController:
             self._store = store
             # The sends of one received chunk are stored as a run, completed before any of
             # their answers leaves (`MessageStore.begin_staging`): one pwrite for their
-            # records under ASYNC_FLUSH, their index entries written together in both modes.
+            # records and their index entries written together, in both modes.
             # Under SYNC_FLUSH the run's answers also wait for one group commit together
             # (`SendProcessor.begin_run`); under ASYNC_FLUSH no send waits.
             if store.flush_service.sync:

@@ -97,12 +97,20 @@ class CommitLog:
         "_pwrite_appends",
         "_staged_files",
         "_staging",
+        "_zero_blocks",
         "last_store_timestamp",
         "mfq",
         "topic_queue_table",
     )
 
-    def __init__(self, root: Path, file_size: int, *, pwrite_appends: bool = False) -> None:
+    def __init__(
+        self,
+        root: Path,
+        file_size: int,
+        *,
+        pwrite_appends: bool = False,
+        zero_blocks: bool = False,
+    ) -> None:
         self.mfq = MappedFileQueue(commitlog_dir(root), file_size)
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.last_store_timestamp = 0
@@ -112,9 +120,13 @@ class CommitLog:
         # and a TLB shootdown to the CPU running the event loop), kernel work that preempted
         # the loop for 3-12 ms per flush. Pages written with pwrite are not mapped writable:
         # W1 ack p99 5.8-6.3 -> 3.6-4.7 ms, msgs/s unchanged (3 interleaved pairs). Under
-        # SYNC_FLUSH (a few pages per group commit) the map is cheaper: pwrite cost ~15 us
-        # more broker CPU per send and 10-15% of the msgs/s.
+        # SYNC_FLUSH, into blocks never written, the map was cheaper (pwrite cost ~15 us more
+        # broker CPU per send and 10-15% of the msgs/s); into blocks zeroed ahead
+        # (`zero_blocks`, below) pwrite is the cheaper one (bench/HISTORY.md, stop 27).
         self._pwrite_appends = pwrite_appends
+        # Blocks ahead of the write position are zeroed (`zero_ahead`, SYNC_FLUSH) instead of
+        # reserved with fallocate (`reserve_ahead`, ASYNC_FLUSH).
+        self._zero_blocks = zero_blocks
         self._staging = False
         self._staged_files: list[MappedFile] = []
 
@@ -125,9 +137,9 @@ class CommitLog:
         return self._pwrite_appends
 
     def begin_staging(self) -> None:
-        """From now until `end_staging`, single records appended with pwrite (ASYNC_FLUSH) are
-        staged in memory (`MappedFile.stage`) and written together by `end_staging`: one
-        ``pwrite`` for a run of sends instead of one each.
+        """From now until `end_staging`, single records appended with pwrite are staged in
+        memory (`MappedFile.stage`) and written together by `end_staging`: one ``pwrite``
+        for a run of sends instead of one each.
 
         The caller must call `end_staging` before the event loop can switch tasks (before any
         checkpoint) and before it answers any of the sends: then no other task, no flush plan
@@ -135,8 +147,11 @@ class CommitLog:
         served in between reads what was staged: from the buffer when the read lies wholly
         within it (`MappedFile.read`; its answer may leave before the run's write), else from
         the file after a drain. Only records within the blocks reserved ahead
-        (`reserve_ahead`) are staged; the others are written at once. No-op unless appends go
-        through pwrite.
+        (`reserve_ahead` under ASYNC_FLUSH, `zero_ahead` under SYNC_FLUSH) are staged; the
+        others are written at once. Under SYNC_FLUSH the staged records' puts wait for the
+        group commit, whose rounds are planned only after the run (no put waits within it
+        but the run's own, which wait from its end: `SendProcessor.end_run`). No-op unless
+        appends go through pwrite.
         """
         if self._pwrite_appends:
             self._staging = True
@@ -151,10 +166,36 @@ class CommitLog:
             OSError: the reservation failed (ENOSPC, ...).
         """
         files = self.mfq.files
-        if not self._pwrite_appends or not files:
+        if not self._pwrite_appends or self._zero_blocks or not files:
             return True
         mf = files[-1]
         return mf.reserve(mf.wrote_position + ahead)
+
+    def zeros_due(self, ahead: int) -> bool:
+        """True when the blocks are zeroed (`zero_blocks`) and less than half of `ahead` bytes
+        past the last file's write position are zeroed (then `zero_ahead` until None)."""
+        files = self.mfq.files
+        if not self._zero_blocks or not files:
+            return False
+        mf = files[-1]
+        reserved = mf.reserved_to
+        return reserved >= 0 and reserved - mf.wrote_position < ahead // 2
+
+    def zero_ahead(self, ahead: int, piece: int) -> MappedFile | None:
+        """Write zeros (`MappedFile.zero_ahead`, at most `piece` bytes) into the last file's
+        blocks towards `ahead` bytes past its write position; returns the file written to,
+        which the caller must sync (``fsync``, in a worker thread) for the zeros to pay, or
+        None when nothing was left to write. Event loop only (see `MappedFile.zero_ahead`);
+        a no-op unless the blocks are zeroed (`zero_blocks`).
+
+        Raises:
+            OSError: the write failed (ENOSPC, ...).
+        """
+        files = self.mfq.files
+        if not self._zero_blocks or not files:
+            return None
+        mf = files[-1]
+        return mf if mf.zero_ahead(mf.wrote_position + ahead, piece) else None
 
     def end_staging(self) -> None:
         """Stop staging and write what was staged (see `begin_staging`).

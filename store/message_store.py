@@ -182,7 +182,8 @@ class MessageStore:
         self.commitlog = CommitLog(
             self.root,
             config.mapped_file_size_commitlog,
-            pwrite_appends=config.flush_disk_type == "ASYNC_FLUSH",
+            pwrite_appends=True,
+            zero_blocks=config.flush_disk_type == "SYNC_FLUSH",
         )
         index = (
             IndexService(index_dir(self.root), config.max_hash_slot_num, config.max_index_num)
@@ -501,8 +502,7 @@ class MessageStore:
         `CommitLog.begin_staging`). For a server that runs the sends of one read without
         switching tasks and answers them together:
 
-        - under ASYNC_FLUSH, single-message appends are staged and written with one
-          ``pwrite`` for the run;
+        - single-message appends are staged and written with one ``pwrite`` for the run;
         - in both flush modes, the records' index entries are written together, one batch
           per run of one topic and store time (`IndexService.deferring`), instead of one
           ``_last_file`` lookup, hash and header write each.

@@ -39,6 +39,8 @@ running the peers harness. Cases:
   batch32_prepare     the batch's client work before the send: 32 Messages built, checked, their
                       UNIQ_KEYs set and the SEND_BATCH body encoded (Producer._batch_bodies)
   send_processor      SendProcessor.send_message of a 1 KiB SEND_MESSAGE_V2 on an in-process broker
+  send_run16          send_processor as the broker's reader runs it: 16 sends of a read (frames
+                      decoded from bytes, queues 0-7) in one staged run, each answer encoded
   send_batch_processor  SendProcessor.send_batch of a 32-message SEND_BATCH_MESSAGE the same
                       way (1 KiB each, TAGS/UNIQ_KEY as trimq's producer sends, WAIT=true in
                       the header; CPU per message)
@@ -543,6 +545,56 @@ async def _send_processor(root: Path, n: int) -> float:
         return best / n * 1e6
 
 
+async def _send_run16(root: Path, n: int) -> float:
+    """A reader's run of 16 sends as the broker handles one read (ASYNC_FLUSH): the frames
+    decoded from bytes, the controller's run begun, each `send_message` called and its answer
+    encoded, the run ended (staged records written, index entries built)."""
+    import socket
+
+    from broker.config import BrokerConfig
+    from broker.controller import BrokerController
+    from remoting._frame import encode_frame_parts
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cfg = BrokerConfig(listen=f"127.0.0.1:{port}", store_dir=str(root / "send_run16"))
+    conn: Any = _FakeConn()
+    async with BrokerController(cfg) as ctrl:
+        send = ctrl.send.send_message
+        store = ctrl.store
+        send(conn, _send_request())  # creates the topic
+        runs = n // 16
+        best = float("inf")
+        for _ in range(3):
+            chunks = []
+            for _ in range(runs):
+                queue_ids = iter(range(16))
+                frames = []
+                for _ in range(16):
+                    cmd = _send_request()
+                    assert cmd.ext_fields is not None
+                    cmd.ext_fields["e"] = str(next(queue_ids) % 8)
+                    frames.append(encode_frame(cmd))
+                chunks.append(b"".join(frames))
+            dec = FrameDecoder()
+            t0 = time.process_time()
+            for chunk in chunks:
+                store.begin_staging()
+                out = []
+                for cmd in dec.feed(chunk):
+                    resp = send(conn, cmd)
+                    assert isinstance(resp, RemotingCommand)  # ASYNC_FLUSH: answered at once
+                    resp.opaque = cmd.opaque
+                    out.append(encode_frame_parts(resp))
+                store.end_staging()
+                # The loop switches tasks between reads: the flush service's timer reserves
+                # the commitlog's blocks ahead (without it every append is written at once).
+                await trio.lowlevel.checkpoint()
+            best = min(best, time.process_time() - t0)
+        return best / (runs * 16) * 1e6
+
+
 def _send_batch_request() -> RemotingCommand:
     from store.message import BatchItem, encode_batch_body
 
@@ -635,6 +687,7 @@ def main() -> None:
             "batch32_prepare": lambda: measure(case_batch32_prepare, n // 32 * 32),
             "send_processor": lambda: trio.run(_send_processor, root, n),
             "send_batch_processor": lambda: trio.run(_send_batch_processor, root, n),
+            "send_run16": lambda: trio.run(_send_run16, root, n),
         }
         for name, fn in cases.items():
             if only and name not in only:

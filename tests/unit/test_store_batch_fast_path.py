@@ -300,12 +300,14 @@ def test_batch_stopped_by_a_failed_new_file_keeps_offsets_of_written_records(
 async def test_single_sends_write_the_same_bytes_through_pwrite_or_the_map(
     tmp_path: Path, flush: str
 ) -> None:
-    """ASYNC_FLUSH appends single records with pwrite, SYNC_FLUSH through the map: the files
-    are the same, and what was written is readable through the map at once."""
+    """Both flush modes append single records with pwrite (SYNC_FLUSH into blocks it zeroes
+    ahead): the files are the same as the batch path's, and what was written is readable
+    through the map at once."""
     msgs = [m for group in _batches() for m in group]
     cfg = _cfg(tmp_path / flush).model_copy(update={"flush_disk_type": flush})
     async with MessageStore(cfg, clock=lambda: NOW / 1000) as store:
-        assert store.commitlog._pwrite_appends is (flush == "ASYNC_FLUSH")
+        assert store.commitlog._pwrite_appends
+        assert store.commitlog._zero_blocks is (flush == "SYNC_FLUSH")
         for m in msgs:
             res = await store.put_messages([m])
             assert res.status is PutMessageStatus.PUT_OK

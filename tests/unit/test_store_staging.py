@@ -171,15 +171,36 @@ async def test_a_read_of_staged_records_only_leaves_them_staged(
         assert len(pwrites) == 1
 
 
-async def test_sync_flush_does_not_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """SYNC_FLUSH appends through the map (see `CommitLog`): `begin_staging` changes nothing."""
+async def test_sync_flush_stages_within_the_zeroed_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SYNC_FLUSH stages too, within the blocks zeroed ahead (`CommitLog.zero_ahead`), never
+    the fallocate reservation; the run is one pwrite, and the put still waits for the group
+    commit."""
     async with MessageStore(_cfg(tmp_path, "SYNC_FLUSH"), clock=lambda: NOW / 1000) as store:
-        assert not store.commitlog.stages_appends
+        cl = store.commitlog
+        assert cl.stages_appends
+        _put_sync = store.put_messages_nowait
+        first, end = _put_sync([_msg(0)])  # outside a run, nothing zeroed: written at once
+        assert first.status is PutMessageStatus.PUT_OK
+        assert end > 0
+        mf = cl.mfq.files[-1]
+        assert await trio.to_thread.run_sync(cl.reserve_ahead)
+        assert mf.reserved_to == 0  # no fallocate under SYNC_FLUSH
+        assert cl.zeros_due(4096)
+        assert cl.zero_ahead(4096, 1024) is mf
+        assert mf.reserved_to == mf.wrote_position + 1024
+        pwrites = record_pwrites(monkeypatch)
         store.begin_staging()
-        result = await store.put_messages([_msg(0)])
+        result, end = _put_sync([_msg(1)])
         assert result.status is PutMessageStatus.PUT_OK
-        assert not any(mf.staged for mf in store.commitlog.mfq.files)
+        assert end > 0
+        assert mf.staged
+        assert pwrites == []
         store.end_staging()
+        assert pwrites == [result.append.wrote_bytes if result.append else -1]
+        assert await store.wait_put_durable(result, end) is result
+        assert store.flush_service.is_flushed(end)
 
 
 async def test_a_failed_staged_write_refuses_every_later_append(
