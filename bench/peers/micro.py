@@ -53,7 +53,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import trio
@@ -70,6 +70,9 @@ from store.message import (
     encode_record_template,
     java_string_hash,
 )
+
+if TYPE_CHECKING:
+    from broker.config import BrokerConfig
 
 BODY = bytes(range(256)) * 4
 TOPIC = "BenchTopic"
@@ -519,18 +522,24 @@ class _FakeConn:
         self.attributes: dict[str, object] = {}
 
 
-async def _send_processor(root: Path, n: int) -> float:
-    """`SendProcessor.send_message` (header decode, checks, properties, store append, answer)
-    on an in-process broker, ASYNC_FLUSH; a fresh UNIQ_KEY per send as real producers have."""
+def _broker_config(root: Path, name: str) -> BrokerConfig:
+    """An in-process broker's config: a free loopback port, its store under `root / name`."""
     import socket
 
     from broker.config import BrokerConfig
-    from broker.controller import BrokerController
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    cfg = BrokerConfig(listen=f"127.0.0.1:{port}", store_dir=str(root / "send_processor"))
+    return BrokerConfig(listen=f"127.0.0.1:{port}", store_dir=str(root / name))
+
+
+async def _send_processor(root: Path, n: int) -> float:
+    """`SendProcessor.send_message` (header decode, checks, properties, store append, answer)
+    on an in-process broker, ASYNC_FLUSH; a fresh UNIQ_KEY per send as real producers have."""
+    from broker.controller import BrokerController
+
+    cfg = _broker_config(root, "send_processor")
     conn: Any = _FakeConn()
     async with BrokerController(cfg) as ctrl:
         send = ctrl.send.send_message
@@ -549,16 +558,10 @@ async def _send_run16(root: Path, n: int) -> float:
     """A reader's run of 16 sends as the broker handles one read (ASYNC_FLUSH): the frames
     decoded from bytes, the controller's run begun, each `send_message` called and its answer
     encoded, the run ended (staged records written, index entries built)."""
-    import socket
-
-    from broker.config import BrokerConfig
     from broker.controller import BrokerController
     from remoting._frame import encode_frame_parts
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    cfg = BrokerConfig(listen=f"127.0.0.1:{port}", store_dir=str(root / "send_run16"))
+    cfg = _broker_config(root, "send_run16")
     conn: Any = _FakeConn()
     async with BrokerController(cfg) as ctrl:
         send = ctrl.send.send_message
@@ -569,12 +572,11 @@ async def _send_run16(root: Path, n: int) -> float:
         for _ in range(3):
             chunks = []
             for _ in range(runs):
-                queue_ids = iter(range(16))
                 frames = []
-                for _ in range(16):
+                for i in range(16):
                     cmd = _send_request()
                     assert cmd.ext_fields is not None
-                    cmd.ext_fields["e"] = str(next(queue_ids) % 8)
+                    cmd.ext_fields["e"] = str(i % 8)  # the queue id
                     frames.append(encode_frame(cmd))
                 chunks.append(b"".join(frames))
             dec = FrameDecoder()
@@ -624,15 +626,9 @@ def _send_batch_request() -> RemotingCommand:
 async def _send_batch_processor(root: Path, n: int) -> float:
     """`SendProcessor.send_batch` of 32-message batches (header decode, batch body decode,
     per-message checks and properties, store append, answer), CPU per message."""
-    import socket
-
-    from broker.config import BrokerConfig
     from broker.controller import BrokerController
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    cfg = BrokerConfig(listen=f"127.0.0.1:{port}", store_dir=str(root / "send_batch_processor"))
+    cfg = _broker_config(root, "send_batch_processor")
     conn: Any = _FakeConn()
     batches = n // 32
     async with BrokerController(cfg) as ctrl:
