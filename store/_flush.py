@@ -597,9 +597,10 @@ class FlushService:
                     if mf is None:
                         break
                     end = mf.reserved_to
-                    # Still mapped: cleanup never takes the last file, nor one that was
-                    # last a moment ago (it is the newest but one); the store closes its
-                    # files after this task has ended.
+                    # Still mapped: cleanup never takes the last file and the store closes
+                    # its files after this task has ended. Only a forced cleanup (disk full)
+                    # of a file that rolled meanwhile could unmap it first: msync then fails,
+                    # logged below.
                     await trio.to_thread.run_sync(mf.sync_range, max(0, end - ZERO_PIECE), end)
             except OSError:
                 # Appends past the zeroed blocks are written at once, and fail themselves if
