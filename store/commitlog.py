@@ -184,9 +184,9 @@ class CommitLog:
     def zero_ahead(self, ahead: int, piece: int) -> MappedFile | None:
         """Write zeros (`MappedFile.zero_ahead`, at most `piece` bytes) into the last file's
         blocks towards `ahead` bytes past its write position; returns the file written to,
-        which the caller must sync (``fsync``, in a worker thread) for the zeros to pay, or
-        None when nothing was left to write. Event loop only (see `MappedFile.zero_ahead`);
-        a no-op unless the blocks are zeroed (`zero_blocks`).
+        which the caller must sync (`MappedFile.sync_range`, in a worker thread) for the zeros
+        to pay, or None when nothing was left to write. Event loop only (see
+        `MappedFile.zero_ahead`); a no-op unless the blocks are zeroed (`zero_blocks`).
 
         Raises:
             OSError: the write failed (ENOSPC, ...).
