@@ -4,8 +4,9 @@
  * which); the Python code picks these only when this module imports and TRIMQ_NO_NATIVE is not
  * set. Exception classes and helpers that live in Python modules are passed in as arguments, so
  * the module holds no state besides the CRC table (computed once at import, never written
- * again). One type, `FsyncWorker` (Linux), is the group commit's fsync thread; its Python
- * counterpart is store._flush._FsyncThread.
+ * again). Two types hold state of their own: `FsyncWorker` (Linux), the group commit's fsync
+ * thread (its Python counterpart is store._flush._FsyncThread), and `UniqKeys`, the state of
+ * store.message.UniqKeyGenerator.
  *
  * Byte order: every record field is big-endian (RocketMQ's format).
  */
@@ -1649,6 +1650,172 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------------ UNIQ_KEY generator */
+/* UniqKeys(prefix, month_start, month_end, counter): the state of store.message.UniqKeyGenerator
+ * (its reference, the same keys for the same clock readings). Each call holds the GIL from start
+ * to end and calls no Python code, so no lock is needed for threads. The clock is
+ * CLOCK_REALTIME in whole ms, as int(time.time() * 1000). When the reading leaves
+ * [month_start, month_end), next() and next_many() return None: the caller computes the new
+ * local month (localtime, in Python) and passes it to set_month(). */
+#include <time.h>
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *prefix; /* ASCII str (upper-case hex) */
+    long long month_start, month_end, last_t;
+    long count_in_t;
+    unsigned counter; /* 16 bits */
+} UniqKeys;
+
+static const char HEX_UP[] = "0123456789ABCDEF";
+
+static PyObject *uk_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *prefix;
+    long long start, end;
+    unsigned long counter;
+    static char *kw[] = {"prefix", "month_start", "month_end", "counter", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "ULLk", kw, &prefix, &start, &end, &counter))
+        return NULL;
+    if (PyUnicode_READY(prefix) < 0) return NULL;
+    if (!PyUnicode_IS_ASCII(prefix)) {
+        PyErr_SetString(PyExc_ValueError, "prefix must be ASCII");
+        return NULL;
+    }
+    UniqKeys *self = (UniqKeys *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    Py_INCREF(prefix);
+    self->prefix = prefix;
+    self->month_start = start;
+    self->month_end = end;
+    self->last_t = -1;
+    self->count_in_t = 0;
+    self->counter = (unsigned)(counter & 0xFFFF);
+    return (PyObject *)self;
+}
+
+static void uk_dealloc(UniqKeys *self) {
+    Py_XDECREF(self->prefix);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static long long uk_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* prefix + the 12 hex digits of (t & 0xFFFFFFFF) << 16 | c. */
+static PyObject *uk_format(UniqKeys *self, long long t, unsigned c) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(self->prefix);
+    PyObject *out = PyUnicode_New(n + 12, 127);
+    if (out == NULL) return NULL;
+    Py_UCS1 *p = PyUnicode_1BYTE_DATA(out);
+    memcpy(p, PyUnicode_1BYTE_DATA(self->prefix), (size_t)n);
+    uint64_t v = ((uint64_t)(t & 0xFFFFFFFFLL) << 16) | (c & 0xFFFFu);
+    for (int i = 11; i >= 0; i--) {
+        p[n + i] = (Py_UCS1)HEX_UP[v & 0xF];
+        v >>= 4;
+    }
+    return out;
+}
+
+static PyObject *uk_next(UniqKeys *self, PyObject *Py_UNUSED(ignored)) {
+    long long now = uk_now_ms();
+    if (now >= self->month_end || now < self->month_start) Py_RETURN_NONE;
+    long long t = now - self->month_start;
+    if (t > self->last_t) {
+        self->last_t = t;
+        self->count_in_t = 0;
+    } else {
+        t = self->last_t;
+        if (self->count_in_t >= 0x10000) {
+            t = self->last_t = t + 1;
+            self->count_in_t = 0;
+        }
+    }
+    self->count_in_t += 1;
+    unsigned c = self->counter;
+    self->counter = (c + 1) & 0xFFFF;
+    return uk_format(self, t, c);
+}
+
+static PyObject *uk_next_many(UniqKeys *self, PyObject *arg) {
+    Py_ssize_t n = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    if (n < 0) n = 0;
+    long long now = uk_now_ms();
+    if (now >= self->month_end || now < self->month_start) Py_RETURN_NONE;
+    long long t = now - self->month_start;
+    long count;
+    if (t > self->last_t) {
+        count = 0;
+    } else {
+        t = self->last_t;
+        count = self->count_in_t;
+    }
+    PyObject *out = PyList_New(n);
+    if (out == NULL) return NULL;
+    unsigned c = self->counter;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (count >= 0x10000) { /* this millisecond's counter values are used up */
+            t += 1;
+            count = 0;
+        }
+        PyObject *key = uk_format(self, t, c);
+        if (key == NULL) {
+            Py_DECREF(out);
+            return NULL; /* the state is left as it was */
+        }
+        PyList_SET_ITEM(out, i, key);
+        c = (c + 1) & 0xFFFF;
+        count += 1;
+    }
+    if (n > 0) {
+        self->last_t = t;
+        self->count_in_t = count;
+        self->counter = c;
+    }
+    return out;
+}
+
+static PyObject *uk_set_month(UniqKeys *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "set_month(month_start, month_end)");
+        return NULL;
+    }
+    long long start = PyLong_AsLongLong(args[0]);
+    if (start == -1 && PyErr_Occurred()) return NULL;
+    long long end = PyLong_AsLongLong(args[1]);
+    if (end == -1 && PyErr_Occurred()) return NULL;
+    if (start != self->month_start) {
+        /* A new month (another thread may already have set it: then nothing changes). */
+        self->month_start = start;
+        self->month_end = end;
+        self->last_t = -1;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef uk_methods[] = {
+    {"next", (PyCFunction)uk_next, METH_NOARGS,
+     "A new UNIQ_KEY, or None when the clock left the month (call set_month)."},
+    {"next_many", (PyCFunction)uk_next_many, METH_O,
+     "next_many(n): n new UNIQ_KEYs from one clock reading, or None (see next)."},
+    {"set_month", (PyCFunction)(void (*)(void))uk_set_month, METH_FASTCALL,
+     "set_month(month_start, month_end): the local month the clock is now in (epoch ms)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject UniqKeysType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "store._speedups.UniqKeys",
+    .tp_basicsize = sizeof(UniqKeys),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "UniqKeyGenerator's state and its next() / next_many() (see store.message).",
+    .tp_new = uk_new,
+    .tp_dealloc = (destructor)uk_dealloc,
+    .tp_methods = uk_methods,
+};
+
 /* ------------------------------------------------------------------ fsync worker */
 /* `FsyncWorker`: the SYNC_FLUSH group commit's fsync thread, in C (store._flush says why).
  *
@@ -2014,6 +2181,9 @@ PyMODINIT_FUNC PyInit__speedups(void) {
 #endif
     if (intern_names() < 0 || intern_record_slots() < 0) return NULL;
     PyObject *mod = PyModule_Create(&module);
+    if (mod != NULL && (PyType_Ready(&UniqKeysType) < 0 ||
+                        PyModule_AddObjectRef(mod, "UniqKeys", (PyObject *)&UniqKeysType) < 0))
+        Py_CLEAR(mod);
 #ifdef __linux__
     if (mod != NULL && (PyType_Ready(&FsyncWorkerType) < 0 ||
                         PyModule_AddObjectRef(mod, "FsyncWorker", (PyObject *)&FsyncWorkerType) < 0))
