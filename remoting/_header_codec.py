@@ -9,7 +9,8 @@ The layouts are described in docs/protocol.md.
 
 When the C extension `remoting._speedups` imports (and TRIMQ_NO_NATIVE is unset, empty or "0"),
 `encode_header` and `decode_header` are its versions: msgpack, ROCKETMQ binary and JSON headers
-are coded natively (JSON decode only for the plain subset fastjson writes); every other case
+are coded natively (JSON decode for the subset fastjson and the C++ client write: integer,
+boolean and null values inside extFields included); every other case
 (anything outside the native subset, every error) goes to the pure-Python `py_encode_header` /
 `py_decode_header` below, which stay the reference.
 """
@@ -18,9 +19,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import types
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
@@ -52,6 +55,7 @@ _LANG_VALID = frozenset(_LANG_NAME)
 # What Java assumes when a JSON header leaves a field out.
 _DEFAULT_LANGUAGE = int(LanguageCode.JAVA)
 _DEFAULT_VERSION = 0
+_DIGITS = re.compile(r"-?[0-9]{1,19}")
 
 # ---------------------------------------------------------------------------
 # JSON (type 0)
@@ -81,13 +85,38 @@ def _encode_json(cmd: RemotingCommand) -> bytes:
     return "".join(parts).encode("ascii")
 
 
+class _JsonInt(str):
+    """A JSON integer literal, kept as its text (as fastjson's numberString does)."""
+
+    __slots__ = ()
+
+
+class _JsonNumber(str):
+    """A JSON number with a fraction or exponent, as the text of Java's BigDecimal.toString."""
+
+    __slots__ = ()
+
+
+def _json_number(text: str) -> _JsonNumber:
+    # fastjson parses such a number as a BigDecimal; BigDecimal.toString and Python's
+    # Decimal.__str__ both follow the General Decimal Arithmetic to-scientific-string rules.
+    return _JsonNumber(str(Decimal(text)))
+
+
+def _json_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _json_int(obj: dict[str, Any], key: str, default: int) -> int:
     value = obj.get(key)
     if value is None:
         return default
-    if type(value) is not int:
-        raise FrameError(f"JSON header field {key!r} is not an integer: {value!r:.40}")
-    return value
+    if type(value) is _JsonInt:
+        return int(value)
+    if type(value) is str and _DIGITS.fullmatch(value):
+        # fastjson reads "12" into an int field too.
+        return int(value)
+    raise FrameError(f"JSON header field {key!r} is not an integer: {value!r:.40}")
 
 
 def _json_language(value: object) -> int:
@@ -95,38 +124,67 @@ def _json_language(value: object) -> int:
         return _DEFAULT_LANGUAGE
     if type(value) is str:
         return _LANG_BY_NAME.get(value, _LANG_OTHER)
-    if type(value) is int:
-        return value if value in _LANG_VALID else _LANG_OTHER
+    if type(value) is _JsonInt:
+        number = int(value)
+        return number if number in _LANG_VALID else _LANG_OTHER
     raise FrameError(f"JSON header field 'language' is neither a name nor a number: {value!r:.40}")
 
 
-def _check_ext_fields(ext: object, codec: str) -> dict[str, str] | None:
+def _json_ext_fields(ext: object) -> dict[str, str] | None:
+    """extFields as Apache's broker reads them into a map of strings (fastjson's StringCodec).
+
+    A string stays as it is; a number becomes its decimal text; true/false become "true" and
+    "false"; null leaves the entry out (a custom header field that is absent). Objects and
+    arrays cannot be read as a string and are refused.
+    """
     if ext is None:
         return None
     if type(ext) is not dict:
-        raise FrameError(f"{codec} header extFields is not a map")
+        raise FrameError("JSON header extFields is not an object")
+    plain = True
+    for value in ext.values():
+        if type(value) is not str:
+            plain = False
+            break
+    if plain:
+        return ext
+    out: dict[str, str] = {}
     for key, value in ext.items():
-        if type(value) is not str or type(key) is not str:
-            raise FrameError(f"{codec} header extFields entry {key!r:.40} is not string to string")
-    return ext
+        kind = type(value)
+        if kind is str:
+            out[key] = value
+        elif kind is _JsonInt or kind is _JsonNumber:
+            out[key] = str.__str__(value)
+        elif kind is bool:
+            out[key] = "true" if value else "false"
+        elif value is None:
+            continue
+        else:
+            raise FrameError(f"JSON header extFields entry {key!r:.40} is not a string or number")
+    return out
 
 
 def _decode_json(data: bytes) -> RemotingCommand:
     try:
-        obj = _json_loads(data)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        obj = _json_loads(
+            data, parse_int=_JsonInt, parse_float=_json_number, parse_constant=_json_constant
+        )
+    except (ValueError, UnicodeDecodeError, RecursionError, ArithmeticError) as exc:
         raise FrameError(f"JSON header is not valid JSON: {exc}") from None
     if type(obj) is not dict:
         raise FrameError("JSON header is not an object")
     remark = obj.get("remark")
     if remark is not None and type(remark) is not str:
-        raise FrameError("JSON header field 'remark' is not a string")
+        if type(remark) is _JsonInt or type(remark) is _JsonNumber:
+            remark = str.__str__(remark)
+        else:
+            raise FrameError("JSON header field 'remark' is not a string")
     return new_command(
         _json_int(obj, "code", 0),
         _json_int(obj, "opaque", 0),
         _json_int(obj, "flag", 0),
         remark,
-        _check_ext_fields(obj.get("extFields"), "JSON"),
+        _json_ext_fields(obj.get("extFields")),
         None,
         _json_language(obj.get("language")),
         _json_int(obj, "version", _DEFAULT_VERSION),
@@ -278,6 +336,17 @@ def _encode_msgpack(cmd: RemotingCommand) -> bytes:
         raise ValueError(f"command does not fit the msgpack header: {exc}") from None
 
 
+def _check_ext_fields(ext: object) -> dict[str, str] | None:
+    if ext is None:
+        return None
+    if type(ext) is not dict:
+        raise FrameError("msgpack header extFields is not a map")
+    for key, value in ext.items():
+        if type(value) is not str or type(key) is not str:
+            raise FrameError(f"msgpack header extFields entry {key!r:.40} is not string to string")
+    return ext
+
+
 def _decode_msgpack(data: bytes) -> RemotingCommand:
     try:
         obj = _unpackb(
@@ -310,7 +379,7 @@ def _decode_msgpack(data: bytes) -> RemotingCommand:
         opaque,
         flag,
         remark,
-        _check_ext_fields(ext, "msgpack"),
+        _check_ext_fields(ext),
         None,
         language if language in _LANG_VALID else _LANG_OTHER,
         version,

@@ -427,10 +427,11 @@ error:
 /* JSON header decode (type 0), the subset fastjson writes                                    */
 /* ------------------------------------------------------------------------------------------ */
 /* One object; known keys code/flag/opaque/version (int or null), language (name, int or null),
- * remark (str or null), extFields (object of str or null); other keys with a string, integer or
- * null value are ignored (as _decode_json ignores them). Anything else (floats, true/false,
+ * remark (str or null), extFields (null, or an object whose values are strings, integers,
+ * true/false or null: see j_ext_value); other keys with a string, integer or null value are
+ * ignored (as _decode_json ignores them). Anything else (floats, true/false outside extFields,
  * arrays, nested values elsewhere, bad escapes, raw control characters, non-UTF-8, big numbers,
- * trailing data) goes to json.loads in Python. */
+ * trailing data) goes to json.loads in Python, which also handles the lenient forms. */
 
 typedef struct {
     const unsigned char *p;
@@ -563,6 +564,68 @@ static int j_int(jcur *c, long long *out, int *is_null) {
     return 1;
 }
 
+/* The length of a JSON integer literal at c->pos (-?(0|[1-9][0-9]*), not followed by a fraction
+ * or exponent), or 0. */
+static Py_ssize_t j_int_literal(jcur *c) {
+    Py_ssize_t i = c->pos;
+    if (i < c->n && c->p[i] == '-') i++;
+    Py_ssize_t digits = i;
+    while (i < c->n && c->p[i] >= '0' && c->p[i] <= '9') i++;
+    if (i == digits) return 0;
+    if (c->p[digits] == '0' && i - digits > 1) return 0;
+    if (i < c->n && (c->p[i] == '.' || c->p[i] == 'e' || c->p[i] == 'E')) return 0;
+    return i - c->pos;
+}
+
+/* An extFields value at c->pos, read as Apache's broker reads it into a map of strings: a string
+ * as it is, an integer as its literal text, true/false as "true"/"false", null as absent (*out
+ * NULL). Returns 1 ok, 0 fallback (floats and anything else go to Python), -1 fallback or error
+ * (as j_str's NULL: error if one is set). */
+static int j_ext_value(jcur *c, PyObject **out) {
+    unsigned char b = c->p[c->pos];
+    *out = NULL;
+    if (b == '"') {
+        *out = j_str(c);
+        return *out == NULL ? -1 : 1;
+    }
+    if (b == 'n' && c->n - c->pos >= 4 && memcmp(c->p + c->pos, "null", 4) == 0) {
+        c->pos += 4;
+        return 1;
+    }
+    if (b == 't' && c->n - c->pos >= 4 && memcmp(c->p + c->pos, "true", 4) == 0) {
+        c->pos += 4;
+        *out = PyUnicode_FromStringAndSize("true", 4);
+        return *out == NULL ? -1 : 1;
+    }
+    if (b == 'f' && c->n - c->pos >= 5 && memcmp(c->p + c->pos, "false", 5) == 0) {
+        c->pos += 5;
+        *out = PyUnicode_FromStringAndSize("false", 5);
+        return *out == NULL ? -1 : 1;
+    }
+    Py_ssize_t len = j_int_literal(c);
+    if (len == 0) return 0;
+    *out = PyUnicode_FromStringAndSize((const char *)c->p + c->pos, len);
+    if (*out == NULL) return -1;
+    c->pos += len;
+    return 1;
+}
+
+/* Remove the entries of `d` whose value is None; 0 ok, -1 error. */
+static int drop_none_values(PyObject *d) {
+    PyObject *keys = PyList_New(0);
+    if (keys == NULL) return -1;
+    PyObject *k, *v;
+    Py_ssize_t i = 0;
+    while (PyDict_Next(d, &i, &k, &v)) {
+        if (v == Py_None && PyList_Append(keys, k) < 0) { Py_DECREF(keys); return -1; }
+    }
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(keys); j++) {
+        if (PyDict_DelItem(d, PyList_GET_ITEM(keys, j)) < 0) { Py_DECREF(keys); return -1; }
+    }
+    Py_DECREF(keys);
+    return 0;
+}
+
 /* After an object member: 0 past a "," (another member follows), 1 past the closing "}", -1 on
  * anything else (not the JSON this decoder handles: the caller falls back). */
 static int j_next_member(jcur *c) {
@@ -583,6 +646,7 @@ static PyObject *json_decode(modstate *st, const unsigned char *p, Py_ssize_t n)
     jcur c = {p, n, 0};
     long long code = 0, flag = 0, opaque = 0, version = 0, lang = 0;
     PyObject *remark = Py_NewRef(Py_None), *ext = Py_NewRef(Py_None);
+    int ext_nulls = 0;
     if (st->lang_names == NULL) goto fallback;
     j_ws(&c);
     if (c.pos >= n || p[c.pos] != '{') goto fallback;
@@ -668,17 +732,26 @@ static PyObject *json_decode(modstate *st, const unsigned char *p, Py_ssize_t n)
                         if (c.pos >= n || p[c.pos] != ':') { Py_DECREF(k); goto fallback; }
                         c.pos++;
                         j_ws(&c);
-                        if (c.pos >= n || p[c.pos] != '"') { Py_DECREF(k); goto fallback; }
-                        PyObject *v = j_str(&c);
-                        if (v == NULL) { Py_DECREF(k); goto fallback_or_error; }
+                        if (c.pos >= n) { Py_DECREF(k); goto fallback; }
+                        PyObject *v;
+                        int vk = j_ext_value(&c, &v);
+                        if (vk == 0) { Py_DECREF(k); goto fallback; }
+                        if (vk < 0) { Py_DECREF(k); goto fallback_or_error; }
+                        /* null is kept as None until the object ends, so that a duplicate key
+                         * keeps its first position, as in json.loads; then it is removed. */
+                        if (v == NULL) {
+                            v = Py_NewRef(Py_None);
+                            ext_nulls = 1;
+                        }
                         int rc = PyDict_SetItem(ext, k, v);
-                        Py_DECREF(k);
                         Py_DECREF(v);
+                        Py_DECREF(k);
                         if (rc < 0) goto error;
                         int next = j_next_member(&c);
                         if (next < 0) goto fallback;
                         if (next) break;
                     }
+                    if (ext_nulls && drop_none_values(ext) < 0) goto error;
                 }
             }
         } else {

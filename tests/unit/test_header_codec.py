@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
 
 import msgpack  # type: ignore[import-untyped]
 import pytest
@@ -15,9 +16,16 @@ from remoting import (
     LanguageCode,
     RemotingCommand,
     SerializeType,
+    _header_codec,
     decode_header,
     encode_header,
 )
+from remoting._header_codec import py_decode_header
+
+# The decoder in use (native when built) and the pure-Python reference: both read every form.
+_JSON_DECODERS: list[Callable[[int, bytes], RemotingCommand]] = [decode_header, py_decode_header]
+if _header_codec.native is not None and _header_codec.native.decode_header is not decode_header:
+    _JSON_DECODERS.append(_header_codec.native.decode_header)
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 INT16 = st.integers(-(2**15), 2**15 - 1)
@@ -145,22 +153,100 @@ def test_json_missing_fields_default_and_unknown_fields_are_ignored() -> None:
         b"",
         b"[1,2]",
         b"{",
-        b'{"code":"105"}',
         b'{"code":1.5}',
         b'{"code":true}',
+        b'{"code":"1x"}',
         b'{"code":1,"opaque":null,"flag":"x"}',
-        b'{"code":1,"remark":5}',
-        b'{"code":1,"extFields":{"a":null}}',
-        b'{"code":1,"extFields":{"a":1}}',
+        b'{"code":1,"remark":true}',
+        b'{"code":1,"remark":[]}',
+        b'{"code":1,"extFields":{"a":[1]}}',
+        b'{"code":1,"extFields":{"a":{"b":"c"}}}',
+        b'{"code":1,"extFields":{"a":NaN}}',
+        b'{"code":1,"extFields":{"a":Infinity}}',
         b'{"code":1,"extFields":[]}',
+        b'{"code":1,"extFields":"a=b"}',
         b'{"code":1,"language":[]}',
         b"\xff\xfe",
         b"[" * 100000,
     ],
 )
 def test_json_malformed_headers_raise_frame_error(text: bytes) -> None:
-    with pytest.raises(FrameError):
-        decode_header(SerializeType.JSON, text)
+    for decode in _JSON_DECODERS:
+        with pytest.raises(FrameError):
+            decode(SerializeType.JSON, text)
+
+
+# The Apache RocketMQ C++ client's SEND_MESSAGE header (rocketmq-client-cpp 2.x, jsoncpp): numbers
+# inside extFields, no serializeTypeCurrentRPC.
+_CPP_SEND = (
+    b'{"code":10,"extFields":{"bornTimestamp":"1764255600000","defaultTopic":"TBW102",'
+    b'"defaultTopicQueueNums":4,"flag":0,"producerGroup":"G","properties":"TAGS\\u0001TagA\\u0002",'
+    b'"queueId":0,"reconsumeTimes":0,"sysFlag":0,"topic":"T","unitMode":false},'
+    b'"flag":0,"language":"CPP","opaque":5,"remark":"","version":213}'
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "code", "ext"),
+    [
+        (
+            _CPP_SEND,
+            10,
+            {
+                "bornTimestamp": "1764255600000",
+                "defaultTopic": "TBW102",
+                "defaultTopicQueueNums": "4",
+                "flag": "0",
+                "producerGroup": "G",
+                "properties": "TAGS\x01TagA\x02",
+                "queueId": "0",
+                "reconsumeTimes": "0",
+                "sysFlag": "0",
+                "topic": "T",
+                "unitMode": "false",
+            },
+        ),
+        # numbers as Java prints them: an integer's literal text, a decimal as BigDecimal does
+        (
+            b'{"code":1,"extFields":{"a":-7,"b":12345678901234567890123}}',
+            1,
+            {"a": "-7", "b": "12345678901234567890123"},
+        ),
+        (
+            b'{"code":1,"extFields":{"a":1.50,"b":1e3,"c":-2.5E-7}}',
+            1,
+            {"a": "1.50", "b": "1E+3", "c": "-2.5E-7"},
+        ),
+        # booleans as true/false, null as an absent field (a later duplicate wins)
+        (b'{"code":1,"extFields":{"a":true,"b":false,"c":null}}', 1, {"a": "true", "b": "false"}),
+        (b'{"code":1,"extFields":{"a":"x","b":"y","a":null}}', 1, {"b": "y"}),
+        (b'{"code":1,"extFields":{"a":null}}', 1, {}),
+        # integer fields written as strings, as fastjson reads them
+        (b'{"code":"105","opaque":"-3"}', 105, None),
+    ],
+)
+def test_json_lenient_forms_read_as_apache_does(
+    text: bytes, code: int, ext: dict[str, str] | None
+) -> None:
+    for decode in _JSON_DECODERS:
+        cmd = decode(SerializeType.JSON, text)
+        assert cmd.code == code
+        assert cmd.ext_fields == ext
+        assert all(type(v) is str for v in (cmd.ext_fields or {}).values())
+
+
+def test_json_cpp_header_fields() -> None:
+    for decode in _JSON_DECODERS:
+        cmd = decode(SerializeType.JSON, _CPP_SEND)
+        assert cmd.language == LanguageCode.CPP
+        assert cmd.opaque == 5
+        assert cmd.version == 213
+        assert cmd.remark == ""
+
+
+def test_json_remark_number_is_its_text() -> None:
+    for decode in _JSON_DECODERS:
+        assert decode(SerializeType.JSON, b'{"code":1,"remark":12}').remark == "12"
 
 
 @pytest.mark.parametrize(
