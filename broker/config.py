@@ -72,6 +72,10 @@ class BrokerConfig(BaseModel):
     """Address published to NameServers and in message ids. Default: the listen address, with
     0.0.0.0 replaced by the primary local IP (the source address of the default route)."""
     region_id: str = "DefaultRegion"
+    msgpack_headers: bool = True
+    """Read trimq's msgpack headers and advertise them to trimq clients. False serves only
+    RocketMQ's JSON and ROCKETMQ header codecs, as an Apache server does (a msgpack frame then
+    closes its connection as an unknown serialize type)."""
     trace_on: bool = True
 
     # -- storage -------------------------------------------------------------------------

@@ -108,7 +108,7 @@ class BrokerController:
         self.queue_locks = QueueLockManager()
         self.stats = BrokerStats()
         host, port = config.listen_host_port
-        self.server = RemotingServer(host, port)
+        self.server = RemotingServer(host, port, msgpack_headers=config.msgpack_headers)
         self.client = RemotingClient(serialize_type=SerializeType.JSON)
         self.registration = RegistrationService(
             self.client,

@@ -21,6 +21,10 @@ def _default_client_ip() -> str:
         return "127.0.0.1"
 
 
+SerializeTypeName = Literal["auto", "json", "rocketmq", "msgpack"]
+SERIALIZE_TYPE_NAMES: tuple[str, ...] = ("auto", "json", "rocketmq", "msgpack")
+
+
 class ClientConfig(BaseModel):
     """Options shared by producers, consumers and the admin client.
 
@@ -37,7 +41,14 @@ class ClientConfig(BaseModel):
     instance_name: str = Field(default_factory=lambda: str(os.getpid()))
     client_ip: str = Field(default_factory=_default_client_ip)
     unit_name: str | None = None
-    serialize_type: Literal["msgpack", "json"] = "msgpack"
+    serialize_type: SerializeTypeName = Field(
+        default="auto",
+        description=(
+            "header codec: 'auto' starts every connection in JSON (which any RocketMQ server "
+            "reads) and moves it to trimq's msgpack when the server says it reads it; 'json', "
+            "'rocketmq' (RocketMQ's binary codec) or 'msgpack' fix it"
+        ),
+    )
     mq_client_api_timeout_ms: int = Field(default=3000, gt=0)
 
     # producer

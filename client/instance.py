@@ -213,12 +213,14 @@ class ClientInstance:
     async def __aenter__(self) -> Self:
         # An application that never configured structlog gets warnings and errors only.
         configure_logging_if_unset("warning")
-        serialize = (
-            SerializeType.MSGPACK if self.config.serialize_type == "msgpack" else SerializeType.JSON
-        )
+        name = self.config.serialize_type
+        serialize = {
+            "msgpack": SerializeType.MSGPACK,
+            "rocketmq": SerializeType.ROCKETMQ,
+        }.get(name, SerializeType.JSON)
         try:
             self.remoting = await self._stack.enter_async_context(
-                RemotingClient(serialize_type=serialize)
+                RemotingClient(serialize_type=serialize, upgrade_to_msgpack=name == "auto")
             )
             self.remoting.register_processor(
                 RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_notify_consumer_ids_changed

@@ -52,6 +52,10 @@ class NamesrvConfig(BaseModel):
     """A broker silent for longer than this is removed."""
     order_message_enable: bool = False
     """Add `orderTopicConf` (KV namespace ORDER_TOPIC_CONFIG) to route answers."""
+    msgpack_headers: bool = True
+    """Read trimq's msgpack headers and advertise them to trimq clients. False serves only
+    RocketMQ's JSON and ROCKETMQ header codecs, as an Apache server does (a msgpack frame then
+    closes its connection as an unknown serialize type)."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool = False
 

@@ -38,7 +38,7 @@ class NameServer:
         self.kv = KVConfig()
         host, port = config.listen_host_port
         self.host = host
-        self._server = RemotingServer(host, port)
+        self._server = RemotingServer(host, port, msgpack_headers=config.msgpack_headers)
         self.processors = NamesrvProcessors(
             self.route_table, self.kv, order_message_enable=config.order_message_enable
         )

@@ -59,6 +59,9 @@ class RemotingClient:
 
     Args:
         serialize_type: header codec of every request sent (responses come back in it).
+        upgrade_to_msgpack: start each connection in `serialize_type` and move it to msgpack
+            once the server's answer says it reads msgpack (a trimq server); a server that
+            never says so (any other RocketMQ server) is spoken to in `serialize_type` only.
         max_frame_size: largest frame accepted from a server.
         connect_timeout_ms: time allowed to open a connection.
         max_pending: cap on requests waiting for responses, over all connections.
@@ -77,8 +80,10 @@ class RemotingClient:
         language: int = LanguageCode.PYTHON,
         outbound_queue_size: int = 1024,
         max_inflight: int = 256,
+        upgrade_to_msgpack: bool = False,
     ) -> None:
         self.serialize_type = int(serialize_type)
+        self._upgrade = upgrade_to_msgpack
         self.language = int(language)
         self._max_frame_size = max_frame_size
         self._connect_timeout = connect_timeout_ms / 1000
@@ -175,7 +180,7 @@ class RemotingClient:
         if conn is not None and not conn.closed and timeout_ms >= 1:
             # Connected: the connection's own invoke is the coroutine (no frame of ours per
             # call, no clock reads for a connect that does not happen).
-            cmd.serialize_type = self.serialize_type
+            cmd.serialize_type = conn.serialize_type
             cmd.language = self.language
             return conn.invoke(cmd, timeout_ms, long_poll=long_poll)
         return self._connect_and_invoke(addr, cmd, timeout_ms, long_poll)
@@ -188,7 +193,7 @@ class RemotingClient:
         remaining_ms = timeout_ms - (trio.current_time() - start) * 1000
         if remaining_ms <= 0:
             raise RemotingTimeoutError(f"connecting to {addr} used the whole {timeout_ms} ms")
-        cmd.serialize_type = self.serialize_type
+        cmd.serialize_type = conn.serialize_type
         cmd.language = self.language
         return await conn.invoke(cmd, int(remaining_ms) or 1, long_poll=long_poll)
 
@@ -200,7 +205,7 @@ class RemotingClient:
             RemotingConnectionLost: the connection is closed.
         """
         conn = await self._get_connection(addr)
-        cmd.serialize_type = self.serialize_type
+        cmd.serialize_type = conn.serialize_type
         cmd.language = self.language
         await conn.invoke_oneway(cmd)
 
@@ -266,6 +271,8 @@ class RemotingClient:
             next_opaque=self._next_opaque,
             pending_budget=self._budget,
             inline_processors=self._inline,
+            serialize_type=self.serialize_type,
+            upgrade_to_msgpack=self._upgrade and self.serialize_type != SerializeType.MSGPACK,
         )
         self._connections[addr] = conn
         del self._connecting[addr]

@@ -64,7 +64,7 @@ import trio
 
 from remoting._command import Body, RemotingCommand
 from remoting._frame import FrameDecoder, encode_frame_parts
-from remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
+from remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, LanguageCode, ResponseCode, SerializeType
 from remoting.errors import (
     FrameError,
     RemotingConnectionLost,
@@ -109,6 +109,12 @@ _COALESCE_BYTES = 256 * 1024
 # (long polls aside); with more, the writer joins the requests issued together.
 _DIRECT_MAX_OTHERS = 3
 _OPAQUE_MASK = 0x7FFFFFFF
+_MSGPACK = int(SerializeType.MSGPACK)
+_PYTHON = int(LanguageCode.PYTHON)
+# The response extFields entry by which a trimq server tells a trimq client the header codecs it
+# reads (docs/protocol.md, "Choosing the header codec").
+MSGPACK_ADVERT_FIELD = "trimqSerializeTypes"
+_ADVERT_VALUE = "JSON,ROCKETMQ,MSGPACK"
 
 _ids = itertools.count(1)
 
@@ -256,8 +262,20 @@ class Connection:
         pending_budget: PendingBudget | None = None,
         inline_processors: Mapping[int, InlineHandler] | None = None,
         inline_batch: InlineBatch | None = None,
+        msgpack: bool = True,
+        advertise_msgpack: bool = False,
+        serialize_type: int = SerializeType.MSGPACK,
+        upgrade_to_msgpack: bool = False,
     ) -> None:
         self.id = next(_ids)
+        # Header codec of the requests sent on this connection (read by RemotingClient).
+        self.serialize_type = int(serialize_type)
+        # Client side: switch `serialize_type` to msgpack once the peer advertises it.
+        self._upgrade = upgrade_to_msgpack
+        # Server side: tell a trimq client (language PYTHON) sending another codec that this
+        # end reads msgpack (see `_encode_response`).
+        self._advertise = advertise_msgpack and msgpack
+        self._msgpack = msgpack
         self._stream = stream
         sock = stream.socket
         try:
@@ -493,7 +511,7 @@ class Connection:
             waiter.finish()
 
     async def _reader(self, nursery: trio.Nursery) -> None:
-        decoder = FrameDecoder(self._max_frame_size)
+        decoder = FrameDecoder(self._max_frame_size, msgpack=self._msgpack)
         stream = self._stream
         pending = self._pending
         inflight = self._inflight
@@ -551,6 +569,8 @@ class Connection:
                 batch.begin()
             for cmd in commands:
                 if cmd.flag & FLAG_RESPONSE:
+                    if self._upgrade and cmd.ext_fields is not None:
+                        self._upgrade_on_advert(cmd.ext_fields)
                     waiter = pending.pop(cmd.opaque, None)
                     if waiter is None:
                         log.debug(
@@ -684,11 +704,28 @@ class Connection:
         )
         return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
 
+    def _upgrade_on_advert(self, ext: Mapping[str, str]) -> None:
+        codecs = ext.get(MSGPACK_ADVERT_FIELD)
+        if codecs is not None and "MSGPACK" in codecs.split(","):
+            self._upgrade = False
+            self.serialize_type = _MSGPACK
+            log.debug("remoting_header_codec_upgraded", peer=self.remote_address, conn=self.id)
+
     def _encode_response(
         self, cmd: RemotingCommand, response: RemotingCommand
     ) -> tuple[bytes, Body | None]:
         """Mark `response` as the answer to `cmd` and encode it (a SYSTEM_ERROR answer if it
         cannot be encoded)."""
+        if self._advertise and cmd.serialize_type != _MSGPACK and cmd.language == _PYTHON:
+            # A trimq client starts in JSON, which every RocketMQ server reads, and moves to
+            # msgpack when an answer carries this field. Other clients (Java, C++, Go) never
+            # see it; to a Python client that is not trimq it is an unknown field, ignored.
+            ext = response.ext_fields
+            response.ext_fields = (
+                {MSGPACK_ADVERT_FIELD: _ADVERT_VALUE}
+                if ext is None
+                else {**ext, MSGPACK_ADVERT_FIELD: _ADVERT_VALUE}
+            )
         response.opaque = cmd.opaque
         response.flag |= FLAG_RESPONSE
         response.serialize_type = cmd.serialize_type

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from remoting._command import Body, RemotingCommand
 from remoting._header_codec import native, py_decode_header, py_encode_header
+from remoting.codes import SerializeType
 from remoting.errors import FrameError, FrameTooLargeError
 
 __all__ = [
@@ -35,6 +36,7 @@ _unpack_prefix = _PREFIX.unpack_from
 _unpack_length = struct.Struct(">i").unpack_from
 _pack_prefix = _PREFIX.pack
 _MAX_HEADER_LEN = 0xFFFFFF
+_MSGPACK = int(SerializeType.MSGPACK)
 
 
 def py_encode_frame_parts(cmd: RemotingCommand) -> tuple[bytes, Body | None]:
@@ -127,13 +129,19 @@ class FrameDecoder:
     Args:
         max_frame_size: largest accepted `length` field; larger raises `FrameTooLargeError`
             as soon as the length is seen, before any of the body is buffered.
+        msgpack: accept trimq's msgpack headers; False reads only RocketMQ's own codecs (JSON
+            and ROCKETMQ) and fails a msgpack frame as an unknown serialize type, as an Apache
+            peer does.
     """
 
-    __slots__ = ("_buf", "_max")
+    __slots__ = ("_buf", "_max", "_msgpack")
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+    def __init__(
+        self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *, msgpack: bool = True
+    ) -> None:
         self._buf = bytearray()
         self._max = max_frame_size
+        self._msgpack = msgpack
 
     @property
     def buffered(self) -> int:
@@ -159,10 +167,14 @@ class FrameDecoder:
             if pos:
                 # bytearray drops a prefix in amortised O(1) (it moves its start pointer).
                 del buf[:pos]
-            return out
-        # Fast path: nothing pending, parse straight from the received bytes.
-        src = data if type(data) is bytes else bytes(data)
-        pos = _parse_frames(src, self._max, out)
-        if pos < len(src):
-            buf += src[pos:] if pos else src
+        else:
+            # Fast path: nothing pending, parse straight from the received bytes.
+            src = data if type(data) is bytes else bytes(data)
+            pos = _parse_frames(src, self._max, out)
+            if pos < len(src):
+                buf += src[pos:] if pos else src
+        if not self._msgpack:
+            for cmd in out:
+                if cmd.serialize_type == _MSGPACK:
+                    raise FrameError(f"unknown serialize type {_MSGPACK}")
         return out

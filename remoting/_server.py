@@ -37,6 +37,9 @@ class RemotingServer:
         outbound_queue_size: frames queued per connection before senders wait.
         max_inflight_per_connection: requests handled at once per connection; beyond it the
             connection stops reading until one finishes.
+        msgpack_headers: read trimq's msgpack headers and advertise them to trimq clients that
+            start in JSON; False serves only RocketMQ's own header codecs, as an Apache server
+            does (a msgpack frame closes its connection as an unknown serialize type).
     """
 
     def __init__(
@@ -48,8 +51,10 @@ class RemotingServer:
         outbound_queue_size: int = 1024,
         max_inflight_per_connection: int = 4096,
         max_pending: int = 65536,
+        msgpack_headers: bool = True,
     ) -> None:
         self.host = host
+        self._msgpack = msgpack_headers
         self.port = port
         self._max_frame_size = max_frame_size
         self._outbound_queue_size = outbound_queue_size
@@ -155,6 +160,8 @@ class RemotingServer:
             pending_budget=self._budget,
             inline_processors=self._inline,
             inline_batch=self._inline_batch,
+            msgpack=self._msgpack,
+            advertise_msgpack=self._msgpack,
         )
         self._connections[conn.id] = conn
         log.debug("remoting_connected", peer=conn.remote_address, conn=conn.id)

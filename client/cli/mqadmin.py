@@ -35,6 +35,7 @@ from client import (
     Producer,
     PullConsumer,
 )
+from client.cli._options import serialize_type_option
 from client.errors import MQClientError
 from remoting.errors import RemoteError, RemotingError
 from remoting.logs import configure_logging
@@ -87,7 +88,15 @@ def _fail(msg: str) -> None:
 def _config(namesrv: str | None) -> ClientConfig:
     if not namesrv:
         _fail("no NameServer address: pass -n HOST:PORT or set NAMESRV_ADDR")
-    return ClientConfig(namesrv_addr=namesrv or "", instance_name=f"mqadmin-{time.time_ns()}")
+    return ClientConfig(
+        namesrv_addr=namesrv or "",
+        instance_name=f"mqadmin-{time.time_ns()}",
+        serialize_type=_options["serialize_type"],
+    )
+
+
+# Options of the command group, for every command's client.
+_options: dict[str, Any] = {"serialize_type": "auto"}
 
 
 def _run(fn: Callable[[], Awaitable[T]]) -> T:
@@ -202,9 +211,11 @@ def _bool(text: str) -> bool:
 
 @click.group(cls=_AliasGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--log-level", default="warning", show_default=True, help="Client log level.")
-def cli(log_level: str) -> None:
+@serialize_type_option
+def cli(log_level: str, serialize_type: str) -> None:
     """trimq admin tool (RocketMQ mqadmin commands)."""
     configure_logging(log_level)
+    _options["serialize_type"] = serialize_type
 
 
 # -- topics ---------------------------------------------------------------------------------

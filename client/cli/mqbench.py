@@ -33,6 +33,7 @@ from client import (
     Producer,
     PushConsumer,
 )
+from client.cli._options import serialize_type_option
 from remoting.logs import configure_logging
 
 _err = Console(stderr=True)
@@ -106,7 +107,11 @@ def _config(namesrv: str | None, **kw: Any) -> ClientConfig:
     if not namesrv:
         click.echo("mqbench: error: pass -n HOST:PORT or set NAMESRV_ADDR", err=True)
         sys.exit(1)
-    return ClientConfig(namesrv_addr=namesrv, **kw)
+    return ClientConfig(namesrv_addr=namesrv, serialize_type=_options["serialize_type"], **kw)
+
+
+# Options of the command group, for every command's client.
+_options: dict[str, Any] = {"serialize_type": "auto"}
 
 
 def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
@@ -136,9 +141,11 @@ async def _progress(stats: Stats, kind: str, done: trio.Event, console: Console 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--log-level", default="error", show_default=True)
-def cli(log_level: str) -> None:
+@serialize_type_option
+def cli(log_level: str, serialize_type: str) -> None:
     """trimq benchmark tool."""
     configure_logging(log_level)
+    _options["serialize_type"] = serialize_type
 
 
 @cli.command()

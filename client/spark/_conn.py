@@ -21,13 +21,13 @@ import contextlib
 import os
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import structlog
 import trio
 
 from client._api import PULL_FLAG_SUBSCRIPTION, PullStatus
-from client.config import ClientConfig
+from client.config import ClientConfig, SerializeTypeName
 from client.errors import MQClientError
 from client.instance import ClientInstance, unique_instance_name
 from client.message import Message, MessageQueue
@@ -76,11 +76,12 @@ class Conn:
     Args:
         namesrv_addr: NameServer list `host:port;host:port`.
         timeout_ms: RPC timeout for route and offset calls.
-        serialize_type: header encoding, "msgpack" (trimq) or "json" (any RocketMQ 4.x broker).
+        serialize_type: header codec, as `ClientConfig.serialize_type` ("auto": JSON, moving to
+            msgpack with a trimq server).
     """
 
     def __init__(
-        self, namesrv_addr: str, *, timeout_ms: int = 3000, serialize_type: str = "msgpack"
+        self, namesrv_addr: str, *, timeout_ms: int = 3000, serialize_type: str = "auto"
     ) -> None:
         self.namesrv_addr = namesrv_addr
         self.serialize_type = serialize_type
@@ -129,7 +130,7 @@ class Conn:
             namesrv_addr=self.namesrv_addr,
             instance_name=unique_instance_name(),
             mq_client_api_timeout_ms=self.timeout_ms,
-            serialize_type="json" if self.serialize_type == "json" else "msgpack",
+            serialize_type=cast(SerializeTypeName, self.serialize_type),
         )
         self._stop = trio.Event()
         async with ClientInstance(cfg) as inst, trio.open_nursery() as nursery:
@@ -507,7 +508,7 @@ _CACHE_LOCK = threading.Lock()
 _MAX_CACHED = 8
 
 
-def get_conn(namesrv_addr: str, *, serialize_type: str = "msgpack") -> Conn:
+def get_conn(namesrv_addr: str, *, serialize_type: str = "auto") -> Conn:
     """This process's connection to the cluster behind `namesrv_addr` (started on first use)."""
     key = (os.getpid(), f"{namesrv_addr}|{serialize_type}")
     with _CACHE_LOCK:

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from client.config import SERIALIZE_TYPE_NAMES
+
 __all__ = [
     "DEFAULT_PULL_BATCH_SIZE",
     "DEFAULT_SEND_BATCH_SIZE",
@@ -173,7 +175,7 @@ class SourceOptions:
     consumer_group: str | None
     sub_expression: str
     streaming: bool
-    serialize_type: str = "msgpack"
+    serialize_type: str = "auto"
 
     def namesrv_list(self) -> list[str]:
         return _namesrv_list(self.namesrv_addr)
@@ -188,7 +190,7 @@ class SinkOptions:
     producer_group: str
     send_batch_size: int
     send_msg_timeout_ms: int
-    serialize_type: str = "msgpack"
+    serialize_type: str = "auto"
 
     def namesrv_list(self) -> list[str]:
         return _namesrv_list(self.namesrv_addr)
@@ -204,9 +206,10 @@ def _lower(options: Mapping[str, str]) -> dict[str, str]:
 
 
 def _serialize_type(opts: Mapping[str, str]) -> str:
-    raw = opts.get("rocketmq.serializetype", "msgpack").strip().lower()
-    if raw not in ("msgpack", "json"):
-        raise _err("rocketmq.serializeType", f"must be 'msgpack' or 'json', got {raw!r}")
+    raw = opts.get("rocketmq.serializetype", "auto").strip().lower()
+    if raw not in SERIALIZE_TYPE_NAMES:
+        names = ", ".join(repr(n) for n in SERIALIZE_TYPE_NAMES)
+        raise _err("rocketmq.serializeType", f"must be one of {names}, got {raw!r}")
     return raw
 
 

@@ -16,6 +16,7 @@ class _Conn:
 
     def __init__(self, closed: bool = False) -> None:
         self.closed = closed
+        self.serialize_type = int(SerializeType.JSON)  # the connection's codec
         self.calls: list[tuple[RemotingCommand, int]] = []
         self.long_polls: list[bool] = []
 

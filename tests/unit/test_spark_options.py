@@ -47,7 +47,7 @@ def test_defaults_batch_and_streaming() -> None:
     assert b.max_offsets_per_trigger is None
     s = parse_source_options({**NS, "subscribe": "A"}, streaming=True)
     assert s.starting_offsets == "latest"
-    assert s.serialize_type == "msgpack"
+    assert s.serialize_type == "auto"
     j = parse_source_options(
         {**NS, "subscribe": "A", "rocketmq.serializeType": "JSON"}, streaming=True
     )
