@@ -26,7 +26,7 @@ $(RUN_STAMP): pyproject.toml $(NATIVE_SOURCES) | $(BIN)/python
 	touch $@
 
 $(TEST_STAMP): pyproject.toml $(NATIVE_SOURCES) | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark,compat]'
 	touch $@ $(RUN_STAMP)
 
 # One NameServer and one broker on loopback; Ctrl-C stops both cleanly.

@@ -9,6 +9,7 @@ import pytest
 _MARKER_BY_DIR = {
     "unit": "unit",
     "integration": "integration",
+    "compat": "compat",
     "cluster": "cluster",
     "spark": "spark",
 }
