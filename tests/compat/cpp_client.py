@@ -16,7 +16,7 @@ Scenarios:
   [SEND...]` instead of the message fields). Result: `{"results": [{"status", "msg_id",
   "offset", "sent_ms"}...]}` (`msg_id` null for the one-way modes).
 - `push`: spec `{"namesrv", "group", "topic", "expression", "expect", "timeout_s",
-  "settle_s", "orderly", "read_properties": [...], "reconsume_later_once_if": NAME,
+  "settle_s", "orderly", "broadcasting", "read_properties": [...], "reconsume_later_once_if": NAME,
   "body_lengths": {KEY: LEN}}`: a PushConsumer receives until `expect` deliveries arrived
   (or `timeout_s` passed), then for `settle_s` more to see nothing else arrives. A message
   with property NAME set is answered RECONSUME_LATER at its first delivery.
@@ -180,7 +180,7 @@ def _delivery(msg: Any, spec: dict[str, Any], body_ptr: Any) -> dict[str, Any]:
 def push(spec: dict[str, Any]) -> dict[str, Any]:
     from rocketmq.client import PushConsumer, RecvMessage
     from rocketmq.exceptions import ffi_check
-    from rocketmq.ffi import dll
+    from rocketmq.ffi import MessageModel, dll
 
     body_ptr = _body_reader()
     deliveries: list[dict[str, Any]] = []
@@ -205,7 +205,8 @@ def push(spec: dict[str, Any]) -> dict[str, Any]:
             cond.notify_all()
         return reconsume_later if later else consume_success
 
-    consumer = PushConsumer(spec["group"], orderly=bool(spec.get("orderly")))
+    model = MessageModel.BROADCASTING if spec.get("broadcasting") else MessageModel.CLUSTERING
+    consumer = PushConsumer(spec["group"], orderly=bool(spec.get("orderly")), message_model=model)
     consumer.set_namesrv_addr(spec["namesrv"])
     consumer.set_thread_count(int(spec.get("threads", 2)))
     if spec.get("log_level"):  # the C API's CLogLevel: 4 INFO, 5 DEBUG, 6 TRACE

@@ -347,3 +347,51 @@ async def test_binding_has_no_transaction_producer(cluster: Cluster, cpp: CppCli
     assert "TransactionMQProducer" not in out["binding_classes"], out
     assert out["transaction_producer"] is False, out
     assert out["c_api_transaction"] is False, out
+
+
+async def test_cpp_push_consumers_clustering_and_broadcasting(
+    cluster: Cluster, cpp: CppClient
+) -> None:
+    """Two C++ consumers of one clustering group split the queues; two of a broadcasting group
+    both get everything.
+
+    When the second clustering member joins, the broker tells the first
+    (NOTIFY_CONSUMER_IDS_CHANGED, sent to the C++ client in its JSON header type) and it gives
+    up half of its queues at once: without the notice it would keep them until its 10 s
+    rebalance timer and messages would arrive twice.
+    """
+    topic = "CompatCppShared"
+    clustering, broadcasting = "CompatCppCG6", "CompatCppCG7"
+    await create_topic(cluster.addr, topic, queues=4)
+    await create_topic(cluster.addr, f"%RETRY%{clustering}", queues=1)
+    cfg = fast_config(cluster.addr)
+    keys = [f"s{i}" for i in range(40)]
+    results: dict[tuple[str, int], list[str]] = {}
+
+    async def consumer(group: str, n: int, delay: float, seconds: float) -> None:
+        await trio.sleep(delay)
+        spec = {
+            "namesrv": cluster.addr,
+            "group": group,
+            "topic": topic,
+            "expression": "*",
+            "broadcasting": group == broadcasting,
+            "expect": 10**9,  # receive for timeout_s
+            "timeout_s": seconds,
+        }
+        out = await cpp.run("push", spec, time_limit=CPP_TIMEOUT)
+        results[(group, n)] = sorted(d["keys"] for d in out["deliveries"])
+
+    async with trio.open_nursery() as nursery:
+        for group in (clustering, broadcasting):
+            nursery.start_soon(consumer, group, 0, 0.0, 5.0)
+            nursery.start_soon(consumer, group, 1, 1.0, 4.0)
+        await trio.sleep(3.0)  # all joined and rebalanced
+        async with Producer("CompatTrimqPG6", cfg) as p:
+            for key in keys:
+                await p.send(Message(topic, key.encode(), tags="TagS", keys=key))
+    shared = [results[(clustering, 0)], results[(clustering, 1)]]
+    assert all(shared), shared  # each clustering member got a share
+    assert sorted(shared[0] + shared[1]) == sorted(keys)  # each message once
+    assert results[(broadcasting, 0)] == sorted(keys)
+    assert results[(broadcasting, 1)] == sorted(keys)
