@@ -131,6 +131,11 @@ class BrokerConfig(BaseModel):
     register_timeout_ms: int = 6000
     consumer_offset_persist_interval_ms: int = 5000
     channel_idle_timeout_ms: int = 120_000
+    """A connection whose client sent nothing for this long, with none of its requests in
+    flight, is closed (RocketMQ's serverChannelMaxIdleTimeSeconds); 0: never."""
+    channel_read_timeout_ms: int = 30_000
+    """A connection that sent part of a frame and then nothing for this long is closed; 0:
+    never."""
     client_scan_interval_ms: int = 10_000
 
     # -- delayed delivery and transactions ------------------------------------------------
@@ -234,6 +239,7 @@ class BrokerConfig(BaseModel):
         "register_name_server_period_ms",
         "consumer_offset_persist_interval_ms",
         "channel_idle_timeout_ms",
+        "channel_read_timeout_ms",
         "client_scan_interval_ms",
         "mapped_file_size_commitlog",
         "mapped_file_size_consume_queue",

@@ -108,7 +108,13 @@ class BrokerController:
         self.queue_locks = QueueLockManager()
         self.stats = BrokerStats()
         host, port = config.listen_host_port
-        self.server = RemotingServer(host, port, msgpack_headers=config.msgpack_headers)
+        self.server = RemotingServer(
+            host,
+            port,
+            msgpack_headers=config.msgpack_headers,
+            idle_timeout_ms=config.channel_idle_timeout_ms,
+            read_timeout_ms=config.channel_read_timeout_ms,
+        )
         self.client = RemotingClient(serialize_type=SerializeType.JSON)
         self.registration = RegistrationService(
             self.client,

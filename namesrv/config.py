@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 ENV_PREFIX = "TRIMQ_"
 
@@ -52,6 +52,12 @@ class NamesrvConfig(BaseModel):
     """A broker silent for longer than this is removed."""
     order_message_enable: bool = False
     """Add `orderTopicConf` (KV namespace ORDER_TOPIC_CONFIG) to route answers."""
+    channel_idle_timeout_ms: int = Field(default=120_000, ge=0)
+    """A connection whose peer sent nothing for this long, with none of its requests in flight,
+    is closed (RocketMQ's serverChannelMaxIdleTimeSeconds); 0: never."""
+    channel_read_timeout_ms: int = Field(default=30_000, ge=0)
+    """A connection that sent part of a frame and then nothing for this long is closed; 0:
+    never."""
     msgpack_headers: bool = True
     """Read trimq's msgpack headers and advertise them to trimq clients. False serves only
     RocketMQ's JSON and ROCKETMQ header codecs, as an Apache server does (a msgpack frame then

@@ -38,7 +38,13 @@ class NameServer:
         self.kv = KVConfig()
         host, port = config.listen_host_port
         self.host = host
-        self._server = RemotingServer(host, port, msgpack_headers=config.msgpack_headers)
+        self._server = RemotingServer(
+            host,
+            port,
+            msgpack_headers=config.msgpack_headers,
+            idle_timeout_ms=config.channel_idle_timeout_ms,
+            read_timeout_ms=config.channel_read_timeout_ms,
+        )
         self.processors = NamesrvProcessors(
             self.route_table, self.kv, order_message_enable=config.order_message_enable
         )

@@ -317,6 +317,27 @@ class Connection:
         self._nursery: trio.Nursery | None = None
         self._done = trio.Event()
         self._close_reason: str | None = None
+        # Successful reads so far, and the decoder (for the bytes of an incomplete frame): what
+        # RemotingServer's idle and read timeouts look at.
+        self.reads = 0
+        self._decoder: FrameDecoder | None = None
+
+    @property
+    def partial_frame_bytes(self) -> int:
+        """Bytes received of a frame not yet complete."""
+        decoder = self._decoder
+        return decoder.buffered if decoder is not None else 0
+
+    @property
+    def busy(self) -> bool:
+        """A request of the peer is being handled (or its answer is held, as a parked pull's)."""
+        return self._inflight.value < self._max_inflight
+
+    def close_with_reason(self, reason: str) -> None:
+        """`close`, recording `reason` as the close reason."""
+        if not self.closed:
+            self._close_reason = reason
+        self.close()
 
     def __repr__(self) -> str:
         return f"Connection(id={self.id} remote={self.remote_address} closed={self.closed})"
@@ -511,7 +532,7 @@ class Connection:
             waiter.finish()
 
     async def _reader(self, nursery: trio.Nursery) -> None:
-        decoder = FrameDecoder(self._max_frame_size, msgpack=self._msgpack)
+        decoder = self._decoder = FrameDecoder(self._max_frame_size, msgpack=self._msgpack)
         stream = self._stream
         pending = self._pending
         inflight = self._inflight
@@ -553,6 +574,7 @@ class Connection:
             if not data:
                 self._close_reason = "peer closed the connection"
                 return
+            self.reads += 1
             try:
                 commands = decoder.feed(data)
             except FrameError as exc:

@@ -40,6 +40,10 @@ class RemotingServer:
         msgpack_headers: read trimq's msgpack headers and advertise them to trimq clients that
             start in JSON; False serves only RocketMQ's own header codecs, as an Apache server
             does (a msgpack frame closes its connection as an unknown serialize type).
+        idle_timeout_ms: close a connection whose peer has sent nothing for this long while
+            none of its requests is in flight (RocketMQ's 120 s channel idle time); 0: never.
+        read_timeout_ms: close a connection that has sent part of a frame and then nothing for
+            this long; 0: never.
     """
 
     def __init__(
@@ -52,9 +56,13 @@ class RemotingServer:
         max_inflight_per_connection: int = 4096,
         max_pending: int = 65536,
         msgpack_headers: bool = True,
+        idle_timeout_ms: int = 120_000,
+        read_timeout_ms: int = 30_000,
     ) -> None:
         self.host = host
         self._msgpack = msgpack_headers
+        self._idle_timeout = max(idle_timeout_ms, 0) / 1000
+        self._read_timeout = max(read_timeout_ms, 0) / 1000
         self.port = port
         self._max_frame_size = max_frame_size
         self._outbound_queue_size = outbound_queue_size
@@ -140,10 +148,50 @@ class RemotingServer:
                 await nursery.start(
                     partial(trio.serve_listeners, self._serve, listeners, handler_nursery=nursery)
                 )
+                if self._idle_timeout or self._read_timeout:
+                    nursery.start_soon(self._watch_silence)
                 task_status.started(self.port)
         finally:
             for conn in list(self._connections.values()):
                 conn.close()
+
+    async def _watch_silence(self) -> None:
+        """Close connections silent for too long: idle ones (nothing received, nothing in
+        flight) after the idle timeout, ones stuck inside a frame after the read timeout. A
+        connection's silence is measured from the last scan that saw its read count change, so
+        a timeout fires between 1 and 1 1/4 times its length."""
+        idle, read = self._idle_timeout, self._read_timeout
+        period = min(t for t in (idle, read) if t) / 4
+        seen: dict[int, tuple[int, float]] = {}
+        while True:
+            await trio.sleep(period)
+            now = trio.current_time()
+            live: dict[int, tuple[int, float]] = {}
+            for conn in list(self._connections.values()):
+                last = seen.get(conn.id)
+                if last is None or last[0] != conn.reads:
+                    live[conn.id] = (conn.reads, now)
+                    continue
+                live[conn.id] = last
+                silent = now - last[1]
+                if read and silent >= read and conn.partial_frame_bytes:
+                    log.warning(
+                        "remoting_read_timeout",
+                        peer=conn.remote_address,
+                        conn=conn.id,
+                        partial_bytes=conn.partial_frame_bytes,
+                        silent_s=round(silent, 1),
+                    )
+                    conn.close_with_reason(f"no bytes for {silent:.0f} s inside a frame")
+                elif idle and silent >= idle and not conn.busy:
+                    log.info(
+                        "remoting_idle_closed",
+                        peer=conn.remote_address,
+                        conn=conn.id,
+                        silent_s=round(silent, 1),
+                    )
+                    conn.close_with_reason(f"idle for {silent:.0f} s")
+            seen = live
 
     def _default_processor(self) -> Handler | None:
         return self._default
