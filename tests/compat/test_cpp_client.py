@@ -11,6 +11,8 @@ the binding offers is exercised:
 - `PushConsumer` with a tag expression (`TagA || TagB`: a TagC message is never delivered),
   consuming what the C++ producer and trimq's producer sent, byte-exact; a message answered
   RECONSUME_LATER once comes back with reconsume_times 1; `PushConsumer(orderly=True)`;
+  two consumers of a clustering group split the queues (the broker's
+  NOTIFY_CONSUMER_IDS_CHANGED reaches them), two of a broadcasting group each get everything;
 - `PullConsumer.pull(topic)`;
 - trimq's own consumer reading what the C++ producer sent;
 - `Producer.send_batch`: see `test_send_batch_is_stored_as_one_message_as_apache_does`.
