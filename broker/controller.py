@@ -187,6 +187,7 @@ class BrokerController:
         s.register_processor(R.HEART_BEAT, self.client_manage.heart_beat, inline=True)
         reg(R.UNREGISTER_CLIENT, self.client_manage.unregister_client)
         reg(R.GET_CONSUMER_CONNECTION_LIST, self.client_manage.get_consumer_connection_list)
+        reg(R.GET_PRODUCER_CONNECTION_LIST, self.client_manage.get_producer_connection_list)
         # lookups
         reg(R.QUERY_MESSAGE, self.query.query_message)
         reg(R.VIEW_MESSAGE_BY_ID, self.query.view_message_by_id)

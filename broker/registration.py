@@ -77,9 +77,7 @@ class RegistrationService:
 
     def _body(self) -> bytes:
         table, version = self.topics()
-        wrapper = TopicConfigSerializeWrapper(
-            dict(table), DataVersion(version.timestamp, version.counter)
-        )
+        wrapper = TopicConfigSerializeWrapper(dict(table), version.copy())
         return RegisterBrokerBody(wrapper, []).encode()
 
     async def register_all(self) -> int:

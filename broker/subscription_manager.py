@@ -35,6 +35,7 @@ class SubscriptionManager:
         self._table: dict[str, SubscriptionGroupConfig] = {
             g: SubscriptionGroupConfig(g) for g in SYSTEM_GROUPS
         }
+        self._forbidden: dict[str, dict[str, int]] = {}
         self.dirty = False
 
     def load(self) -> None:
@@ -50,10 +51,14 @@ class SubscriptionManager:
         self.data_version = DataVersion(
             timestamp=wrapper.data_version.get("timestamp", 0),
             counter=wrapper.data_version.get("counter", 0),
+            state_version=wrapper.data_version.get("stateVersion", 0),
         )
+        self._forbidden = wrapper.forbidden_table
 
     def wrapper(self) -> SubscriptionGroupWrapper:
-        return SubscriptionGroupWrapper(dict(self._table), self.data_version.to_dict())
+        return SubscriptionGroupWrapper(
+            dict(self._table), self.data_version.to_dict(), dict(self._forbidden)
+        )
 
     def encode(self) -> bytes:
         return self.wrapper().to_json()

@@ -31,6 +31,9 @@ from remoting.protocol.route import (
 
 log = structlog.get_logger()
 
+# The extField a 5.x broker started with `rocketmq.zone` sends on REGISTER_BROKER.
+ZONE_NAME_FIELD = "__ZONE_NAME"
+
 # Connection attribute holding the broker addresses registered over a connection.
 ATTR_BROKER_ADDRS = "namesrv.broker_addrs"
 
@@ -216,6 +219,10 @@ class NamesrvProcessors:
             topic_configs=wrapper.topic_config_table.values(),
             filter_server_list=reg.filter_server_list,
             channel_id=getattr(conn, "id", None),
+            enable_acting_master=_bool_field(f, "enableActingMaster")
+            if "enableActingMaster" in f
+            else None,
+            zone_name=_opt_str(f, ZONE_NAME_FIELD),
             now_ms=self._now_ms(),
         )
         attrs = getattr(conn, "attributes", None)

@@ -88,6 +88,8 @@ class RouteTable:
         topic_configs: Iterable[TopicConfig] | None,
         filter_server_list: list[str] | None = None,
         channel_id: int | None = None,
+        enable_acting_master: bool | None = None,
+        zone_name: str | None = None,
         now_ms: int,
     ) -> RegisterResult:
         """Record a broker's registration (its heartbeat, every 30 s by default).
@@ -105,6 +107,10 @@ class RouteTable:
             topic_configs: the broker's topics (None when the body had none).
             filter_server_list: filter server addresses (kept per broker address).
             channel_id: id of the connection the registration came over.
+            enable_acting_master: the 5.x header field; None (a 4.x broker) counts as false.
+                Shown in the route's BrokerData, as Apache 5.x does; trimq's NameServer does
+                not act on it (no acting master).
+            zone_name: the 5.x `__ZONE_NAME` extField, shown as the BrokerData's `zoneName`.
             now_ms: current time in ms on the caller's clock.
 
         Returns:
@@ -120,6 +126,9 @@ class RouteTable:
             self.broker_addr_table[broker_name] = bd
         else:
             bd.cluster = cluster
+        # As Apache 5.x: each registration sets both (an old broker clears them).
+        bd.enable_acting_master = bool(enable_acting_master)
+        bd.zone_name = zone_name
         # One address holds one role: a slave promoted to master (or the reverse)
         # drops its old id first.
         for bid, addr in list(bd.broker_addrs.items()):
@@ -142,7 +151,7 @@ class RouteTable:
 
         self.broker_live_table[broker_addr] = BrokerLiveInfo(
             last_update_ms=now_ms,
-            data_version=DataVersion(dv.timestamp, dv.counter),
+            data_version=dv.copy(),
             ha_server_addr=ha_server_addr,
             channel_id=channel_id,
         )
@@ -280,7 +289,7 @@ class RouteTable:
         changed = live.data_version != data_version
         if not changed:
             live.last_update_ms = now_ms
-        return changed, DataVersion(live.data_version.timestamp, live.data_version.counter)
+        return changed, live.data_version.copy()
 
     def query_data_version_changed(self, broker_addr: str, data_version: DataVersion) -> bool:
         """Whether `data_version` differs from the one last registered (True if unknown)."""

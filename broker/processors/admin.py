@@ -262,8 +262,10 @@ class AdminProcessor:
                         0,
                         ctrl.store.get_message_store_timestamp(topic, qid, consumer_offset - 1),
                     )
+                # pullOffset (5.x): trimq keeps no separate pull position, so the committed
+                # offset (Apache reports max(consumer offset, pull offset)).
                 table[MessageQueue(topic, ctrl.config.broker_name, qid)] = OffsetWrapper(
-                    broker_offset, consumer_offset, last
+                    broker_offset, consumer_offset, last, consumer_offset
                 )
         _, get_tps = ctrl.stats.tps()
         body = ConsumeStats(table, round(get_tps, 2)).to_json()

@@ -1,4 +1,5 @@
-"""HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_CONNECTION_LIST (203).
+"""HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_CONNECTION_LIST (203),
+GET_PRODUCER_CONNECTION_LIST (204).
 
 When a consumer group gains or loses a member, NOTIFY_CONSUMER_IDS_CHANGED (40) goes oneway to
 every remaining member so they rebalance at once.
@@ -25,6 +26,7 @@ from remoting.protocol.bodies import (
     ConnectionInfo,
     ConsumerConnection,
     HeartbeatData,
+    ProducerConnection,
 )
 from remoting.protocol.headers import (
     GetConsumerConnectionListRequestHeader,
@@ -57,13 +59,22 @@ class ClientManageProcessor:
     @guarded_inline()
     def heart_beat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         """HEART_BEAT, an inline handler (registered with `inline=True`): registration and the
-        notifications it triggers (sent in the background) never wait."""
+        notifications it triggers (sent in the background) never wait.
+
+        The answer has no extFields. Apache 5.x's broker adds `IS_SUPPORT_HEART_BEAT_V2` and
+        `IS_SUB_CHANGE`; trimq leaves them out, so 5.x clients with heartbeat v2 enabled keep
+        sending full heartbeats. A v2 heartbeat without subscriptions (`withoutSub`) keeps the
+        group's current ones."""
         data = HeartbeatData.from_json(cmd.body_bytes())
         ctrl = self.ctrl
         conn.attributes[ATTR_SERIALIZE_TYPE] = cmd.serialize_type
         conn.attributes[ATTR_CLIENT_ID] = data.client_id
         language = language_name(cmd.language)
         for cd in data.consumer_data_set:
+            subscriptions = cd.subscription_data_set
+            if data.without_sub:
+                known = ctrl.consumers.get(cd.group_name)
+                subscriptions = list(known.subscriptions.values()) if known is not None else []
             group = ctrl.subscriptions.find_or_create(cd.group_name)
             notify = True
             if group is not None:
@@ -79,7 +90,7 @@ class ClientManageProcessor:
                 consume_type=cd.consume_type,
                 message_model=cd.message_model,
                 consume_from_where=cd.consume_from_where,
-                subscriptions=cd.subscription_data_set,
+                subscriptions=subscriptions,
             )
             if changed and notify:
                 self.notify_group(cd.group_name)
@@ -123,6 +134,29 @@ class ClientManageProcessor:
             info.consume_type,
             info.message_model,
             info.consume_from_where,
+        ).to_json()
+        return cmd.make_response(ResponseCode.SUCCESS, body=body)
+
+    @guarded()
+    async def get_producer_connection_list(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        """GET_PRODUCER_CONNECTION_LIST (204): the connections of a producer group.
+
+        Header `producerGroup` (GetProducerConnectionListRequestHeader); SYSTEM_ERROR with
+        Apache's remark when the group has no live producer.
+        """
+        group = cmd.field("producerGroup")
+        if not group:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, "the producerGroup field is missing")
+        members = self.ctrl.producers.members(group)
+        if not members:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
+        body = ProducerConnection(
+            [
+                ConnectionInfo(c.client_id, c.channel.remote_address, c.language, c.version)
+                for c in members
+            ]
         ).to_json()
         return cmd.make_response(ResponseCode.SUCCESS, body=body)
 

@@ -42,6 +42,13 @@ class ConsumerManageProcessor:
         if offset < 0:
             # No committed offset: a queue that still starts at 0 is read from 0 (RocketMQ's
             # answer when the first message is still available), otherwise QUERY_NOT_FOUND.
+            # A 5.x client's `setZeroIfNotFound=false` always gets QUERY_NOT_FOUND.
+            if hdr.set_zero_if_not_found is False:
+                return error(
+                    cmd,
+                    ResponseCode.QUERY_NOT_FOUND,
+                    "Not found, do not set to zero, maybe this group boot first",
+                )
             min_offset = self.ctrl.store.get_min_offset_in_queue(hdr.topic, hdr.queue_id)
             if min_offset > 0:
                 return error(

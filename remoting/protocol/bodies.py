@@ -30,6 +30,7 @@ __all__ = [
     "LockBatchResponseBody",
     "MessageQueue",
     "OffsetWrapper",
+    "ProducerConnection",
     "ProducerData",
     "ResetOffsetBody",
     "SubscriptionData",
@@ -218,6 +219,15 @@ class _Body:
             raise ValueError(f"{cls.__name__}: bad field {exc}") from exc
 
 
+def _bool(value: Any, default: bool = False) -> bool:
+    """A JSON boolean (fastjson also accepts the strings "true"/"false" and 0/1)."""
+    if value is None:
+        return default
+    if isinstance(value, str):
+        return value.strip().lower() == "true"
+    return bool(value)
+
+
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
 
@@ -284,7 +294,7 @@ class SubscriptionData(_Body):
             code_set=[int(c) for c in raw.get("codeSet") or ()],
             sub_version=int(raw.get("subVersion") or 0),
             expression_type=str(raw.get("expressionType") or "TAG"),
-            class_filter_mode=bool(raw.get("classFilterMode", False)),
+            class_filter_mode=_bool(raw.get("classFilterMode")),
         )
 
 
@@ -319,7 +329,7 @@ class ConsumerData(_Body):
             subscription_data_set=[
                 SubscriptionData.from_dict(s) for s in raw.get("subscriptionDataSet") or ()
             ],
-            unit_mode=bool(raw.get("unitMode", False)),
+            unit_mode=_bool(raw.get("unitMode")),
         )
 
 
@@ -339,25 +349,41 @@ class ProducerData(_Body):
 
 @dataclass(slots=True)
 class HeartbeatData(_Body):
-    """HEART_BEAT (34) body: one client instance's producer and consumer groups."""
+    """HEART_BEAT (34) body: one client instance's producer and consumer groups.
+
+    `heartbeat_fingerprint` and `without_sub` are 5.x's heartbeat v2 fields, written as Apache
+    5.x clients write them (0 / false: a full heartbeat, which every broker reads). A v2
+    heartbeat with `without_sub` true carries no subscriptions: the broker keeps the ones it
+    has. (fastjson names the property of `isWithoutSub()` "withoutSub"; "isWithoutSub" is
+    read too.)
+    """
 
     client_id: str
     producer_data_set: list[ProducerData] = field(default_factory=list)
     consumer_data_set: list[ConsumerData] = field(default_factory=list)
+    heartbeat_fingerprint: int = 0
+    without_sub: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "clientID": self.client_id,
             "consumerDataSet": [c.to_dict() for c in self.consumer_data_set],
+            "heartbeatFingerprint": self.heartbeat_fingerprint,
             "producerDataSet": [p.to_dict() for p in self.producer_data_set],
+            "withoutSub": self.without_sub,
         }
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        without = raw.get("withoutSub")
+        if without is None:
+            without = raw.get("isWithoutSub")
         return cls(
             client_id=str(raw["clientID"]),
             producer_data_set=[ProducerData.from_dict(p) for p in raw.get("producerDataSet") or ()],
             consumer_data_set=[ConsumerData.from_dict(c) for c in raw.get("consumerDataSet") or ()],
+            heartbeat_fingerprint=int(raw.get("heartbeatFingerprint") or 0),
+            without_sub=_bool(without),
         )
 
 
@@ -440,22 +466,42 @@ class ConsumerConnection(_Body):
         )
 
 
+@dataclass(slots=True)
+class ProducerConnection(_Body):
+    """GET_PRODUCER_CONNECTION_LIST (204) response body."""
+
+    connection_set: list[ConnectionInfo] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"connectionSet": [c.to_dict() for c in self.connection_set]}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        return cls([ConnectionInfo.from_dict(c) for c in raw.get("connectionSet") or ()])
+
+
 # -- queue locks --------------------------------------------------------------------------
 
 
 @dataclass(slots=True)
 class LockBatchRequestBody(_Body):
-    """LOCK_BATCH_MQ (41) request body."""
+    """LOCK_BATCH_MQ (41) request body.
+
+    `only_this_broker` is 5.x's (false from clients: a 5.x broker in strict lock mode then
+    also locks on its replicas); trimq's broker reads and ignores it.
+    """
 
     consumer_group: str
     client_id: str
     mq_set: list[MessageQueue] = field(default_factory=list)
+    only_this_broker: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "clientId": self.client_id,
             "consumerGroup": self.consumer_group,
             "mqSet": [m.to_dict() for m in sorted(self.mq_set)],
+            "onlyThisBroker": self.only_this_broker,
         }
 
     @classmethod
@@ -464,6 +510,7 @@ class LockBatchRequestBody(_Body):
             consumer_group=str(raw["consumerGroup"]),
             client_id=str(raw["clientId"]),
             mq_set=[MessageQueue.from_dict(m) for m in raw.get("mqSet") or ()],
+            only_this_broker=_bool(raw.get("onlyThisBroker")),
         )
 
 
@@ -532,13 +579,20 @@ class TopicStatsTable(_Body):
     """GET_TOPIC_STATS_INFO (202) body."""
 
     offset_table: dict[MessageQueue, TopicOffset] = field(default_factory=dict)
+    topic_put_tps: float = 0.0  # 5.x
 
     def to_dict(self) -> dict[str, Any]:
-        return {"offsetTable": {k: v.to_dict() for k, v in self.offset_table.items()}}
+        return {
+            "offsetTable": {k: v.to_dict() for k, v in self.offset_table.items()},
+            "topicPutTps": self.topic_put_tps,
+        }
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Self:
-        return cls(_mq_map(raw.get("offsetTable"), TopicOffset.from_dict))
+        return cls(
+            _mq_map(raw.get("offsetTable"), TopicOffset.from_dict),
+            float(raw.get("topicPutTps") or 0.0),
+        )
 
 
 @dataclass(slots=True)
@@ -548,12 +602,14 @@ class OffsetWrapper(_Body):
     broker_offset: int = 0
     consumer_offset: int = 0
     last_timestamp: int = 0
+    pull_offset: int = 0  # 5.x: the group's pull position (at least the consumer offset)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "brokerOffset": self.broker_offset,
             "consumerOffset": self.consumer_offset,
             "lastTimestamp": self.last_timestamp,
+            "pullOffset": self.pull_offset,
         }
 
     @classmethod
@@ -562,6 +618,7 @@ class OffsetWrapper(_Body):
             broker_offset=int(raw.get("brokerOffset") or 0),
             consumer_offset=int(raw.get("consumerOffset") or 0),
             last_timestamp=int(raw.get("lastTimestamp") or 0),
+            pull_offset=int(raw.get("pullOffset") or 0),
         )
 
 
@@ -602,7 +659,12 @@ class ResetOffsetBody(_Body):
 
 @dataclass(slots=True)
 class SubscriptionGroupConfig(_Body):
-    """A subscription (consumer) group's broker-side settings."""
+    """A subscription (consumer) group's broker-side settings.
+
+    The fields after `notify_consumer_ids_changed_enable` are 5.x's: written with Apache 5.x's
+    defaults and kept through an update and the file, but not acted on by trimq's broker.
+    `group_retry_policy` and `subscription_data_set` are kept as the JSON they came in.
+    """
 
     group_name: str
     consume_enable: bool = True
@@ -613,47 +675,78 @@ class SubscriptionGroupConfig(_Body):
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    consume_message_orderly: bool = False
+    group_sys_flag: int = 0
+    consume_timeout_minute: int = 15
+    group_retry_policy: dict[str, Any] = field(default_factory=lambda: {"type": "CUSTOMIZED"})
+    subscription_data_set: list[Any] | None = None
+    attributes: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "brokerId": self.broker_id,
-            "consumeBroadcastEnable": self.consume_broadcast_enable,
-            "consumeEnable": self.consume_enable,
-            "consumeFromMinEnable": self.consume_from_min_enable,
-            "groupName": self.group_name,
-            "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
-            "retryMaxTimes": self.retry_max_times,
-            "retryQueueNums": self.retry_queue_nums,
-            "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly,
-        }
+        return _drop_none(
+            {
+                "attributes": dict(self.attributes),
+                "brokerId": self.broker_id,
+                "consumeBroadcastEnable": self.consume_broadcast_enable,
+                "consumeEnable": self.consume_enable,
+                "consumeFromMinEnable": self.consume_from_min_enable,
+                "consumeMessageOrderly": self.consume_message_orderly,
+                "consumeTimeoutMinute": self.consume_timeout_minute,
+                "groupName": self.group_name,
+                "groupRetryPolicy": dict(self.group_retry_policy),
+                "groupSysFlag": self.group_sys_flag,
+                "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
+                "retryMaxTimes": self.retry_max_times,
+                "retryQueueNums": self.retry_queue_nums,
+                "subscriptionDataSet": self.subscription_data_set,
+                "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly,
+            }
+        )
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        policy = raw.get("groupRetryPolicy")
+        subs = raw.get("subscriptionDataSet")
         return cls(
             group_name=str(raw["groupName"]),
-            consume_enable=bool(raw.get("consumeEnable", True)),
-            consume_from_min_enable=bool(raw.get("consumeFromMinEnable", True)),
-            consume_broadcast_enable=bool(raw.get("consumeBroadcastEnable", True)),
+            consume_enable=_bool(raw.get("consumeEnable"), True),
+            consume_from_min_enable=_bool(raw.get("consumeFromMinEnable"), True),
+            consume_broadcast_enable=_bool(raw.get("consumeBroadcastEnable"), True),
             retry_queue_nums=int(raw.get("retryQueueNums", 1)),
             retry_max_times=int(raw.get("retryMaxTimes", 16)),
             broker_id=int(raw.get("brokerId", 0)),
             which_broker_when_consume_slowly=int(raw.get("whichBrokerWhenConsumeSlowly", 1)),
-            notify_consumer_ids_changed_enable=bool(
-                raw.get("notifyConsumerIdsChangedEnable", True)
+            notify_consumer_ids_changed_enable=_bool(
+                raw.get("notifyConsumerIdsChangedEnable"), True
             ),
+            consume_message_orderly=_bool(raw.get("consumeMessageOrderly")),
+            group_sys_flag=int(raw.get("groupSysFlag") or 0),
+            consume_timeout_minute=int(raw.get("consumeTimeoutMinute", 15)),
+            group_retry_policy=(
+                dict(policy) if isinstance(policy, dict) else {"type": "CUSTOMIZED"}
+            ),
+            subscription_data_set=list(subs) if isinstance(subs, list) else None,
+            attributes={str(k): str(v) for k, v in (raw.get("attributes") or {}).items()},
         )
 
 
 @dataclass(slots=True)
 class SubscriptionGroupWrapper(_Body):
-    """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) body and `config/subscriptionGroup.json`."""
+    """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) body and `config/subscriptionGroup.json`.
+
+    `forbidden_table` (5.x: group -> topic -> forbidden bits) is kept, not acted on.
+    """
 
     subscription_group_table: dict[str, SubscriptionGroupConfig] = field(default_factory=dict)
-    data_version: dict[str, int] = field(default_factory=lambda: {"counter": 0, "timestamp": 0})
+    data_version: dict[str, int] = field(
+        default_factory=lambda: {"counter": 0, "stateVersion": 0, "timestamp": 0}
+    )
+    forbidden_table: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "dataVersion": dict(self.data_version),
+            "forbiddenTable": {k: dict(v) for k, v in self.forbidden_table.items()},
             "subscriptionGroupTable": {
                 k: v.to_dict() for k, v in self.subscription_group_table.items()
             },
@@ -669,7 +762,12 @@ class SubscriptionGroupWrapper(_Body):
             },
             data_version={
                 "counter": int(dv.get("counter", 0)),
+                "stateVersion": int(dv.get("stateVersion", 0)),
                 "timestamp": int(dv.get("timestamp", 0)),
+            },
+            forbidden_table={
+                str(g): {str(t): int(v) for t, v in (topics or {}).items()}
+                for g, topics in (raw.get("forbiddenTable") or {}).items()
             },
         )
 

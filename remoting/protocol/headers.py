@@ -421,6 +421,7 @@ class QueryConsumerOffsetRequestHeader(_Header):
     consumer_group: str
     topic: str
     queue_id: int
+    set_zero_if_not_found: bool | None = None  # 5.x: false = QUERY_NOT_FOUND, never 0
 
 
 @_header

@@ -169,14 +169,26 @@ class DataVersion:
 
     timestamp: int = 0
     counter: int = 0
+    state_version: int = 0  # 5.x: the master epoch in controller mode, else 0
+
+    def copy(self) -> DataVersion:
+        return DataVersion(self.timestamp, self.counter, self.state_version)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"counter": self.counter, "timestamp": self.timestamp}
+        return {
+            "counter": self.counter,
+            "stateVersion": self.state_version,
+            "timestamp": self.timestamp,
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Self:
         d = _obj(d, "DataVersion")
-        return cls(timestamp=_int(d, "timestamp"), counter=_int(d, "counter"))
+        return cls(
+            timestamp=_int(d, "timestamp"),
+            counter=_int(d, "counter"),
+            state_version=_int(d, "stateVersion"),
+        )
 
     def to_json(self) -> bytes:
         return _dumps(self.to_dict())
@@ -232,20 +244,34 @@ class BrokerData:
     cluster: str
     broker_name: str
     broker_addrs: dict[int, str] = field(default_factory=dict)
+    # 5.x fields: written as Apache 5.x writes them (`enableActingMaster` always, `zoneName`
+    # only when set); 4.x clients ignore them, 5.x clients (Rust among them) require the first.
+    enable_acting_master: bool = False
+    zone_name: str | None = None
 
     def master_addr(self) -> str | None:
         """The master's address, or None when the group has no live master."""
         return self.broker_addrs.get(MASTER_ID)
 
     def copy(self) -> BrokerData:
-        return BrokerData(self.cluster, self.broker_name, dict(self.broker_addrs))
+        return BrokerData(
+            self.cluster,
+            self.broker_name,
+            dict(self.broker_addrs),
+            self.enable_acting_master,
+            self.zone_name,
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "brokerAddrs": {str(k): v for k, v in sorted(self.broker_addrs.items())},
             "brokerName": self.broker_name,
             "cluster": self.cluster,
+            "enableActingMaster": self.enable_acting_master,
         }
+        if self.zone_name is not None:
+            d["zoneName"] = self.zone_name
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Self:
@@ -255,8 +281,13 @@ class BrokerData:
             addrs = {int(k): str(v) for k, v in addrs_raw.items()}
         except ValueError:
             raise RouteDecodeError(f"brokerAddrs: non-integer broker id in {addrs_raw!r}") from None
+        zone = d.get("zoneName")
         return cls(
-            cluster=_str(d, "cluster"), broker_name=_str(d, "brokerName"), broker_addrs=addrs
+            cluster=_str(d, "cluster"),
+            broker_name=_str(d, "brokerName"),
+            broker_addrs=addrs,
+            enable_acting_master=_bool(d, "enableActingMaster"),
+            zone_name=str(zone) if zone is not None else None,
         )
 
     def to_json(self) -> bytes:
@@ -268,13 +299,68 @@ class BrokerData:
 
 
 @dataclass(slots=True)
+class TopicQueueMappingInfo:
+    """A static topic's logical-to-physical queue mapping on one broker (5.x).
+
+    Only Apache 5.x NameServers send it (`topicQueueMappingByBroker`, for static topics); trimq
+    has no static topics and never writes one, but its decoder keeps what it reads.
+    """
+
+    topic: str | None = None
+    bname: str | None = None
+    total_queues: int = 0
+    epoch: int = 0
+    dirty: bool = False
+    scope: str | None = "__global__"
+    curr_id_map: dict[int, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {}
+        if self.bname is not None:
+            d["bname"] = self.bname
+        d["currIdMap"] = {str(k): v for k, v in sorted(self.curr_id_map.items())}
+        d["dirty"] = self.dirty
+        d["epoch"] = self.epoch
+        if self.scope is not None:
+            d["scope"] = self.scope
+        if self.topic is not None:
+            d["topic"] = self.topic
+        d["totalQueues"] = self.total_queues
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Self:
+        d = _obj(d, "TopicQueueMappingInfo")
+        ids = _obj(d.get("currIdMap") or {}, "currIdMap")
+        try:
+            curr = {int(k): int(v) for k, v in ids.items()}
+        except (TypeError, ValueError):
+            raise RouteDecodeError(f"currIdMap: non-integer queue id in {ids!r}") from None
+        topic, bname, scope = d.get("topic"), d.get("bname"), d.get("scope")
+        return cls(
+            topic=str(topic) if topic is not None else None,
+            bname=str(bname) if bname is not None else None,
+            total_queues=_int(d, "totalQueues"),
+            epoch=_int(d, "epoch"),
+            dirty=_bool(d, "dirty"),
+            scope=str(scope) if scope is not None else None,
+            curr_id_map=curr,
+        )
+
+
+@dataclass(slots=True)
 class TopicRouteData:
-    """The answer to GET_ROUTEINFO_BY_TOPIC."""
+    """The answer to GET_ROUTEINFO_BY_TOPIC.
+
+    `topic_queue_mapping_by_broker` (5.x, static topics only) is None for every other topic
+    and then left out, as Apache 5.x's NameServer leaves it out.
+    """
 
     queue_datas: list[QueueData] = field(default_factory=list)
     broker_datas: list[BrokerData] = field(default_factory=list)
     filter_server_table: dict[str, list[str]] = field(default_factory=dict)
     order_topic_conf: str | None = None
+    topic_queue_mapping_by_broker: dict[str, TopicQueueMappingInfo] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -284,6 +370,10 @@ class TopicRouteData:
         if self.order_topic_conf is not None:
             d["orderTopicConf"] = self.order_topic_conf
         d["queueDatas"] = [q.to_dict() for q in self.queue_datas]
+        if self.topic_queue_mapping_by_broker is not None:
+            d["topicQueueMappingByBroker"] = {
+                k: v.to_dict() for k, v in sorted(self.topic_queue_mapping_by_broker.items())
+            }
         return d
 
     @classmethod
@@ -291,11 +381,19 @@ class TopicRouteData:
         d = _obj(d, "TopicRouteData")
         fst = _obj(d.get("filterServerTable") or {}, "filterServerTable")
         conf = d.get("orderTopicConf")
+        mapping_raw = d.get("topicQueueMappingByBroker")
+        mapping = None
+        if mapping_raw is not None:
+            mapping = {
+                str(k): TopicQueueMappingInfo.from_dict(v)
+                for k, v in _obj(mapping_raw, "topicQueueMappingByBroker").items()
+            }
         return cls(
             queue_datas=[QueueData.from_dict(q) for q in d.get("queueDatas") or []],
             broker_datas=[BrokerData.from_dict(b) for b in d.get("brokerDatas") or []],
             filter_server_table={str(k): [str(x) for x in (v or [])] for k, v in fst.items()},
             order_topic_conf=str(conf) if conf is not None else None,
+            topic_queue_mapping_by_broker=mapping,
         )
 
     def to_json(self) -> bytes:
@@ -348,9 +446,13 @@ class TopicConfig:
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
+    # 5.x: topic attributes (e.g. "+message.type" -> "NORMAL"); written as Apache 5.x does,
+    # kept through trimq, not acted on.
+    attributes: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "attributes": dict(sorted(self.attributes.items())),
             "order": self.order,
             "perm": self.perm,
             "readQueueNums": self.read_queue_nums,
@@ -372,6 +474,9 @@ class TopicConfig:
             topic_filter_type=_str(d, "topicFilterType", "SINGLE_TAG"),
             topic_sys_flag=_int(d, flag_key),
             order=_bool(d, "order"),
+            attributes={
+                str(k): str(v) for k, v in _obj(d.get("attributes") or {}, "attributes").items()
+            },
         )
 
     def to_json(self) -> bytes:
@@ -385,7 +490,8 @@ class TopicConfig:
         """RocketMQ's space-separated form used in the compressed register body.
 
         Only name, read/write queue numbers, perm and filter type travel;
-        `topic_sys_flag` and `order` are lost, as in RocketMQ.
+        `topic_sys_flag`, `order` and `attributes` are lost, as in RocketMQ 4.x (5.x appends
+        the attributes as a sixth field, which 4.x NameServers refuse, so trimq writes five).
         """
         return (
             f"{self.topic_name} {self.read_queue_nums} {self.write_queue_nums}"
@@ -396,12 +502,23 @@ class TopicConfig:
     def decode_text(cls, text: str) -> Self:
         """Parse `encode_text`'s output.
 
+        Apache 5.x brokers append a sixth field, the attributes as JSON (`{}` when none); it
+        is read when it parses as a JSON object of strings and ignored otherwise, as 5.x does.
+
         Raises:
-            RouteDecodeError: not five space-separated fields.
+            RouteDecodeError: fewer than five space-separated fields.
         """
         parts = text.split(" ")
-        if len(parts) != 5:
+        if len(parts) < 5:
             raise RouteDecodeError(f"topic config text needs 5 fields, got {text!r}")
+        attributes: dict[str, str] = {}
+        if len(parts) > 5:
+            try:
+                raw = json.loads(" ".join(parts[5:]))
+            except ValueError:
+                raw = None
+            if isinstance(raw, dict):
+                attributes = {str(k): str(v) for k, v in raw.items()}
         try:
             return cls(
                 topic_name=parts[0],
@@ -409,6 +526,7 @@ class TopicConfig:
                 write_queue_nums=int(parts[2]),
                 perm=int(parts[3]),
                 topic_filter_type=parts[4],
+                attributes=attributes,
             )
         except ValueError:
             raise RouteDecodeError(f"bad number in topic config text {text!r}") from None
@@ -667,6 +785,7 @@ __all__ = [
     "TopicConfig",
     "TopicConfigSerializeWrapper",
     "TopicList",
+    "TopicQueueMappingInfo",
     "TopicRouteData",
     "broker_addr_table",
     "consumer_queues",

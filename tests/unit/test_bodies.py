@@ -29,7 +29,8 @@ from remoting.protocol.bodies import (
     loads_tolerant,
 )
 
-# A heartbeat as a Java 4.9 push consumer sends it (fastjson: alphabetical keys).
+# A heartbeat as a Java 5.x push consumer sends it (fastjson: alphabetical keys; 4.9 has no
+# heartbeatFingerprint / withoutSub).
 JAVA_HEARTBEAT = (
     b'{"clientID":"192.0.2.7@1234#5678","consumerDataSet":[{"consumeFromWhere":'
     b'"CONSUME_FROM_LAST_OFFSET","consumeType":"CONSUME_PASSIVELY","groupName":"CG",'
@@ -38,7 +39,8 @@ JAVA_HEARTBEAT = (
     b'"subVersion":1700000000000,"tagsSet":["TagA","TagB"],"topic":"T"},'
     b'{"classFilterMode":false,"codeSet":[],"expressionType":"TAG","subString":"*",'
     b'"subVersion":1700000000001,"tagsSet":[],"topic":"%RETRY%CG"}],"unitMode":false}],'
-    b'"producerDataSet":[{"groupName":"CLIENT_INNER_PRODUCER"}]}'
+    b'"heartbeatFingerprint":0,'
+    b'"producerDataSet":[{"groupName":"CLIENT_INNER_PRODUCER"}],"withoutSub":false}'
 )
 
 
@@ -94,9 +96,9 @@ def test_message_queue_keyed_maps_round_trip_in_fastjson_form() -> None:
     assert data == (
         b'{"consumeTps":1.5,"offsetTable":{'
         b'{"brokerName":"b","queueId":0,"topic":"T"}:'
-        b'{"brokerOffset":3,"consumerOffset":3,"lastTimestamp":0},'
+        b'{"brokerOffset":3,"consumerOffset":3,"lastTimestamp":0,"pullOffset":0},'
         b'{"brokerName":"b","queueId":1,"topic":"T"}:'
-        b'{"brokerOffset":10,"consumerOffset":4,"lastTimestamp":99}}}'
+        b'{"brokerOffset":10,"consumerOffset":4,"lastTimestamp":99,"pullOffset":0}}}'
     )
     assert ConsumeStats.from_json(data) == stats
     table = TopicStatsTable({mq0: TopicOffset(0, 8, 1700000000000)})
@@ -111,7 +113,7 @@ def test_exact_field_names_of_small_bodies() -> None:
     lock = LockBatchRequestBody("CG", "cid", [MessageQueue("T", "b", 2)])
     assert lock.to_json() == (
         b'{"clientId":"cid","consumerGroup":"CG",'
-        b'"mqSet":[{"brokerName":"b","queueId":2,"topic":"T"}]}'
+        b'"mqSet":[{"brokerName":"b","queueId":2,"topic":"T"}],"onlyThisBroker":false}'
     )
     assert LockBatchRequestBody.from_json(lock.to_json()) == lock
     unlock = UnlockBatchRequestBody("CG", "cid", [MessageQueue("T", "b", 2)])
@@ -139,18 +141,24 @@ def test_consumer_connection_round_trip() -> None:
 
 def test_subscription_group_wrapper_matches_rocketmq_file_shape() -> None:
     w = SubscriptionGroupWrapper(
-        {"G": SubscriptionGroupConfig("G")}, {"counter": 2, "timestamp": 7}
+        {"G": SubscriptionGroupConfig("G")}, {"counter": 2, "stateVersion": 0, "timestamp": 7}
     )
     raw = json.loads(w.to_json())
     assert raw == {
-        "dataVersion": {"counter": 2, "timestamp": 7},
+        "dataVersion": {"counter": 2, "stateVersion": 0, "timestamp": 7},
+        "forbiddenTable": {},
         "subscriptionGroupTable": {
             "G": {
+                "attributes": {},
                 "brokerId": 0,
                 "consumeBroadcastEnable": True,
                 "consumeEnable": True,
                 "consumeFromMinEnable": True,
+                "consumeMessageOrderly": False,
+                "consumeTimeoutMinute": 15,
                 "groupName": "G",
+                "groupRetryPolicy": {"type": "CUSTOMIZED"},
+                "groupSysFlag": 0,
                 "notifyConsumerIdsChangedEnable": True,
                 "retryMaxTimes": 16,
                 "retryQueueNums": 1,

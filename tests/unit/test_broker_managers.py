@@ -70,6 +70,7 @@ def test_topic_table_persists_in_rocketmq_shape(tmp_path: Path) -> None:
     raw = json.loads((tmp_path / "config" / "topics.json").read_bytes())
     assert raw["dataVersion"]["counter"] == tm.data_version.counter
     assert raw["topicConfigTable"]["T1"] == {
+        "attributes": {},
         "order": True,
         "perm": 6,
         "readQueueNums": 3,

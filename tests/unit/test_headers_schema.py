@@ -48,7 +48,9 @@ EXPECTED_WIRE_NAMES = {
     "CheckTransactionStateRequestHeader": [
         "tranStateTableOffset", "commitLogOffset", "msgId", "transactionId", "offsetMsgId",
     ],
-    "QueryConsumerOffsetRequestHeader": ["consumerGroup", "topic", "queueId"],
+    "QueryConsumerOffsetRequestHeader": [
+        "consumerGroup", "topic", "queueId", "setZeroIfNotFound",
+    ],
     "QueryConsumerOffsetResponseHeader": ["offset"],
     "UpdateConsumerOffsetRequestHeader": ["consumerGroup", "topic", "queueId", "commitOffset"],
     "GetMaxOffsetRequestHeader": ["topic", "queueId"],

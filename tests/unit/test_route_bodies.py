@@ -29,16 +29,20 @@ from remoting.protocol.route import (
     quote_numeric_keys,
 )
 
-# The TopicRouteData example of the RocketMQ 4.x reference (section 3), as a literal.
+# The TopicRouteData example of the RocketMQ 4.x reference (section 3) in Apache 5.x's form:
+# each BrokerData also carries `enableActingMaster` (a 5.x NameServer always writes it).
 ROUTE_JSON = (
     b'{"brokerDatas":[{"brokerAddrs":{"0":"ip:10911","1":"ip2:10911"},"brokerName":"b",'
-    b'"cluster":"c"}],"filterServerTable":{},"queueDatas":[{"brokerName":"b","perm":6,'
+    b'"cluster":"c","enableActingMaster":false}],"filterServerTable":{},'
+    b'"queueDatas":[{"brokerName":"b","perm":6,'
     b'"readQueueNums":4,"topicSysFlag":0,"writeQueueNums":4}]}'
 )
 
+# 5.x's TopicConfig adds `attributes`, its DataVersion `stateVersion`.
 REGISTER_JSON = (
     b'{"filterServerList":[],"topicConfigSerializeWrapper":{"dataVersion":{"counter":3,'
-    b'"timestamp":1700000000000},"topicConfigTable":{"T":{"order":false,"perm":6,'
+    b'"stateVersion":0,"timestamp":1700000000000},"topicConfigTable":{"T":{"attributes":{},'
+    b'"order":false,"perm":6,'
     b'"readQueueNums":4,"topicFilterType":"SINGLE_TAG","topicName":"T","topicSysFlag":0,'
     b'"writeQueueNums":4}}}}'
 )
@@ -149,7 +153,7 @@ def test_register_body_compressed_layout_and_lost_fields() -> None:
     tc = TopicConfig("T", 4, 2, 6, "SINGLE_TAG", topic_sys_flag=1, order=True)
     body = RegisterBrokerBody(TopicConfigSerializeWrapper({"T": tc}, DataVersion(5, 6)), [])
     raw = zlib.decompress(body.encode_compressed())
-    dv = b'{"counter":6,"timestamp":5}'
+    dv = b'{"counter":6,"stateVersion":0,"timestamp":5}'
     text = b"T 4 2 6 SINGLE_TAG"
     expected = (
         struct.pack(">i", len(dv)) + dv + struct.pack(">i", 1)
@@ -178,7 +182,7 @@ def test_cluster_info_and_topic_list() -> None:
     text = ci.to_json()
     assert text == (
         b'{"brokerAddrTable":{"b":{"brokerAddrs":{"0":"127.0.0.1:10911"},"brokerName":"b",'
-        b'"cluster":"c"}},"clusterAddrTable":{"c":["b"]}}'
+        b'"cluster":"c","enableActingMaster":false}},"clusterAddrTable":{"c":["b"]}}'
     )
     assert ClusterInfo.from_json(text) == ci
     tl = TopicList(["A", "B"])
@@ -191,12 +195,13 @@ def test_cluster_info_and_topic_list() -> None:
 
 def test_data_version_json() -> None:
     dv = DataVersion(1700000000000, 7)
-    assert dv.to_json() == b'{"counter":7,"timestamp":1700000000000}'
+    assert dv.to_json() == b'{"counter":7,"stateVersion":0,"timestamp":1700000000000}'
     assert DataVersion.from_json(dv.to_json()) == dv
-    # 5.x adds stateVersion; unknown fields are ignored.
-    assert DataVersion.from_json(b'{"counter":1,"stateVersion":0,"timestamp":2}') == DataVersion(
-        2, 1
+    # 5.x's stateVersion is kept; a 4.x DataVersion (without it) reads as 0.
+    assert DataVersion.from_json(b'{"counter":1,"stateVersion":4,"timestamp":2}') == DataVersion(
+        2, 1, 4
     )
+    assert DataVersion.from_json(b'{"counter":1,"timestamp":2}') == DataVersion(2, 1, 0)
 
 
 def test_non_ascii_topic_written_as_utf8() -> None:
