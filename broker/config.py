@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 if TYPE_CHECKING:
     from store.config import StoreConfig
@@ -103,6 +103,9 @@ class BrokerConfig(BaseModel):
 
     # -- topics and groups ---------------------------------------------------------------
     auto_create_topic_enable: bool = True
+    max_topic_queue_nums: int = Field(default=1024, ge=1, le=65536)
+    """Most queues a topic (and a group's retry topic, `retryQueueNums`) may have: each queue is
+    a directory and files of the store. Above it, creating or updating is refused."""
     auto_create_subscription_group: bool = True
     default_topic_queue_nums: int = 8
     """Queues of the TBW102 template topic (and the cap for auto-created topics)."""

@@ -97,10 +97,13 @@ class BrokerController:
             default_topic_queue_nums=config.default_topic_queue_nums,
             cluster_topic_enable=config.cluster_topic_enable,
             broker_topic_enable=config.broker_topic_enable,
+            max_queue_nums=config.max_topic_queue_nums,
         )
         self.offsets = OffsetManager(store_dir)
         self.subscriptions = SubscriptionManager(
-            store_dir, auto_create=config.auto_create_subscription_group
+            store_dir,
+            auto_create=config.auto_create_subscription_group,
+            max_queue_nums=config.max_topic_queue_nums,
         )
         self.consumers = ConsumerManager()
         self.producers = ProducerManager()
@@ -240,7 +243,9 @@ class BrokerController:
             return
         for name in sorted(new):
             cfg = current[name]
-            nums = max(cfg.read_queue_nums, cfg.write_queue_nums)
+            # Bounded twice: topic configs are checked against max_topic_queue_nums, and a
+            # file written by hand is cut to it here.
+            nums = min(max(cfg.read_queue_nums, cfg.write_queue_nums), self.topics.max_queue_nums)
             self._nursery.start_soon(self._prepare_queues, name, nums)
 
     async def _prepare_queues(self, topic: str, queue_nums: int) -> None:

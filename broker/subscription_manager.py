@@ -7,7 +7,7 @@ from pathlib import Path
 import structlog
 
 from broker._persist import CONFIG_DIR, SUBSCRIPTION_GROUP_FILE, read_json_file, write_atomically
-from broker.topic_manager import bump, now_ms
+from broker.topic_manager import MAX_QUEUE_NUMS, bump, now_ms, validate_group
 from remoting.protocol.bodies import SubscriptionGroupConfig, SubscriptionGroupWrapper
 from remoting.protocol.route import DataVersion
 
@@ -28,9 +28,12 @@ SYSTEM_GROUPS = (
 class SubscriptionManager:
     """Group name -> SubscriptionGroupConfig."""
 
-    def __init__(self, store_dir: Path, *, auto_create: bool = True) -> None:
+    def __init__(
+        self, store_dir: Path, *, auto_create: bool = True, max_queue_nums: int = MAX_QUEUE_NUMS
+    ) -> None:
         self.path = store_dir / CONFIG_DIR / SUBSCRIPTION_GROUP_FILE
         self.auto_create = auto_create
+        self.max_queue_nums = max_queue_nums
         self.data_version = DataVersion(timestamp=now_ms(), counter=0)
         self._table: dict[str, SubscriptionGroupConfig] = {
             g: SubscriptionGroupConfig(g) for g in SYSTEM_GROUPS
@@ -76,15 +79,34 @@ class SubscriptionManager:
         return self._table.get(group)
 
     def find_or_create(self, group: str) -> SubscriptionGroupConfig | None:
-        """The group's config, created with defaults when auto-create is on."""
+        """The group's config, created with defaults when auto-create is on (and the name is
+        valid: it becomes the name of the group's retry and DLQ topics)."""
         cfg = self._table.get(group)
-        if cfg is None and self.auto_create:
+        if cfg is None and self.auto_create and validate_group(group) is None:
             cfg = SubscriptionGroupConfig(group)
             self.update(cfg)
             log.info("subscription_group_created", group=group)
         return cfg
 
+    def check(self, cfg: SubscriptionGroupConfig) -> None:
+        """Raise ValueError (the reason) unless `cfg` may be stored."""
+        reason = validate_group(cfg.group_name)
+        if reason is not None:
+            raise ValueError(reason)
+        if not 0 <= cfg.retry_queue_nums <= self.max_queue_nums:
+            raise ValueError(
+                f"retryQueueNums {cfg.retry_queue_nums} must be between 0 and {self.max_queue_nums}"
+            )
+        if cfg.retry_max_times < -1:
+            raise ValueError(f"retryMaxTimes {cfg.retry_max_times} must be at least -1")
+
     def update(self, cfg: SubscriptionGroupConfig) -> None:
+        """Create or replace a group.
+
+        Raises:
+            ValueError: a name or count the broker refuses (see `check`).
+        """
+        self.check(cfg)
         self._table[cfg.group_name] = cfg
         bump(self.data_version)
         self.dirty = True

@@ -66,6 +66,42 @@ def validate_topic(topic: str | None) -> str | None:
     return None
 
 
+# RocketMQ allows group names of 255 characters; trimq allows 248 so that the group's retry
+# and DLQ topics (`%RETRY%<group>`, `%DLQ%<group>`) still fit one 255-byte file name.
+GROUP_MAX_LENGTH = 248
+# Default bound on the queues of one topic (broker setting `max_topic_queue_nums`).
+MAX_QUEUE_NUMS = 1024
+
+
+def validate_group(group: str | None) -> str | None:
+    """None when `group` is a valid consumer or producer group name, else the reason."""
+    if not group:
+        return "the group name is empty"
+    if len(group) > GROUP_MAX_LENGTH:
+        return f"the group name is longer than {GROUP_MAX_LENGTH} characters"
+    if not _TOPIC_RE.match(group):
+        return f"the group name {group[:80]!r} contains characters outside [%|a-zA-Z0-9_-]"
+    return None
+
+
+def validate_offset_key(group: str | None, topic: str | None) -> str | None:
+    """None when a consumer offset may be kept for (`group`, `topic`): both valid names, so
+    the `topic@group` key of consumerOffset.json reads back as the same pair."""
+    return validate_group(group) or validate_internal_topic(topic or "")
+
+
+def validate_internal_topic(topic: str) -> str | None:
+    """None when a topic the broker makes itself (`%RETRY%<group>`, ...) is a valid name:
+    RocketMQ's characters, and short enough for a file name (not the 127 of a client's)."""
+    if not topic:
+        return "the topic name is empty"
+    if len(topic) > GROUP_MAX_LENGTH + len("%RETRY%"):
+        return f"the topic name is longer than {GROUP_MAX_LENGTH + len('%RETRY%')} characters"
+    if not _TOPIC_RE.match(topic):
+        return f"the topic name {topic[:80]!r} contains characters outside [%|a-zA-Z0-9_-]"
+    return None
+
+
 def is_readable(perm: int) -> bool:
     return bool(perm & PERM_READ)
 
@@ -110,8 +146,10 @@ class TopicManager:
         default_topic_queue_nums: int = 8,
         cluster_topic_enable: bool = True,
         broker_topic_enable: bool = True,
+        max_queue_nums: int = MAX_QUEUE_NUMS,
     ) -> None:
         self.path = store_dir / CONFIG_DIR / TOPICS_FILE
+        self.max_queue_nums = max_queue_nums
         self.auto_create_topic_enable = auto_create_topic_enable
         self.data_version = DataVersion(timestamp=now_ms(), counter=0)
         self._table: dict[str, TopicConfig] = {}
@@ -208,8 +246,27 @@ class TopicManager:
         bump(self.data_version)
         self.dirty = True
 
+    def check(self, cfg: TopicConfig) -> None:
+        """Raise ValueError (the reason) unless `cfg` may be stored: a valid name (it becomes a
+        directory of the store) and queue counts within 0..`max_queue_nums` (each queue is a
+        directory and files)."""
+        reason = validate_internal_topic(cfg.topic_name)
+        if reason is not None:
+            raise ValueError(reason)
+        for what, n in (
+            ("readQueueNums", cfg.read_queue_nums),
+            ("writeQueueNums", cfg.write_queue_nums),
+        ):
+            if not 0 <= n <= self.max_queue_nums:
+                raise ValueError(f"{what} {n} must be between 0 and {self.max_queue_nums}")
+
     def update(self, cfg: TopicConfig) -> bool:
-        """Create or replace a topic. Returns True when it changed."""
+        """Create or replace a topic. Returns True when it changed.
+
+        Raises:
+            ValueError: `cfg` has a name or queue count the broker refuses (see `check`).
+        """
+        self.check(cfg)
         old = self._table.get(cfg.topic_name)
         if old == cfg:
             return False
@@ -267,6 +324,8 @@ class TopicManager:
         existing = self._table.get(topic)
         if existing is not None:
             return existing
+        # A group's retryQueueNums may come from an old file: never more queues than allowed.
+        queue_nums = max(0, min(queue_nums, self.max_queue_nums))
         cfg = TopicConfig(topic, queue_nums, queue_nums, perm, topic_sys_flag=sys_flag)
         self.update(cfg)
         return cfg

@@ -3,7 +3,7 @@ open/close and misuse."""
 
 from __future__ import annotations
 
-__all__ = ["StoreClosedError", "StoreError", "StoreLockedError"]
+__all__ = ["StoreClosedError", "StoreError", "StoreLockedError", "StorePathError"]
 
 
 class StoreError(Exception):
@@ -16,3 +16,8 @@ class StoreLockedError(StoreError):
 
 class StoreClosedError(StoreError):
     """The store is not open."""
+
+
+class StorePathError(StoreError, ValueError):
+    """A name (a topic, a queue id) cannot be a path inside the store: empty, `.` or `..`, a
+    separator or NUL in it, longer than a file name may be, or a negative queue id."""

@@ -35,7 +35,7 @@ from store.checkpoint import StoreCheckpoint
 from store.commitlog import CommitLog
 from store.config import StoreConfig
 from store.consume_queue import CQ_UNIT_SIZE, ConsumeQueue
-from store.errors import StoreClosedError, StoreLockedError
+from store.errors import StoreClosedError, StoreLockedError, StorePathError
 from store.index_file import IndexService
 from store.message import (
     PROPERTY_WAIT,
@@ -889,17 +889,26 @@ class MessageStore:
         consume_queues = self.dispatcher.consume_queues
         queue_table = self.commitlog.topic_queue_table
         paths: list[Path] = []
-        for queue_id in queue_ids:
+        for n, queue_id in enumerate(queue_ids):
+            if n % 16 == 15:
+                # Each new file is a few syscalls on the event loop: let others run between.
+                await trio.lowlevel.checkpoint()
+                self._require_open()
             key = (topic, queue_id)
             if key in consume_queues or key in queue_table:
                 continue
-            cq = self.dispatcher.get_cq(topic, queue_id)
             try:
+                cq = self.dispatcher.get_cq(topic, queue_id)
                 paths.append(cq.mfq.file_for_append(0).path)
+            except StorePathError as exc:
+                log.warning("consume_queue_refused", topic=topic[:80], error=str(exc))
+                break
             except OSError as exc:
                 log.warning(
                     "consume_queue_prepare_failed", topic=topic, queue=queue_id, error=str(exc)
                 )
+                # Out of descriptors or space: every later queue fails the same way.
+                break
         if paths:
             await trio.to_thread.run_sync(_populate_first_pages, paths)
         return len(paths)

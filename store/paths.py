@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from store.errors import StorePathError
+
 __all__ = [
     "abort_path",
+    "check_path_component",
     "checkpoint_path",
     "commitlog_dir",
     "consume_queue_dir",
@@ -39,9 +42,33 @@ def consume_queue_root(root: Path) -> Path:
     return root / "consumequeue"
 
 
+# A topic becomes one directory name: at most NAME_MAX (255) bytes on Linux file systems.
+_NAME_MAX = 255
+
+
+def check_path_component(name: str) -> str:
+    """`name` if it is one plain file name (no separator, not `.`/`..`, no NUL, at most 255
+    bytes), else StorePathError: a name never leads a path outside its directory."""
+    if (
+        not name
+        or name in (".", "..")
+        or "/" in name
+        or "\0" in name
+        or len(name.encode("utf-8", "surrogatepass")) > _NAME_MAX
+    ):
+        raise StorePathError(f"{name[:80]!r} cannot be a file name in the store")
+    return name
+
+
 def consume_queue_dir(root: Path, topic: str, queue_id: int) -> Path:
-    """`<root>/consumequeue/<topic>/<queue_id>`."""
-    return root / "consumequeue" / topic / str(queue_id)
+    """`<root>/consumequeue/<topic>/<queue_id>`.
+
+    Raises:
+        StorePathError: `topic` is not one plain file name, or `queue_id` is negative.
+    """
+    if queue_id < 0:
+        raise StorePathError(f"queue id {queue_id} is negative")
+    return root / "consumequeue" / check_path_component(topic) / str(queue_id)
 
 
 def index_dir(root: Path) -> Path:

@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger()
 
-MAX_QUEUE_NUMS = 1024
 BROKER_VERSION = 409  # MQVersion ordinal reported (V4_9_8)
 BROKER_VERSION_DESC = "V4_9_8"
 
@@ -80,11 +79,11 @@ class AdminProcessor:
             ("readQueueNums", hdr.read_queue_nums),
             ("writeQueueNums", hdr.write_queue_nums),
         ):
-            if not 0 < n <= MAX_QUEUE_NUMS:
+            if not 0 < n <= ctrl.topics.max_queue_nums:
                 return error(
                     cmd,
                     ResponseCode.SYSTEM_ERROR,
-                    f"{what} {n} must be between 1 and {MAX_QUEUE_NUMS}",
+                    f"{what} {n} must be between 1 and {ctrl.topics.max_queue_nums}",
                 )
         if not 0 <= hdr.perm <= 0xF:
             return error(cmd, ResponseCode.SYSTEM_ERROR, f"perm {hdr.perm} is not a permission")
@@ -345,9 +344,10 @@ class AdminProcessor:
         self, conn: Connection, cmd: RemotingCommand
     ) -> RemotingCommand | None:
         cfg = SubscriptionGroupConfig.from_json(cmd.body_bytes())
-        if not cfg.group_name:
-            return error(cmd, ResponseCode.SYSTEM_ERROR, "groupName is empty")
-        self.ctrl.subscriptions.update(cfg)
+        try:
+            self.ctrl.subscriptions.update(cfg)
+        except ValueError as exc:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
         await self.ctrl.persist_subscriptions()
         log.info("subscription_group_updated", group=cfg.group_name)
         return cmd.make_response(ResponseCode.SUCCESS)

@@ -13,7 +13,7 @@ import structlog
 
 from broker.consumer_manager import ClientChannelInfo
 from broker.processors._common import error, guarded, guarded_inline
-from broker.topic_manager import retry_topic
+from broker.topic_manager import retry_topic, validate_group
 from remoting import (
     Connection,
     LanguageCode,
@@ -67,6 +67,15 @@ class ClientManageProcessor:
         group's current ones."""
         data = HeartbeatData.from_json(cmd.body_bytes())
         ctrl = self.ctrl
+        # Group names become topic names (%RETRY%<group>) and so directories: refuse the whole
+        # heartbeat before anything of it is registered.
+        for name in (
+            *(cd.group_name for cd in data.consumer_data_set),
+            *(pd.group_name for pd in data.producer_data_set),
+        ):
+            reason = validate_group(name)
+            if reason is not None:
+                return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"heartbeat refused: {reason}")
         conn.attributes[ATTR_SERIALIZE_TYPE] = cmd.serialize_type
         conn.attributes[ATTR_CLIENT_ID] = data.client_id
         language = language_name(cmd.language)

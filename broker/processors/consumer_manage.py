@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from broker.processors._common import error, guarded, guarded_inline
+from broker.topic_manager import validate_group, validate_offset_key
 from remoting import Connection, RemotingCommand, ResponseCode
 from remoting.protocol.bodies import (
     ConsumerListBody,
@@ -38,6 +39,9 @@ class ConsumerManageProcessor:
         self, conn: Connection, cmd: RemotingCommand
     ) -> RemotingCommand | None:
         hdr = QueryConsumerOffsetRequestHeader.from_fields(cmd.ext_fields)
+        reason = validate_offset_key(hdr.consumer_group, hdr.topic)
+        if reason is not None:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, reason)
         offset = self.ctrl.offsets.query(hdr.consumer_group, hdr.topic, hdr.queue_id)
         if offset < 0:
             # No committed offset: a queue that still starts at 0 is read from 0 (RocketMQ's
@@ -67,6 +71,9 @@ class ConsumerManageProcessor:
         self, conn: Connection, cmd: RemotingCommand
     ) -> RemotingCommand | None:
         hdr = UpdateConsumerOffsetRequestHeader.from_fields(cmd.ext_fields)
+        reason = validate_offset_key(hdr.consumer_group, hdr.topic)
+        if reason is not None:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, reason)
         self.ctrl.offsets.commit(hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.commit_offset)
         return cmd.make_response(ResponseCode.SUCCESS)
 
@@ -86,6 +93,9 @@ class ConsumerManageProcessor:
     @guarded()
     async def lock_batch_mq(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         body = LockBatchRequestBody.from_json(cmd.body_bytes())
+        reason = validate_group(body.consumer_group)
+        if reason is not None:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, reason)
         held = self.ctrl.queue_locks.try_lock_batch(
             body.consumer_group, body.mq_set, body.client_id
         )
