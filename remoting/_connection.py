@@ -110,6 +110,11 @@ _COALESCE_BYTES = 256 * 1024
 _DIRECT_MAX_OTHERS = 3
 _OPAQUE_MASK = 0x7FFFFFFF
 _MSGPACK = int(SerializeType.MSGPACK)
+# Answers queued but not yet written, per connection: above the high mark the reader stops
+# taking requests of that connection until the writer is down to the low mark (Netty's write
+# buffer water marks in RocketMQ). A client that never reads holds at most about this much.
+_UNSENT_HIGH = 16 * 1024 * 1024
+_UNSENT_LOW = 8 * 1024 * 1024
 _PYTHON = int(LanguageCode.PYTHON)
 # The response extFields entry by which a trimq server tells a trimq client the header codecs it
 # reads (docs/protocol.md, "Choosing the header codec").
@@ -125,6 +130,11 @@ def _joined(frames: list[bytes | Body]) -> tuple[bytes, Body | None]:
     if len(frames) == 1 and isinstance(first, bytes):
         return first, None
     return b"", b"".join(frames)
+
+
+def _parts_size(parts: tuple[bytes, Body | None]) -> int:
+    head, body = parts
+    return len(head) if body is None else len(head) + len(body)
 
 
 class PendingBudget:
@@ -143,6 +153,36 @@ class PendingBudget:
 
     def release(self) -> None:
         self.count -= 1
+
+
+class ByteBudget:
+    """A cap on bytes held by several connections together (the incomplete frames of a
+    server's connections). `adjust` may go over it; `over` tells a connection holding some of
+    it to wait (`wait_room`) before it reads more."""
+
+    __slots__ = ("_room", "limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._room: trio.Event | None = None
+
+    @property
+    def over(self) -> bool:
+        return self.used > self.limit
+
+    def adjust(self, delta: int) -> None:
+        self.used += delta
+        if delta < 0 and self._room is not None and self.used <= self.limit:
+            self._room.set()
+            self._room = None
+
+    async def wait_room(self) -> None:
+        """Until `used` is within the limit (at once if it is)."""
+        while self.used > self.limit:
+            if self._room is None:
+                self._room = trio.Event()
+            await self._room.wait()
 
 
 def opaque_counter() -> Callable[[], int]:
@@ -266,8 +306,16 @@ class Connection:
         advertise_msgpack: bool = False,
         serialize_type: int = SerializeType.MSGPACK,
         upgrade_to_msgpack: bool = False,
+        partial_budget: ByteBudget | None = None,
     ) -> None:
         self.id = next(_ids)
+        # Bytes queued for the writer and not yet written (see _UNSENT_HIGH), and the event
+        # the reader waits on when they are above the high mark.
+        self._unsent = 0
+        self._drained: trio.Event | None = None
+        # The server's budget of incomplete-frame bytes, and how much of it this one holds.
+        self._partial_budget = partial_budget
+        self._partial_held = 0
         # Header codec of the requests sent on this connection (read by RemotingClient).
         self.serialize_type = int(serialize_type)
         # Client side: switch `serialize_type` to msgpack once the peer advertises it.
@@ -364,6 +412,7 @@ class Connection:
             raise RemotingConnectionLost(
                 f"connection to {self.remote_address} closed while sending"
             ) from None
+        self._unsent += _parts_size(parts)
 
     async def invoke(
         self, cmd: RemotingCommand, timeout_ms: int = 3000, *, long_poll: bool = False
@@ -407,11 +456,13 @@ class Connection:
                     if rest is not None:
                         self._writer_idle = False
                         self._send_channel.send_nowait(rest)
+                        self._unsent += _parts_size(rest)
                 else:
                     # Fast path: room in the outbound queue; the timer task enforces the
                     # timeout.
                     self._writer_idle = False
                     self._send_channel.send_nowait(parts)
+                    self._unsent += _parts_size(parts)
             except trio.WouldBlock:
                 with trio.move_on_after(timeout):
                     await self.send(cmd)
@@ -516,6 +567,11 @@ class Connection:
                 nursery.cancel_scope.cancel()
         finally:
             self.closed = True
+            if self._partial_budget is not None and self._partial_held:
+                self._partial_budget.adjust(-self._partial_held)
+                self._partial_held = 0
+            if self._drained is not None:
+                self._drained.set()
             self._send_channel.close()
             self._fail_pending()
             self._done.set()
@@ -557,7 +613,12 @@ class Connection:
         wait_readable = trio.lowlevel.wait_readable
         read = os.read
         drained = True
+        partial = self._partial_budget
         while True:
+            if partial is not None and self._partial_held and partial.over:
+                # Too many bytes of incomplete frames over all connections: read no more of
+                # this one's until others complete theirs (or the read timeout closes it).
+                await partial.wait_room()
             try:
                 if drained:
                     await wait_readable(sock)
@@ -583,6 +644,10 @@ class Connection:
                     "remoting_bad_frame", peer=self.remote_address, conn=self.id, error=str(exc)
                 )
                 return
+            if partial is not None and decoder.buffered != self._partial_held:
+                held = decoder.buffered
+                partial.adjust(held - self._partial_held)
+                self._partial_held = held
             woken = 0
             # The inline handlers of this chunk run inside the server's batch callbacks, if
             # any (`RemotingServer.set_inline_batch`): `end` before every await below (a write
@@ -613,6 +678,12 @@ class Connection:
                             return
                         out_count = out_bytes = 0
                     continue
+                if self._unsent > _UNSENT_HIGH:
+                    # The peer is not reading its answers: take no more of its requests until
+                    # the writer has written most of what is queued (send what is ready first).
+                    if not await self._pause(out, released, batch, drain=True):
+                        return
+                    out_count = out_bytes = 0
                 awaitable: Awaitable[RemotingCommand | None] | None = None
                 handler = inline_get(cmd.code)
                 if handler is not None:
@@ -686,6 +757,7 @@ class Connection:
         *,
         checkpoint: bool = True,
         acquire: bool = False,
+        drain: bool = False,
     ) -> bool:
         """The reader's await points within a chunk: write the answers the handlers
         `released`, end the inline batch, write the answers collected in `out` (then empty
@@ -701,6 +773,8 @@ class Connection:
             out.clear()
         if acquire:
             await self._inflight.acquire()
+        elif drain:
+            await self._wait_drained()
         elif checkpoint:
             await trio.lowlevel.checkpoint()
         if batch is not None:
@@ -840,7 +914,21 @@ class Connection:
             except trio.WouldBlock:
                 await self._send_channel.send(parts)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass
+            return
+        self._unsent += _parts_size(parts)
+
+    async def _wait_drained(self) -> None:
+        """Until the writer is down to `_UNSENT_LOW` queued bytes (or the connection closes)."""
+        while self._unsent > _UNSENT_LOW and not self.closed:
+            if self._drained is None:
+                self._drained = trio.Event()
+            await self._drained.wait()
+
+    def _written(self, size: int) -> None:
+        self._unsent -= size
+        if self._drained is not None and self._unsent <= _UNSENT_LOW:
+            self._drained.set()
+            self._drained = None
 
     async def _writer(self) -> None:
         receive = self._receive_channel
@@ -859,6 +947,7 @@ class Connection:
                         self._writer_idle = False
                 if body is None and len(head) >= _COALESCE_BYTES:
                     await self._send_all(head)
+                    self._written(len(head))
                     continue
                 parts: list[bytes | Body] = [head]
                 size = len(head)
@@ -876,6 +965,7 @@ class Connection:
                         parts.append(body)
                         size += len(body)
                 await self._send_all(parts[0] if len(parts) == 1 else b"".join(parts))
+                self._written(size)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             self._close_reason = f"send failed: {exc}"
         finally:
@@ -1032,6 +1122,8 @@ class Connection:
                 self._nursery.start_soon(self._queue, parts)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass
+        else:
+            self._unsent += _parts_size(parts)
 
     async def _respond(self, cmd: RemotingCommand, response: RemotingCommand | None) -> None:
         if response is None or cmd.flag & FLAG_ONEWAY:

@@ -10,6 +10,7 @@ import structlog
 import trio
 
 from remoting._connection import (
+    ByteBudget,
     Connection,
     Handler,
     InlineBatch,
@@ -44,6 +45,8 @@ class RemotingServer:
             none of its requests is in flight (RocketMQ's 120 s channel idle time); 0: never.
         read_timeout_ms: close a connection that has sent part of a frame and then nothing for
             this long; 0: never.
+        max_partial_frame_bytes: bytes of incomplete frames held over all connections; above
+            it a connection holding some stops reading until others complete theirs.
     """
 
     def __init__(
@@ -58,11 +61,13 @@ class RemotingServer:
         msgpack_headers: bool = True,
         idle_timeout_ms: int = 120_000,
         read_timeout_ms: int = 30_000,
+        max_partial_frame_bytes: int = 128 * 1024 * 1024,
     ) -> None:
         self.host = host
         self._msgpack = msgpack_headers
         self._idle_timeout = max(idle_timeout_ms, 0) / 1000
         self._read_timeout = max(read_timeout_ms, 0) / 1000
+        self._partial = ByteBudget(max_partial_frame_bytes)
         self.port = port
         self._max_frame_size = max_frame_size
         self._outbound_queue_size = outbound_queue_size
@@ -210,6 +215,7 @@ class RemotingServer:
             inline_batch=self._inline_batch,
             msgpack=self._msgpack,
             advertise_msgpack=self._msgpack,
+            partial_budget=self._partial,
         )
         self._connections[conn.id] = conn
         log.debug("remoting_connected", peer=conn.remote_address, conn=conn.id)
