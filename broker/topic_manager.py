@@ -55,15 +55,21 @@ TOPIC_MAX_LENGTH = 127
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 
-def validate_topic(topic: str | None) -> str | None:
-    """None when `topic` is a valid name, else the reason."""
-    if not topic:
-        return "the topic name is empty"
-    if len(topic) > TOPIC_MAX_LENGTH:
-        return f"the topic name is longer than {TOPIC_MAX_LENGTH} characters"
-    if not _TOPIC_RE.match(topic):
-        return f"the topic name {topic!r} contains characters outside [%|a-zA-Z0-9_-]"
+def _check_name(what: str, name: str | None, max_length: int) -> str | None:
+    """None when `name` has RocketMQ's characters and at most `max_length` of them, else the
+    reason (naming `what`)."""
+    if not name:
+        return f"the {what} name is empty"
+    if len(name) > max_length:
+        return f"the {what} name is longer than {max_length} characters"
+    if not _TOPIC_RE.match(name):
+        return f"the {what} name {name[:80]!r} contains characters outside [%|a-zA-Z0-9_-]"
     return None
+
+
+def validate_topic(topic: str | None) -> str | None:
+    """None when `topic` is a valid name for a client's topic, else the reason."""
+    return _check_name("topic", topic, TOPIC_MAX_LENGTH)
 
 
 # RocketMQ allows group names of 255 characters; trimq allows 248 so that the group's retry
@@ -75,13 +81,7 @@ MAX_QUEUE_NUMS = 1024
 
 def validate_group(group: str | None) -> str | None:
     """None when `group` is a valid consumer or producer group name, else the reason."""
-    if not group:
-        return "the group name is empty"
-    if len(group) > GROUP_MAX_LENGTH:
-        return f"the group name is longer than {GROUP_MAX_LENGTH} characters"
-    if not _TOPIC_RE.match(group):
-        return f"the group name {group[:80]!r} contains characters outside [%|a-zA-Z0-9_-]"
-    return None
+    return _check_name("group", group, GROUP_MAX_LENGTH)
 
 
 def validate_offset_key(group: str | None, topic: str | None) -> str | None:
@@ -93,13 +93,7 @@ def validate_offset_key(group: str | None, topic: str | None) -> str | None:
 def validate_internal_topic(topic: str) -> str | None:
     """None when a topic the broker makes itself (`%RETRY%<group>`, ...) is a valid name:
     RocketMQ's characters, and short enough for a file name (not the 127 of a client's)."""
-    if not topic:
-        return "the topic name is empty"
-    if len(topic) > GROUP_MAX_LENGTH + len("%RETRY%"):
-        return f"the topic name is longer than {GROUP_MAX_LENGTH + len('%RETRY%')} characters"
-    if not _TOPIC_RE.match(topic):
-        return f"the topic name {topic[:80]!r} contains characters outside [%|a-zA-Z0-9_-]"
-    return None
+    return _check_name("topic", topic, GROUP_MAX_LENGTH + len("%RETRY%"))
 
 
 def is_readable(perm: int) -> bool:

@@ -8,6 +8,8 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from remoting import RemotingCommand, SerializeType
+
 
 async def wait_until(
     predicate: Callable[[], bool | Awaitable[bool]],
@@ -49,3 +51,10 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def json_request(
+    code: int, fields: dict[str, str] | None = None, body: bytes | None = None
+) -> RemotingCommand:
+    """A request with a JSON header, as an Apache client sends it."""
+    return RemotingCommand.request(code, fields, body, serialize_type=SerializeType.JSON)

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import trio
 
-from tests.integration.procs import BrokerProc, ManagedProcess, NamesrvProc
+from tests.integration.procs import BrokerProc, ManagedProcess, NamesrvProc, stop_all
 
 DRIVER = Path(__file__).with_name("cpp_client.py")
 
@@ -139,21 +139,6 @@ def cpp_available() -> None:
         pytest.skip(reason)
 
 
-def _stop_all(procs: list[ManagedProcess]) -> None:
-    errors: list[str] = []
-    for p in reversed(procs):
-        try:
-            p.stop()
-        except Exception as exc:  # keep stopping the others
-            errors.append(f"{p!r}: {exc!r}")
-            try:
-                p.kill()
-            except Exception as kill_exc:
-                errors.append(f"{p!r} kill: {kill_exc!r}")
-    if errors:
-        raise RuntimeError("failed to stop processes: " + "; ".join(errors))
-
-
 @pytest.fixture(scope="module")
 def cluster(cpp_available: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     base = tmp_path_factory.mktemp("compat-cluster")
@@ -171,7 +156,7 @@ def cluster(cpp_available: None, tmp_path_factory: pytest.TempPathFactory) -> It
         broker.start()
         yield Cluster(namesrv, broker)
     finally:
-        _stop_all(started)
+        stop_all(started)
 
 
 @pytest.fixture

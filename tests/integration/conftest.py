@@ -17,22 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.procs import BrokerProc, ManagedProcess, NamesrvProc
-
-
-def _stop_all(procs: list[ManagedProcess]) -> None:
-    errors: list[str] = []
-    for p in reversed(procs):
-        try:
-            p.stop()
-        except Exception as exc:  # keep stopping the others
-            errors.append(f"{p!r}: {exc!r}")
-            try:
-                p.kill()
-            except Exception as kill_exc:
-                errors.append(f"{p!r} kill: {kill_exc!r}")
-    if errors:
-        raise RuntimeError("failed to stop processes: " + "; ".join(errors))
+from tests.integration.procs import BrokerProc, ManagedProcess, NamesrvProc, stop_all
 
 
 @pytest.fixture
@@ -50,7 +35,7 @@ def start_namesrv(tmp_path: Path) -> Iterator[Callable[..., NamesrvProc]]:
     try:
         yield _start
     finally:
-        _stop_all(started)
+        stop_all(started)
 
 
 @pytest.fixture
@@ -74,4 +59,4 @@ def start_broker(tmp_path: Path) -> Iterator[Callable[..., BrokerProc]]:
     try:
         yield _start
     finally:
-        _stop_all(started)
+        stop_all(started)

@@ -303,3 +303,20 @@ class BrokerProc(ManagedProcess):
         if self.config is not None:
             argv += ["--config", str(self.config)]
         return [*argv, *self.args]
+
+
+def stop_all(procs: list[ManagedProcess]) -> None:
+    """Stop `procs` in reverse start order; kill any that fails to stop, and raise once all
+    are down if any failed."""
+    errors: list[str] = []
+    for p in reversed(procs):
+        try:
+            p.stop()
+        except Exception as exc:  # keep stopping the others
+            errors.append(f"{p!r}: {exc!r}")
+            try:
+                p.kill()
+            except Exception as kill_exc:
+                errors.append(f"{p!r} kill: {kill_exc!r}")
+    if errors:
+        raise RuntimeError("failed to stop processes: " + "; ".join(errors))

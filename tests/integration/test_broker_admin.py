@@ -31,7 +31,7 @@ from remoting.protocol.bodies import (
 )
 from remoting.protocol.route import TopicConfigSerializeWrapper, TopicRouteData
 from store.message import decode_offset_msg_id, decode_records
-from tests.helpers import free_port, wait_until
+from tests.helpers import free_port, json_request, wait_until
 from tests.integration.procs import BrokerProc, NamesrvProc
 from tests.integration.test_broker_process import (
     SMALL_STORE,
@@ -39,12 +39,6 @@ from tests.integration.test_broker_process import (
     pull_request,
     send_request,
 )
-
-
-def req(
-    code: int, fields: dict[str, str] | None = None, body: bytes | None = None
-) -> RemotingCommand:
-    return RemotingCommand.request(code, fields, body, serialize_type=SerializeType.JSON)
 
 
 async def test_admin_topic_lifecycle_and_queries(
@@ -64,23 +58,25 @@ async def test_admin_topic_lifecycle_and_queries(
             "perm": "6",
             "topicFilterType": "SINGLE_TAG",
         }
-        resp = await call(req(RequestCode.UPDATE_AND_CREATE_TOPIC, create))
+        resp = await call(json_request(RequestCode.UPDATE_AND_CREATE_TOPIC, create))
         assert resp.code == ResponseCode.SUCCESS, resp.remark
         for bad in ({"readQueueNums": "0"}, {"topic": "bad name"}, {"perm": "99"}):
-            resp = await call(req(RequestCode.UPDATE_AND_CREATE_TOPIC, {**create, **bad}))
+            resp = await call(json_request(RequestCode.UPDATE_AND_CREATE_TOPIC, {**create, **bad}))
             assert resp.code == ResponseCode.SYSTEM_ERROR, bad
-        resp = await call(req(RequestCode.GET_ALL_TOPIC_CONFIG))
+        resp = await call(json_request(RequestCode.GET_ALL_TOPIC_CONFIG))
         table = TopicConfigSerializeWrapper.from_json(resp.body_bytes()).topic_config_table
         assert table["AdminT"].read_queue_nums == 2
 
         async def routed() -> bool:
             r = await call(
-                req(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "AdminT"}), namesrv.addr
+                json_request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "AdminT"}), namesrv.addr
             )
             return r.code == ResponseCode.SUCCESS
 
         await wait_until(routed, what="route of the created topic")
-        r = await call(req(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "AdminT"}), namesrv.addr)
+        r = await call(
+            json_request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "AdminT"}), namesrv.addr
+        )
         assert TopicRouteData.from_json(r.body_bytes()).queue_datas[0].write_queue_nums == 2
 
         # Messages with keys, then offset and lookup queries.
@@ -91,23 +87,25 @@ async def test_admin_topic_lifecycle_and_queries(
             assert resp.code == ResponseCode.SUCCESS
             ids.append((resp.ext_fields or {})["msgId"])
         q = {"topic": "AdminT", "queueId": "0"}
-        resp = await call(req(RequestCode.GET_MAX_OFFSET, q))
+        resp = await call(json_request(RequestCode.GET_MAX_OFFSET, q))
         assert (resp.ext_fields or {})["offset"] == "3"
-        resp = await call(req(RequestCode.GET_MIN_OFFSET, q))
+        resp = await call(json_request(RequestCode.GET_MIN_OFFSET, q))
         assert (resp.ext_fields or {})["offset"] == "0"
-        resp = await call(req(RequestCode.GET_EARLIEST_MSG_STORETIME, q))
+        resp = await call(json_request(RequestCode.GET_EARLIEST_MSG_STORETIME, q))
         assert int((resp.ext_fields or {})["timestamp"]) >= t0 - 1000
-        resp = await call(req(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {**q, "timestamp": "0"}))
+        resp = await call(
+            json_request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {**q, "timestamp": "0"})
+        )
         assert resp.code == ResponseCode.SUCCESS
         assert (resp.ext_fields or {})["offset"] == "0"
         _, phy = decode_offset_msg_id(ids[1])
-        resp = await call(req(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(phy)}))
+        resp = await call(json_request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(phy)}))
         assert resp.code == ResponseCode.SUCCESS
         assert decode_records(resp.body_bytes())[0].body == b"m1"
 
         async def found_by_key() -> bool:
             r = await call(
-                req(
+                json_request(
                     RequestCode.QUERY_MESSAGE,
                     {
                         "topic": "AdminT",
@@ -123,43 +121,43 @@ async def test_admin_topic_lifecycle_and_queries(
             ] == [b"m2"]
 
         await wait_until(found_by_key, what="message by key")
-        resp = await call(req(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "AdminT"}))
+        resp = await call(json_request(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "AdminT"}))
         stats = TopicStatsTable.from_json(resp.body_bytes())
         assert stats.offset_table[MessageQueue("AdminT", "broker-a", 0)].max_offset == 3
-        resp = await call(req(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "Nope"}))
+        resp = await call(json_request(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "Nope"}))
         assert resp.code == ResponseCode.TOPIC_NOT_EXIST
 
         # Consume stats after a commit.
         await call(
-            req(
+            json_request(
                 RequestCode.UPDATE_CONSUMER_OFFSET,
                 {"consumerGroup": "AG", "topic": "AdminT", "queueId": "0", "commitOffset": "2"},
             )
         )
-        resp = await call(req(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "AG"}))
+        resp = await call(json_request(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "AG"}))
         cs = ConsumeStats.from_json(resp.body_bytes())
         ow = cs.offset_table[MessageQueue("AdminT", "broker-a", 0)]
         assert (ow.broker_offset, ow.consumer_offset) == (3, 2)
 
         # Subscription groups.
         body = SubscriptionGroupConfig("SG1", retry_max_times=3).to_json()
-        resp = await call(req(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, body))
+        resp = await call(json_request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, body))
         assert resp.code == ResponseCode.SUCCESS
-        resp = await call(req(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+        resp = await call(json_request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
         groups = SubscriptionGroupWrapper.from_json(resp.body_bytes()).subscription_group_table
         assert groups["SG1"].retry_max_times == 3
 
-        resp = await call(req(RequestCode.GET_BROKER_CONFIG))
+        resp = await call(json_request(RequestCode.GET_BROKER_CONFIG))
         text = resp.body_bytes().decode()
         assert "brokerName=broker-a" in text
         assert "brokerClusterName=DefaultCluster" in text
 
         # Delete: the topic, its offsets and its route go.
-        resp = await call(req(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "AdminT"}))
+        resp = await call(json_request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "AdminT"}))
         assert resp.code == ResponseCode.SUCCESS
         resp = await call(pull_request("AdminT", 0))
         assert resp.code == ResponseCode.TOPIC_NOT_EXIST
-        resp = await call(req(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "TBW102"}))
+        resp = await call(json_request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "TBW102"}))
         assert resp.code == ResponseCode.SYSTEM_ERROR
 
 
@@ -170,7 +168,7 @@ def _heartbeat(client_id: str, group: str) -> RemotingCommand:
             ConsumerData(group, subscription_data_set=[SubscriptionData("NotifyT", "*")])
         ],
     )
-    return req(RequestCode.HEART_BEAT, None, hb.to_json())
+    return json_request(RequestCode.HEART_BEAT, None, hb.to_json())
 
 
 async def test_consumer_ids_changed_notifications(
@@ -197,7 +195,8 @@ async def test_consumer_ids_changed_notifications(
         # A repeated heartbeat changes nothing.
         await c2.invoke(broker.addr, _heartbeat("c2", "NG"))
         resp = await c1.invoke(
-            broker.addr, req(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "NG"})
+            broker.addr,
+            json_request(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "NG"}),
         )
         conns = ConsumerConnection.from_json(resp.body_bytes())
         assert sorted(c.client_id for c in conns.connection_set) == ["c1", "c2"]
@@ -207,11 +206,12 @@ async def test_consumer_ids_changed_notifications(
         await wait_until(lambda: len(notified) == 3, what="notify when c2 leaves")
         resp = await c1.invoke(
             broker.addr,
-            req(RequestCode.UNREGISTER_CLIENT, {"clientID": "c1", "consumerGroup": "NG"}),
+            json_request(RequestCode.UNREGISTER_CLIENT, {"clientID": "c1", "consumerGroup": "NG"}),
         )
         assert resp.code == ResponseCode.SUCCESS
         resp = await c1.invoke(
-            broker.addr, req(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "NG"})
+            broker.addr,
+            json_request(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "NG"}),
         )
         assert resp.code == ResponseCode.CONSUMER_NOT_ONLINE
 
@@ -230,7 +230,8 @@ async def test_idle_client_dropped(namesrv: NamesrvProc, start_broker: StartBrok
             lambda: client.connection(broker.addr) is None, what="idle connection closed"
         )
         resp = await client.invoke(
-            broker.addr, req(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "IG"})
+            broker.addr,
+            json_request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "IG"}),
         )
         assert resp.code == ResponseCode.SYSTEM_ERROR
 
@@ -250,7 +251,7 @@ async def test_in_process_controller_async_with(tmp_path: Path) -> None:
             assert resp.code == ResponseCode.SUCCESS
             await client.invoke(
                 f"127.0.0.1:{port}",
-                req(
+                json_request(
                     RequestCode.UPDATE_CONSUMER_OFFSET,
                     {"consumerGroup": "G", "topic": "InProc", "queueId": "0", "commitOffset": "1"},
                 ),
@@ -278,14 +279,18 @@ async def test_lock_and_unlock_batch(namesrv: NamesrvProc, start_broker: StartBr
 
         async def lock(cid: str) -> list[MessageQueue]:
             body = LockBatchRequestBody("LG", cid, mqs).to_json()
-            resp = await client.invoke(broker.addr, req(RequestCode.LOCK_BATCH_MQ, None, body))
+            resp = await client.invoke(
+                broker.addr, json_request(RequestCode.LOCK_BATCH_MQ, None, body)
+            )
             assert resp.code == ResponseCode.SUCCESS
             return LockBatchResponseBody.from_json(resp.body_bytes()).lock_ok_mq_set
 
         assert await lock("c1") == mqs
         assert await lock("c2") == []
         body = UnlockBatchRequestBody("LG", "c1", mqs[:1]).to_json()
-        resp = await client.invoke(broker.addr, req(RequestCode.UNLOCK_BATCH_MQ, None, body))
+        resp = await client.invoke(
+            broker.addr, json_request(RequestCode.UNLOCK_BATCH_MQ, None, body)
+        )
         assert resp.code == ResponseCode.SUCCESS
         assert await lock("c2") == mqs[:1]
 
@@ -309,19 +314,21 @@ async def test_two_namesrvs_fed_and_auto_create_off(
             "perm": "6",
             "topicFilterType": "SINGLE_TAG",
         }
-        resp = await client.invoke(broker.addr, req(RequestCode.UPDATE_AND_CREATE_TOPIC, create))
+        resp = await client.invoke(
+            broker.addr, json_request(RequestCode.UPDATE_AND_CREATE_TOPIC, create)
+        )
         assert resp.code == ResponseCode.SUCCESS
         for ns in (ns1, ns2):
 
             async def routed(addr: str = ns.addr) -> bool:
                 r = await client.invoke(
-                    addr, req(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Made"})
+                    addr, json_request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Made"})
                 )
                 return r.code == ResponseCode.SUCCESS
 
             await wait_until(routed, what=f"route at {ns.addr}")
             r = await client.invoke(
-                ns.addr, req(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"})
+                ns.addr, json_request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"})
             )
             assert r.code == ResponseCode.TOPIC_NOT_EXIST  # auto-create is off
         resp = await client.invoke(broker.addr, send_request("Made", b"x", queue_id=2))
@@ -331,7 +338,7 @@ async def test_two_namesrvs_fed_and_auto_create_off(
     async with RemotingClient(serialize_type=SerializeType.JSON) as client:
         for ns in (ns1, ns2):
             r = await client.invoke(
-                ns.addr, req(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Made"})
+                ns.addr, json_request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Made"})
             )
             assert r.code == ResponseCode.TOPIC_NOT_EXIST
     assert "broker_stopped" in broker.log_text()
@@ -350,7 +357,7 @@ async def test_broker_tolerates_a_namesrv_that_is_down(
 
         async def routed() -> bool:
             r = await client.invoke(
-                ns.addr, req(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Early"})
+                ns.addr, json_request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Early"})
             )
             return r.code == ResponseCode.SUCCESS
 
@@ -381,17 +388,17 @@ async def test_reset_offset_by_time_commits_and_tells_consumers(
                 ConsumerData("RG", subscription_data_set=[SubscriptionData("ResetT")])
             ],
         )
-        await client.invoke(broker.addr, req(RequestCode.HEART_BEAT, None, hb.to_json()))
+        await client.invoke(broker.addr, json_request(RequestCode.HEART_BEAT, None, hb.to_json()))
         await client.invoke(
             broker.addr,
-            req(
+            json_request(
                 RequestCode.UPDATE_CONSUMER_OFFSET,
                 {"consumerGroup": "RG", "topic": "ResetT", "queueId": "0", "commitOffset": "3"},
             ),
         )
         fields = {"topic": "ResetT", "group": "RG", "timestamp": "0", "isForce": "true"}
         resp = await client.invoke(
-            broker.addr, req(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields)
+            broker.addr, json_request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields)
         )
         assert resp.code == ResponseCode.SUCCESS, resp.remark
         table = ResetOffsetBody.from_json(resp.body_bytes()).offset_table
@@ -402,7 +409,7 @@ async def test_reset_offset_by_time_commits_and_tells_consumers(
         assert told[0].offset_table == table
         r = await client.invoke(
             broker.addr,
-            req(
+            json_request(
                 RequestCode.QUERY_CONSUMER_OFFSET,
                 {"consumerGroup": "RG", "topic": "ResetT", "queueId": "0"},
             ),
@@ -411,13 +418,13 @@ async def test_reset_offset_by_time_commits_and_tells_consumers(
         # To the end (-1), without force: only moves backwards, so it stays at 0.
         fields = {**fields, "timestamp": "-1", "isForce": "false"}
         resp = await client.invoke(
-            broker.addr, req(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields)
+            broker.addr, json_request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields)
         )
         table = ResetOffsetBody.from_json(resp.body_bytes()).offset_table
         assert table[MessageQueue("ResetT", "broker-a", 0)] == 0
         resp = await client.invoke(
             broker.addr,
-            req(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, {**fields, "isForce": "true"}),
+            json_request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, {**fields, "isForce": "true"}),
         )
         table = ResetOffsetBody.from_json(resp.body_bytes()).offset_table
         assert table[MessageQueue("ResetT", "broker-a", 0)] == 3

@@ -7,22 +7,15 @@ from pathlib import Path
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
-from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, SerializeType
+from remoting import RemotingClient, RequestCode, ResponseCode, SerializeType
 from remoting.protocol.bodies import (
     ConsumerConnection,
     ConsumeStats,
     MessageQueue,
     ProducerConnection,
 )
-from tests.helpers import free_port
+from tests.helpers import free_port, json_request
 from tests.integration.test_broker_process import send_request
-
-
-def _req(
-    code: int, fields: dict[str, str] | None = None, body: bytes | None = None
-) -> RemotingCommand:
-    return RemotingCommand.request(code, fields, body, serialize_type=SerializeType.JSON)
-
 
 # A Java 5.x client's full heartbeat (v2 fingerprint set), then its v2 heartbeat without
 # subscriptions: the broker must keep the subscriptions of the first.
@@ -54,19 +47,19 @@ async def test_heartbeat_v2_producer_connections_and_stats(tmp_path: Path) -> No
     addr = f"127.0.0.1:{port}"
     async with BrokerController(cfg), RemotingClient(serialize_type=SerializeType.JSON) as client:
         for body in (FULL_HEARTBEAT, V2_HEARTBEAT):
-            resp = await client.invoke(addr, _req(RequestCode.HEART_BEAT, None, body))
+            resp = await client.invoke(addr, json_request(RequestCode.HEART_BEAT, None, body))
             assert resp.code == ResponseCode.SUCCESS
             # No IS_SUPPORT_HEART_BEAT_V2: 5.x clients keep sending full heartbeats.
             assert "IS_SUPPORT_HEART_BEAT_V2" not in (resp.ext_fields or {})
         resp = await client.invoke(
-            addr, _req(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "HG"})
+            addr, json_request(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "HG"})
         )
         assert resp.code == ResponseCode.SUCCESS
         cc = ConsumerConnection.from_json(resp.body_bytes())
         assert list(cc.subscription_table) == ["HT"]  # kept through the v2 heartbeat
 
         resp = await client.invoke(
-            addr, _req(RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "HP"})
+            addr, json_request(RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "HP"})
         )
         assert resp.code == ResponseCode.SUCCESS
         raw = json.loads(resp.body_bytes())
@@ -78,7 +71,8 @@ async def test_heartbeat_v2_producer_connections_and_stats(tmp_path: Path) -> No
         pc = ProducerConnection.from_json(resp.body_bytes())
         assert pc.connection_set[0].client_id == "10.0.0.9@1#2"
         resp = await client.invoke(
-            addr, _req(RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "Nobody"})
+            addr,
+            json_request(RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "Nobody"}),
         )
         assert resp.code == ResponseCode.SYSTEM_ERROR
         assert resp.remark == "the producer group[Nobody] not exist"
@@ -88,13 +82,14 @@ async def test_heartbeat_v2_producer_connections_and_stats(tmp_path: Path) -> No
         assert resp.code == ResponseCode.SUCCESS
         await client.invoke(
             addr,
-            _req(
+            json_request(
                 RequestCode.UPDATE_CONSUMER_OFFSET,
                 {"consumerGroup": "HG", "topic": "HT", "queueId": "0", "commitOffset": "1"},
             ),
         )
         resp = await client.invoke(
-            addr, _req(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "HG", "topic": "HT"})
+            addr,
+            json_request(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "HG", "topic": "HT"}),
         )
         assert resp.code == ResponseCode.SUCCESS
         stats = ConsumeStats.from_json(resp.body_bytes())
@@ -120,13 +115,15 @@ async def test_query_consumer_offset_set_zero_if_not_found(tmp_path: Path) -> No
         # No committed offset, first message still there: 0 (4.x and 5.x alike) ...
         for extra in ({}, {"setZeroIfNotFound": "true"}):
             resp = await client.invoke(
-                addr, _req(RequestCode.QUERY_CONSUMER_OFFSET, fields | extra)
+                addr, json_request(RequestCode.QUERY_CONSUMER_OFFSET, fields | extra)
             )
             assert resp.code == ResponseCode.SUCCESS
             assert (resp.ext_fields or {}).get("offset") == "0"
         # ... unless a 5.x client asks not to be given 0.
         resp = await client.invoke(
             addr,
-            _req(RequestCode.QUERY_CONSUMER_OFFSET, fields | {"setZeroIfNotFound": "false"}),
+            json_request(
+                RequestCode.QUERY_CONSUMER_OFFSET, fields | {"setZeroIfNotFound": "false"}
+            ),
         )
         assert resp.code == ResponseCode.QUERY_NOT_FOUND

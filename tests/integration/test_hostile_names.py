@@ -18,6 +18,7 @@ from remoting.protocol.bodies import (
     SubscriptionData,
     SubscriptionGroupConfig,
 )
+from tests.helpers import json_request
 from tests.integration.procs import BrokerProc, NamesrvProc
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -26,19 +27,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ESCAPE = "/../../../escaped"
 
 
-def _req(
-    code: int, fields: dict[str, str] | None = None, body: bytes | None = None
-) -> RemotingCommand:
-    return RemotingCommand.request(code, fields, body, serialize_type=SerializeType.JSON)
-
-
 def _heartbeat(group: str, producer: str = "okProducer") -> RemotingCommand:
     data = HeartbeatData(
         "hostile@1",
         producer_data_set=[ProducerData(producer)],
         consumer_data_set=[ConsumerData(group, subscription_data_set=[SubscriptionData("T")])],
     )
-    return _req(RequestCode.HEART_BEAT, None, data.to_json())
+    return json_request(RequestCode.HEART_BEAT, None, data.to_json())
 
 
 def _outside(workdir: Path, store: Path) -> list[Path]:
@@ -66,7 +61,9 @@ async def test_group_names_cannot_leave_the_store(
         bad_group = SubscriptionGroupConfig(ESCAPE)
         resp = await client.invoke(
             broker.addr,
-            _req(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, bad_group.to_json()),
+            json_request(
+                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, bad_group.to_json()
+            ),
         )
         assert resp.code == ResponseCode.SYSTEM_ERROR
         assert "outside" in (resp.remark or "")
@@ -76,7 +73,7 @@ async def test_group_names_cannot_leave_the_store(
             {"consumerGroup": "g", "topic": "a@b", "queueId": "0", "commitOffset": "1"},
         ):
             resp = await client.invoke(
-                broker.addr, _req(RequestCode.UPDATE_CONSUMER_OFFSET, fields)
+                broker.addr, json_request(RequestCode.UPDATE_CONSUMER_OFFSET, fields)
             )
             assert resp.code == ResponseCode.SYSTEM_ERROR, fields
 
@@ -96,13 +93,13 @@ async def test_queue_counts_are_bounded_and_sigterm_still_stops_the_broker(
         huge = SubscriptionGroupConfig("amplified", retry_queue_nums=10**9)
         resp = await client.invoke(
             broker.addr,
-            _req(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, huge.to_json()),
+            json_request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, huge.to_json()),
         )
         assert resp.code == ResponseCode.SYSTEM_ERROR
         assert "retryQueueNums 1000000000 must be between 0 and 64" in (resp.remark or "")
         resp = await client.invoke(
             broker.addr,
-            _req(
+            json_request(
                 RequestCode.UPDATE_AND_CREATE_TOPIC,
                 {"topic": "Wide", "readQueueNums": "65", "writeQueueNums": "65", "perm": "6",
                  "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"},
@@ -113,7 +110,7 @@ async def test_queue_counts_are_bounded_and_sigterm_still_stops_the_broker(
         ok = SubscriptionGroupConfig("wide_ok", retry_queue_nums=64)
         resp = await client.invoke(
             broker.addr,
-            _req(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, ok.to_json()),
+            json_request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, ok.to_json()),
         )
         assert resp.code == ResponseCode.SUCCESS
         resp = await client.invoke(broker.addr, _heartbeat("wide_ok"))
