@@ -26,6 +26,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -1368,17 +1369,19 @@ fail:
 /* FieldsDecoder: a typed header from an extFields dict (remoting/protocol/headers.py)          */
 /* ------------------------------------------------------------------------------------------ */
 /* FieldsDecoder(cls, table, fallback) is called like the generated Python `_decode(cls, f)` it
- * wraps: table is ((attr, wire, kind, required, default), ...) with kind 0 str, 1 int, 2 bool.
- * The common case (f a dict of str values, every required field present, numbers that parse,
- * plain ASCII booleans) is built here; anything else is handed to `fallback`, which gives the
- * authoritative result or HeaderError. */
+ * wraps: table is ((attr, wire, kind, required, default), ...) with kind 0 str, 1 int32 (Java
+ * Integer), 2 bool, 3 int64 (Java Long).
+ * The common case (f a dict of str values, every required field present, numbers that parse
+ * and fit their type, plain ASCII booleans) is built here; anything else is handed to
+ * `fallback`, which gives the authoritative result or HeaderError. */
 
-enum { K_STR = 0, K_INT = 1, K_BOOL = 2 };
+enum { K_STR = 0, K_INT32 = 1, K_BOOL = 2, K_INT64 = 3 };
 
 typedef struct {
     Py_ssize_t offset;
     PyObject *key;
     PyObject *dflt;
+    long long lo, hi; /* the range of an int32/int64 field */
     int kind;
     int required;
 } field_t;
@@ -1419,8 +1422,10 @@ static void fd_dealloc(FieldsDecoder *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* int(v) for an exact str v: NULL with ValueError when it does not parse. */
-static PyObject *str_to_int(PyObject *v) {
+/* int(v) for an exact str v, into *out when it is within [lo, hi]: 1. 0 when it does not
+ * parse or is out of range (the caller hands the input to the Python decoder, which raises the
+ * HeaderError); -1 with an exception set on any other failure. */
+static int str_to_ll(PyObject *v, long long lo, long long hi, long long *out) {
     if (PyUnicode_IS_ASCII(v)) {
         const unsigned char *s = (const unsigned char *)PyUnicode_DATA(v);
         Py_ssize_t len = PyUnicode_GET_LENGTH(v), i = 0;
@@ -1432,10 +1437,26 @@ static PyObject *str_to_int(PyObject *v) {
                 if (s[i] < '0' || s[i] > '9') break;
                 acc = acc * 10 + (s[i] - '0');
             }
-            if (i == len) return PyLong_FromLongLong(neg ? -acc : acc);
+            if (i == len) {
+                if (neg) acc = -acc;
+                if (acc < lo || acc > hi) return 0;
+                *out = acc;
+                return 1;
+            }
         }
     }
-    return PyLong_FromUnicodeObject(v, 10);
+    PyObject *n = PyLong_FromUnicodeObject(v, 10);
+    if (n == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_ValueError)) { PyErr_Clear(); return 0; }
+        return -1;
+    }
+    int overflow = 0;
+    long long d = PyLong_AsLongLongAndOverflow(n, &overflow);
+    Py_DECREF(n);
+    if (d == -1 && PyErr_Occurred()) return -1;
+    if (overflow || d < lo || d > hi) return 0;
+    *out = d;
+    return 1;
 }
 
 static PyObject *fd_call(FieldsDecoder *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
@@ -1457,12 +1478,15 @@ static PyObject *fd_call(FieldsDecoder *self, PyObject *const *args, size_t narg
             goto fallback;
         } else if (fl->kind == K_STR) {
             value = Py_NewRef(v);
-        } else if (fl->kind == K_INT) {
-            value = str_to_int(v);
-            if (value == NULL) {
-                if (PyErr_ExceptionMatches(PyExc_ValueError)) { PyErr_Clear(); goto fallback; }
+        } else if (fl->kind != K_BOOL) { /* K_INT32, K_INT64 */
+            long long d;
+            int got = str_to_ll(v, fl->lo, fl->hi, &d);
+            if (got <= 0) {
+                if (got == 0) goto fallback;
                 goto error;
             }
+            value = PyLong_FromLongLong(d);
+            if (value == NULL) goto error;
         } else {
             /* v == "true" or v.lower() == "true"; non-ASCII text goes to Python. */
             if (!PyUnicode_IS_ASCII(v)) goto fallback;
@@ -1516,7 +1540,7 @@ static PyObject *fd_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
             Py_DECREF(self);
             return NULL;
         }
-        if (kind != K_STR && kind != K_INT && kind != K_BOOL) {
+        if (kind != K_STR && kind != K_INT32 && kind != K_BOOL && kind != K_INT64) {
             PyErr_Format(PyExc_ValueError, "FieldsDecoder: unknown kind %d", kind);
             Py_DECREF(self);
             return NULL;
@@ -1541,6 +1565,8 @@ static PyObject *fd_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         PyUnicode_InternInPlace(&fl->key);
         fl->dflt = Py_NewRef(dflt);
         fl->kind = kind;
+        fl->lo = kind == K_INT32 ? INT32_MIN : LLONG_MIN;
+        fl->hi = kind == K_INT32 ? INT32_MAX : LLONG_MAX;
         fl->required = required;
         self->n = i + 1;
     }

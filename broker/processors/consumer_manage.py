@@ -74,6 +74,20 @@ class ConsumerManageProcessor:
         reason = validate_offset_key(hdr.consumer_group, hdr.topic)
         if reason is not None:
             return error(cmd, ResponseCode.SYSTEM_ERROR, reason)
+        if hdr.queue_id < 0 or hdr.commit_offset < 0:
+            # In range of their types, but no queue or offset: never stored (RocketMQ's own
+            # offset reset refuses them too).
+            what = (
+                f"queueId[{hdr.queue_id}]"
+                if hdr.queue_id < 0
+                else f"commitOffset[{hdr.commit_offset}]"
+            )
+            return error(
+                cmd,
+                ResponseCode.SYSTEM_ERROR,
+                f"{what} is illegal, it must be >= 0, topic:[{hdr.topic}] "
+                f"group:[{hdr.consumer_group}]",
+            )
         self.ctrl.offsets.commit(hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.commit_offset)
         return cmd.make_response(ResponseCode.SUCCESS)
 

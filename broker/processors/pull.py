@@ -100,6 +100,8 @@ class PullProcessor:
                 f"topicConfig.readQueueNums:[{topic_cfg.read_queue_nums}] "
                 f"consumer:[{conn.remote_address}]",
             )
+        if hdr.max_msg_nums <= 0 or hdr.suspend_timeout_millis < 0:
+            return self._illegal(cmd, hdr)
         sub: SubscriptionData | None
         if hdr.sys_flag & FLAG_SUBSCRIPTION:
             try:
@@ -147,11 +149,26 @@ class PullProcessor:
         # The piggybacked offset is stored when the request arrives, never after a long-poll
         # wait (as RocketMQ: the re-run after suspend does not commit): a pull parked while
         # its queue moved to another consumer would otherwise overwrite the newer offset.
-        if hdr.sys_flag & FLAG_COMMIT_OFFSET and ctrl.config.broker_id == 0:
+        # A negative one is no offset: left out, as UPDATE_CONSUMER_OFFSET refuses it.
+        if (
+            hdr.sys_flag & FLAG_COMMIT_OFFSET
+            and hdr.commit_offset >= 0
+            and ctrl.config.broker_id == 0
+        ):
             ctrl.offsets.commit(hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.commit_offset)
         if code == ResponseCode.PULL_NOT_FOUND and hdr.sys_flag & FLAG_SUSPEND and not conn.closed:
             return self._hold(conn, cmd, hdr, max_msgs, match, result)
         return self._response(cmd, code, result)
+
+    @staticmethod
+    def _illegal(cmd: RemotingCommand, hdr: PullMessageRequestHeader) -> RemotingCommand:
+        """maxMsgNums <= 0 or suspendTimeoutMillis < 0: in range of their types, but no pull
+        asks for them (RocketMQ's clients send 1..1024 and >= 0)."""
+        if hdr.max_msg_nums <= 0:
+            what = f"maxMsgNums[{hdr.max_msg_nums}] is illegal, it must be > 0"
+        else:
+            what = f"suspendTimeoutMillis[{hdr.suspend_timeout_millis}] is illegal, it must be >= 0"
+        return error(cmd, ResponseCode.SYSTEM_ERROR, f"{what}, topic:[{hdr.topic}]")
 
     def _hold(
         self,
@@ -174,7 +191,7 @@ class PullProcessor:
         ctrl = self.ctrl
         cfg = ctrl.config
         if cfg.long_polling_enable:
-            wait_ms = min(max(0, hdr.suspend_timeout_millis), cfg.max_suspend_ms)
+            wait_ms = min(hdr.suspend_timeout_millis, cfg.max_suspend_ms)
         else:
             wait_ms = cfg.short_polling_time_ms
         if wait_ms <= 0:

@@ -6,14 +6,18 @@ forms of those names; the class definition *is* the field table:
 
 - the wire name is the camelCase of the attribute (`queue_offset` -> `queueOffset`) unless the
   class's `_WIRE_NAMES` overrides it (`client_id` -> `clientID`);
-- the annotation gives the conversion (`str`, `int`, `bool`);
+- the annotation gives the conversion: `str`, `bool`, or `Int32` / `Int64` (plain `int` to a type
+  checker) for the numbers, after the Java field's type: `Integer`/`int` is `Int32`,
+  `Long`/`long` is `Int64`. A number outside its type's range is refused with a HeaderError
+  naming the field, as Java's `Integer.parseInt` / `Long.parseLong` refuse it;
 - an attribute without a default is required (RocketMQ's `@CFNotNull`): `from_fields` raises
   `HeaderError` naming it when it is missing; one with a default is optional.
 
 From that table `@_header` generates a straight-line `from_fields` and `to_fields` per class
 (the way `dataclasses` generates `__init__`), so the hot SendMessage and PullMessage headers
 cost one dict lookup and one conversion per field, without a per-field loop.
-`to_fields` leaves None fields out, writes booleans as "true"/"false" and numbers in decimal.
+`to_fields` leaves None fields out, writes booleans as "true"/"false" and numbers in decimal
+(it does not check ranges: a header built in Python holds what its caller put there).
 Booleans parse like Java's `Boolean.parseBoolean` (only "true", any case, is true).
 
 With the C extension (see remoting._header_codec), `from_fields` and `from_fields_v2` run a
@@ -28,7 +32,7 @@ import dataclasses
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Annotated, Any, ClassVar, Self, TypeVar
 
 from remoting._command import RemotingCommand
 from remoting._header_codec import native as _native
@@ -36,6 +40,8 @@ from remoting.codes import RequestCode
 from remoting.errors import HeaderError
 
 __all__ = [
+    "INT32",
+    "INT64",
     "CheckTransactionStateRequestHeader",
     "ConsumerSendMsgBackRequestHeader",
     "CreateTopicRequestHeader",
@@ -54,6 +60,8 @@ __all__ = [
     "GetRouteInfoRequestHeader",
     "GetTopicStatsInfoRequestHeader",
     "GetTopicsByClusterRequestHeader",
+    "Int32",
+    "Int64",
     "NotifyConsumerIdsChangedRequestHeader",
     "PullMessageRequestHeader",
     "PullMessageResponseHeader",
@@ -83,6 +91,31 @@ _Decoder = Callable[[type[Any], Mapping[str, str] | None], Any]
 _Encoder = Callable[[Any], dict[str, str]]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class IntWidth:
+    """The range of a Java integer type: what a header number must fit."""
+
+    name: str
+    java: str
+    lo: int
+    hi: int
+
+    def __repr__(self) -> str:
+        return self.name.upper()
+
+
+INT32 = IntWidth("int32", "Integer", -(2**31), 2**31 - 1)
+INT64 = IntWidth("int64", "Long", -(2**63), 2**63 - 1)
+Int32 = Annotated[int, INT32]
+"""A header number that is a Java `Integer` / `int` field."""
+Int64 = Annotated[int, INT64]
+"""A header number that is a Java `Long` / `long` field."""
+
+_Kind = type | IntWidth
+"""A field's conversion: `str`, `bool`, `INT32` or `INT64`."""
+_Row = tuple[str, str, _Kind, bool, object]
+
+
 class _Header:
     """Base of every typed header; the generated codecs hang off the class."""
 
@@ -93,16 +126,18 @@ class _Header:
     _decode: ClassVar[_Decoder]
     _py_decode: ClassVar[_Decoder]
     _encode: ClassVar[_Encoder]
-    _TABLE: ClassVar[tuple[tuple[str, str, type, bool, object], ...]]
-    FIELDS: ClassVar[tuple[tuple[str, str, type, bool], ...]]
-    """(attribute, wire name, type, required) per field, in declaration order."""
+    _TABLE: ClassVar[tuple[_Row, ...]]
+    FIELDS: ClassVar[tuple[tuple[str, str, _Kind, bool], ...]]
+    """(attribute, wire name, kind, required) per field, in declaration order; kind is `str`,
+    `bool`, `INT32` or `INT64`."""
 
     @classmethod
     def from_fields(cls, ext_fields: Mapping[str, str] | None) -> Self:
         """Build the header from a command's extFields.
 
         Raises:
-            HeaderError: a required field is missing or a number does not parse.
+            HeaderError: a required field is missing, a number does not parse or is outside
+                its Java type (int32 or int64).
         """
         result: Self = cls._decode(cls, ext_fields)
         return result
@@ -117,20 +152,30 @@ def _camel(attr: str) -> str:
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
-def _plain_type(hint: Any) -> tuple[type, bool]:
-    """(str | int | bool, optional?) from an annotation like `int` or `int | None`."""
-    args = typing.get_args(hint)
-    if args:
-        non_none = [a for a in args if a is not type(None)]
-        if len(non_none) != 1:
+def _plain_type(hint: Any) -> tuple[_Kind, bool]:
+    """(kind, optional?) from an annotation like `str`, `Int32` or `Int64 | None`.
+
+    A bare `int` is refused: every number says whether it is a Java int32 or int64."""
+    optional = False
+    if typing.get_origin(hint) is not Annotated:
+        args = typing.get_args(hint)
+        if args:
+            non_none = [a for a in args if a is not type(None)]
+            if len(non_none) != 1:
+                raise TypeError(f"unsupported header annotation {hint!r}")
+            hint, optional = non_none[0], True
+    if typing.get_origin(hint) is Annotated:
+        base, *extras = typing.get_args(hint)
+        widths = [e for e in extras if isinstance(e, IntWidth)]
+        if base is not int or len(widths) != 1:
             raise TypeError(f"unsupported header annotation {hint!r}")
-        return non_none[0], True
-    return hint, False
+        return widths[0], optional
+    if hint is int:
+        raise TypeError("a header number must be Int32 or Int64 (the Java field's type), not int")
+    return hint, optional
 
 
-def _compile(
-    name: str, fields: list[tuple[str, str, type, bool, object]]
-) -> tuple[_Decoder, _Encoder]:
+def _compile(name: str, fields: list[_Row]) -> tuple[_Decoder, _Encoder]:
     """Generate the straight-line decoder and encoder for one field table."""
     dec = [
         "def _decode(cls, f):",
@@ -152,13 +197,17 @@ def _compile(
             dec.append(f"        self.{attr} = _d{index}")
             dec.append("    else:")
         pad = "    " if required else "        "
-        if kind is int:
+        if isinstance(kind, IntWidth):
             dec.append(f"{pad}try:")
-            dec.append(f"{pad}    self.{attr} = int(v)")
+            dec.append(f"{pad}    n = int(v)")
             dec.append(f"{pad}except ValueError:")
             dec.append(
                 f"{pad}    raise _HeaderError({wire!r}, 'not a number: ' + repr(v[:40])) from None"
             )
+            dec.append(f"{pad}if not {kind.lo} <= n <= {kind.hi}:")
+            reason = f" is outside {kind.name} (Java {kind.java}, {kind.lo}..{kind.hi})"
+            dec.append(f"{pad}    raise _HeaderError({wire!r}, repr(v[:40]) + {reason!r})")
+            dec.append(f"{pad}self.{attr} = n")
         elif kind is bool:
             dec.append(f"{pad}self.{attr} = v == 'true' or v.lower() == 'true'")
         elif kind is str:
@@ -167,7 +216,7 @@ def _compile(
             raise TypeError(f"{name}.{attr}: unsupported header field type {kind!r}")
         enc.append(f"    v = self.{attr}")
         enc.append("    if v is not None:")
-        if kind is int:
+        if isinstance(kind, IntWidth):
             enc.append(f"        d[{wire!r}] = str(v)")
         elif kind is bool:
             enc.append(f"        d[{wire!r}] = 'true' if v else 'false'")
@@ -181,17 +230,18 @@ def _compile(
     return env["_decode"], env["_encode"]
 
 
-_KIND_CODES: Mapping[type, int] = {str: 0, int: 1, bool: 2}
+_KIND_CODES: Mapping[_Kind, int] = {str: 0, INT32: 1, bool: 2, INT64: 3}
 
 
 def native_decoder(
     module: types.ModuleType,
     cls: type[Any],
-    table: tuple[tuple[str, str, type, bool, object], ...],
+    table: tuple[_Row, ...],
     fallback: _Decoder,
 ) -> _Decoder:
     """`module.FieldsDecoder` (remoting._speedups) for a field table; `fallback` is the
-    generated Python decoder it hands uncommon input to."""
+    generated Python decoder it hands uncommon input to (every error, an out-of-range number
+    included, so the HeaderError is always the Python decoder's)."""
     rows = tuple((a, w, _KIND_CODES[k], r, d) for a, w, k, r, d in table)
     decoder: _Decoder = module.FieldsDecoder(cls, rows, fallback)
     return decoder
@@ -204,9 +254,9 @@ _H = TypeVar("_H", bound=type[_Header])
 def _header(cls: _H) -> _H:
     """Make `cls` a slotted keyword-only dataclass and generate its extFields codecs."""
     dc: Any = dataclasses.dataclass(slots=True, kw_only=True)(cls)
-    hints = typing.get_type_hints(dc)
+    hints = typing.get_type_hints(dc, include_extras=True)
     overrides = dc._WIRE_NAMES
-    table: list[tuple[str, str, type, bool, object]] = []
+    table: list[_Row] = []
     for f in dataclasses.fields(dc):
         kind, optional = _plain_type(hints[f.name])
         has_default = f.default is not dataclasses.MISSING
@@ -246,15 +296,15 @@ class SendMessageRequestHeader(_Header):
     producer_group: str
     topic: str
     default_topic: str
-    default_topic_queue_nums: int
-    queue_id: int
-    sys_flag: int
-    born_timestamp: int
-    flag: int
+    default_topic_queue_nums: Int32
+    queue_id: Int32
+    sys_flag: Int32
+    born_timestamp: Int64
+    flag: Int32
     properties: str | None = None
-    reconsume_times: int | None = None
+    reconsume_times: Int32 | None = None
     unit_mode: bool = False
-    max_reconsume_times: int | None = None
+    max_reconsume_times: Int32 | None = None
     batch: bool = False
     broker_name: str | None = None
 
@@ -277,7 +327,7 @@ class SendMessageRequestHeader(_Header):
     _decode_v2: ClassVar[_Decoder]
     _py_decode_v2: ClassVar[_Decoder]
     _encode_v2: ClassVar[_Encoder]
-    _TABLE_V2: ClassVar[tuple[tuple[str, str, type, bool, object], ...]]
+    _TABLE_V2: ClassVar[tuple[_Row, ...]]
 
     @classmethod
     def from_fields_v2(cls, ext_fields: Mapping[str, str] | None) -> Self:
@@ -348,8 +398,8 @@ def send_request_fields_v2(
 @_header
 class SendMessageResponseHeader(_Header):
     msg_id: str
-    queue_id: int
-    queue_offset: int
+    queue_id: Int32
+    queue_offset: Int64
     transaction_id: str | None = None
 
 
@@ -360,34 +410,34 @@ class SendMessageResponseHeader(_Header):
 class PullMessageRequestHeader(_Header):
     consumer_group: str
     topic: str
-    queue_id: int
-    queue_offset: int
-    max_msg_nums: int
-    sys_flag: int
-    commit_offset: int
-    suspend_timeout_millis: int
+    queue_id: Int32
+    queue_offset: Int64
+    max_msg_nums: Int32
+    sys_flag: Int32
+    commit_offset: Int64
+    suspend_timeout_millis: Int64
     subscription: str | None = None
-    sub_version: int
+    sub_version: Int64
     expression_type: str | None = None
 
 
 @_header
 class PullMessageResponseHeader(_Header):
-    suggest_which_broker_id: int
-    next_begin_offset: int
-    min_offset: int
-    max_offset: int
+    suggest_which_broker_id: Int64
+    next_begin_offset: Int64
+    min_offset: Int64
+    max_offset: Int64
 
 
 @_header
 class ConsumerSendMsgBackRequestHeader(_Header):
-    offset: int
+    offset: Int64
     group: str
-    delay_level: int
+    delay_level: Int32
     origin_msg_id: str | None = None
     origin_topic: str | None = None
     unit_mode: bool = False
-    max_reconsume_times: int | None = None
+    max_reconsume_times: Int32 | None = None
 
 
 # ---------------------------------------------------------------------------
@@ -396,9 +446,9 @@ class ConsumerSendMsgBackRequestHeader(_Header):
 @_header
 class EndTransactionRequestHeader(_Header):
     producer_group: str
-    tran_state_table_offset: int
-    commit_log_offset: int
-    commit_or_rollback: int
+    tran_state_table_offset: Int64
+    commit_log_offset: Int64
+    commit_or_rollback: Int32
     from_transaction_check: bool | None = False
     msg_id: str
     transaction_id: str | None = None
@@ -406,8 +456,8 @@ class EndTransactionRequestHeader(_Header):
 
 @_header
 class CheckTransactionStateRequestHeader(_Header):
-    tran_state_table_offset: int
-    commit_log_offset: int
+    tran_state_table_offset: Int64
+    commit_log_offset: Int64
     msg_id: str | None = None
     transaction_id: str | None = None
     offset_msg_id: str | None = None
@@ -420,66 +470,66 @@ class CheckTransactionStateRequestHeader(_Header):
 class QueryConsumerOffsetRequestHeader(_Header):
     consumer_group: str
     topic: str
-    queue_id: int
+    queue_id: Int32
     set_zero_if_not_found: bool | None = None  # 5.x: false = QUERY_NOT_FOUND, never 0
 
 
 @_header
 class QueryConsumerOffsetResponseHeader(_Header):
-    offset: int
+    offset: Int64
 
 
 @_header
 class UpdateConsumerOffsetRequestHeader(_Header):
     consumer_group: str
     topic: str
-    queue_id: int
-    commit_offset: int
+    queue_id: Int32
+    commit_offset: Int64
 
 
 @_header
 class GetMaxOffsetRequestHeader(_Header):
     topic: str
-    queue_id: int
+    queue_id: Int32
 
 
 @_header
 class GetMaxOffsetResponseHeader(_Header):
-    offset: int
+    offset: Int64
 
 
 @_header
 class GetMinOffsetRequestHeader(_Header):
     topic: str
-    queue_id: int
+    queue_id: Int32
 
 
 @_header
 class GetMinOffsetResponseHeader(_Header):
-    offset: int
+    offset: Int64
 
 
 @_header
 class GetEarliestMsgStoretimeRequestHeader(_Header):
     topic: str
-    queue_id: int
+    queue_id: Int32
 
 
 @_header
 class GetEarliestMsgStoretimeResponseHeader(_Header):
-    timestamp: int
+    timestamp: Int64
 
 
 @_header
 class SearchOffsetRequestHeader(_Header):
     topic: str
-    queue_id: int
-    timestamp: int
+    queue_id: Int32
+    timestamp: Int64
 
 
 @_header
 class SearchOffsetResponseHeader(_Header):
-    offset: int
+    offset: Int64
 
 
 # ---------------------------------------------------------------------------
@@ -487,22 +537,22 @@ class SearchOffsetResponseHeader(_Header):
 # ---------------------------------------------------------------------------
 @_header
 class ViewMessageRequestHeader(_Header):
-    offset: int
+    offset: Int64
 
 
 @_header
 class QueryMessageRequestHeader(_Header):
     topic: str
     key: str
-    max_num: int
-    begin_timestamp: int
-    end_timestamp: int
+    max_num: Int32
+    begin_timestamp: Int64
+    end_timestamp: Int64
 
 
 @_header
 class QueryMessageResponseHeader(_Header):
-    index_last_update_timestamp: int
-    index_last_update_phyoffset: int
+    index_last_update_timestamp: Int64
+    index_last_update_phyoffset: Int64
 
 
 # ---------------------------------------------------------------------------
@@ -534,11 +584,11 @@ class UnregisterClientRequestHeader(_Header):
 class CreateTopicRequestHeader(_Header):
     topic: str
     default_topic: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
+    read_queue_nums: Int32
+    write_queue_nums: Int32
+    perm: Int32
     topic_filter_type: str
-    topic_sys_flag: int | None = None
+    topic_sys_flag: Int32 | None = None
     order: bool = False
 
 
@@ -573,7 +623,7 @@ class GetConsumerConnectionListRequestHeader(_Header):
 class ResetOffsetRequestHeader(_Header):
     topic: str
     group: str
-    timestamp: int
+    timestamp: Int64
     is_force: bool
 
 
@@ -597,9 +647,9 @@ class RegisterBrokerRequestHeader(_Header):
     broker_addr: str
     cluster_name: str
     ha_server_addr: str
-    broker_id: int
+    broker_id: Int64
     compressed: bool = False
-    body_crc32: int = 0
+    body_crc32: Int32 = 0
 
 
 @_header
@@ -613,7 +663,7 @@ class UnRegisterBrokerRequestHeader(_Header):
     broker_name: str
     broker_addr: str
     cluster_name: str
-    broker_id: int
+    broker_id: Int64
 
 
 @_header
@@ -621,7 +671,7 @@ class QueryDataVersionRequestHeader(_Header):
     broker_name: str
     broker_addr: str
     cluster_name: str
-    broker_id: int
+    broker_id: Int64
 
 
 @_header

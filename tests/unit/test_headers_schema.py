@@ -9,8 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import remoting.protocol as protocol
+import remoting.protocol.headers as headers_module
 from remoting import HeaderError, RemotingCommand, RequestCode
 from remoting.protocol import (
+    ConsumerSendMsgBackRequestHeader,
+    CreateTopicRequestHeader,
     EndTransactionRequestHeader,
     PullMessageRequestHeader,
     RegisterBrokerRequestHeader,
@@ -19,6 +22,7 @@ from remoting.protocol import (
     SendMessageResponseHeader,
     UnregisterClientRequestHeader,
 )
+from remoting.protocol.headers import INT32, INT64
 
 HEADER_CLASSES = [getattr(protocol, name) for name in protocol.__all__]
 
@@ -101,13 +105,14 @@ def _sample(cls: Any) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for attr, _, kind, required in cls.FIELDS:
         if required:
-            values[attr] = {str: "x", int: 1, bool: True}[kind]
+            values[attr] = {str: "x", INT32: 1, INT64: 1, bool: True}[kind]
     return values
 
 
 _VALUES = {
     str: st.text(alphabet=st.characters(codec="utf-8"), max_size=30),
-    int: st.integers(-(2**63), 2**63 - 1),
+    INT32: st.integers(-(2**31), 2**31 - 1),
+    INT64: st.integers(-(2**63), 2**63 - 1),
     bool: st.booleans(),
 }
 
@@ -260,3 +265,115 @@ def test_unknown_ext_fields_are_ignored() -> None:
         {"topic": "T", "group": "g", "timestamp": "5", "isForce": "false", "bname": "b"}
     )
     assert header == ResetOffsetRequestHeader(topic="T", group="g", timestamp=5, is_force=False)
+
+
+# Java's type of every number field (Apache RocketMQ's remoting/protocol/header classes):
+# `Integer`/`int` -> int32, `Long`/`long` -> int64. Every other number field is int64.
+INT32_FIELDS = {
+    "SendMessageRequestHeader": {
+        "defaultTopicQueueNums", "queueId", "sysFlag", "flag", "reconsumeTimes",
+        "maxReconsumeTimes",
+    },
+    "SendMessageResponseHeader": {"queueId"},
+    "PullMessageRequestHeader": {"queueId", "maxMsgNums", "sysFlag"},
+    "ConsumerSendMsgBackRequestHeader": {"delayLevel", "maxReconsumeTimes"},
+    "EndTransactionRequestHeader": {"commitOrRollback"},
+    "QueryConsumerOffsetRequestHeader": {"queueId"},
+    "UpdateConsumerOffsetRequestHeader": {"queueId"},
+    "GetMaxOffsetRequestHeader": {"queueId"},
+    "GetMinOffsetRequestHeader": {"queueId"},
+    "GetEarliestMsgStoretimeRequestHeader": {"queueId"},
+    "SearchOffsetRequestHeader": {"queueId"},
+    "QueryMessageRequestHeader": {"maxNum"},
+    "CreateTopicRequestHeader": {"readQueueNums", "writeQueueNums", "perm", "topicSysFlag"},
+    "RegisterBrokerRequestHeader": {"bodyCrc32"},
+}  # fmt: skip
+
+
+def test_every_number_field_has_its_java_width() -> None:
+    for cls in HEADER_CLASSES:
+        int32 = {wire for _, wire, kind, _ in cls.FIELDS if kind is INT32}
+        int64 = {wire for _, wire, kind, _ in cls.FIELDS if kind is INT64}
+        assert int32 == INT32_FIELDS.get(cls.__name__, set()), cls.__name__
+        assert all(kind in (str, bool, INT32, INT64) for _, _, kind, _ in cls.FIELDS)
+        assert not int32 & int64
+
+
+def test_a_bare_int_annotation_is_refused() -> None:
+    with pytest.raises(TypeError, match="Int32 or Int64"):
+
+        @headers_module._header
+        class Loose(headers_module._Header):
+            queue_id: int
+
+
+_PULL = {
+    "consumerGroup": "g",
+    "topic": "T",
+    "queueId": "0",
+    "queueOffset": "0",
+    "maxMsgNums": "32",
+    "sysFlag": "2",
+    "commitOffset": "0",
+    "suspendTimeoutMillis": "15000",
+    "subVersion": "1",
+}
+
+# The values of issue 31 and the edges of both types.
+_OUT_OF_RANGE = [
+    ("queueId", "-2147483649"),
+    ("queueId", "2147483648"),
+    ("maxMsgNums", "99999999999"),
+    ("sysFlag", "-" + "9" * 30),
+    ("queueOffset", "9223372036854775808"),
+    ("commitOffset", "-9223372036854775809"),
+    ("suspendTimeoutMillis", "1" + "0" * 40),
+    ("subVersion", "18446744073709551616"),
+]
+_AT_THE_EDGES = [
+    ("queueId", "-2147483648", -(2**31)),
+    ("queueId", "2147483647", 2**31 - 1),
+    ("maxMsgNums", "+0002147483647", 2**31 - 1),
+    ("queueOffset", "9223372036854775807", 2**63 - 1),
+    ("commitOffset", "-9223372036854775808", -(2**63)),
+    ("suspendTimeoutMillis", "-0000000000000000000001", -1),
+]
+
+
+@pytest.mark.parametrize(("wire", "text"), _OUT_OF_RANGE)
+def test_a_number_outside_its_java_type_is_a_header_error(wire: str, text: str) -> None:
+    with pytest.raises(HeaderError) as info:
+        PullMessageRequestHeader.from_fields({**_PULL, wire: text})
+    assert info.value.field == wire
+    width = "int32" if wire in INT32_FIELDS["PullMessageRequestHeader"] else "int64"
+    assert f"outside {width}" in info.value.reason
+    assert text[:40] in info.value.reason
+
+
+@pytest.mark.parametrize(("wire", "text", "value"), _AT_THE_EDGES)
+def test_the_edges_of_each_type_are_accepted(wire: str, text: str, value: int) -> None:
+    header = PullMessageRequestHeader.from_fields({**_PULL, wire: text})
+    attr = {w: a for a, w, _, _ in PullMessageRequestHeader.FIELDS}[wire]
+    assert getattr(header, attr) == value
+
+
+def test_ranges_apply_to_optional_fields_and_to_the_v2_short_names() -> None:
+    v2 = {"a": "PG", "b": "T", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "1", "h": "0"}
+    assert SendMessageRequestHeader.from_fields_v2(v2).queue_id == 0
+    for short, text in [("e", "-2147483649"), ("j", "2147483648"), ("g", "9" * 19)]:
+        with pytest.raises(HeaderError) as info:
+            SendMessageRequestHeader.from_fields_v2({**v2, short: text})
+        assert info.value.field == short
+    back = {"offset": "1", "group": "g", "delayLevel": "0", "maxReconsumeTimes": "-2147483649"}
+    with pytest.raises(HeaderError, match="maxReconsumeTimes"):
+        ConsumerSendMsgBackRequestHeader.from_fields(back)
+    create = {
+        "topic": "T",
+        "defaultTopic": "TBW102",
+        "readQueueNums": "4",
+        "writeQueueNums": "4294967300",
+        "perm": "6",
+        "topicFilterType": "SINGLE_TAG",
+    }
+    with pytest.raises(HeaderError, match="writeQueueNums"):
+        CreateTopicRequestHeader.from_fields(create)

@@ -34,7 +34,7 @@ CLASSES = sorted(
 )
 # (class, table, Python decoder) for every table, the V2 short names included.
 _SEND = headers.SendMessageRequestHeader
-TABLES: list[tuple[type[Any], tuple[tuple[str, str, type, bool, object], ...], Any]] = [
+TABLES: list[tuple[type[Any], tuple[Any, ...], Any]] = [
     (c, c._TABLE, c._py_decode) for c in CLASSES
 ] + [(_SEND, _SEND._TABLE_V2, _SEND._py_decode_v2)]
 
@@ -62,6 +62,10 @@ NUMBER_TEXT = st.one_of(
     st.sampled_from(
         ["0", "-0", "+5", "007", " 12 ", "1_000", "", "-", "+", "0x10", "1.5", "١٢", "9" * 19]
     ),
+    # the edges of int32 and int64 and one past them, padded past the 18-digit fast path too
+    st.sampled_from([2**31, 2**63])
+    .flatmap(lambda b: st.sampled_from([-b - 1, -b, b - 1, b]))
+    .flatmap(lambda n: st.sampled_from([str(n), f"{n:+025d}", f" {n}", f"{n:_}"])),
     st.text(max_size=6),
 )
 BOOL_TEXT = st.sampled_from(
@@ -89,7 +93,7 @@ ODD_VALUE = st.one_of(st.none(), st.integers(), st.just(b"true"), st.just(True))
 
 
 @st.composite
-def field_maps(draw: st.DrawFn, table: tuple[tuple[str, str, type, bool, object], ...]) -> object:
+def field_maps(draw: st.DrawFn, table: tuple[Any, ...]) -> object:
     shape = draw(st.integers(0, 9))
     if shape == 0:
         return None
@@ -97,7 +101,7 @@ def field_maps(draw: st.DrawFn, table: tuple[tuple[str, str, type, bool, object]
     for _attr, wire, kind, _required, _default in table:
         if draw(st.integers(0, 9)) == 0:
             continue  # missing
-        if kind is int:
+        if isinstance(kind, headers.IntWidth):
             value: Any = draw(NUMBER_TEXT) if draw(st.booleans()) else str(draw(st.integers()))
         elif kind is bool:
             value = draw(BOOL_TEXT)
