@@ -171,13 +171,16 @@ def loads_tolerant(data: bytes | bytearray | memoryview | str) -> Any:
     """Parse JSON written by fastjson (unquoted integer keys, object keys allowed).
 
     Raises:
-        ValueError: the text is not JSON even after quoting the keys.
+        ValueError: the text is not JSON even after quoting the keys, or nests too deeply.
     """
     text = data if isinstance(data, str) else bytes(data).decode("utf-8")
     try:
-        return json.loads(text)
-    except ValueError:
-        return json.loads(_quote_keys(text))
+        try:
+            return json.loads(text)
+        except ValueError:
+            return json.loads(_quote_keys(text))
+    except RecursionError:
+        raise ValueError("body nests too deeply") from None
 
 
 def _int_map(raw: Mapping[str, Any] | None) -> dict[int, int]:

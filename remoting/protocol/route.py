@@ -108,20 +108,24 @@ def loads_tolerant(data: bytes | bytearray | memoryview | str) -> Any:
     """Parse JSON written by fastjson or by a standard encoder.
 
     Raises:
-        RouteDecodeError: the text is not JSON even after quoting bare integer keys.
+        RouteDecodeError: the text is not JSON even after quoting bare integer keys, or nests
+            too deeply.
     """
     try:
         text = data if isinstance(data, str) else bytes(data).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RouteDecodeError(f"body is not UTF-8: {exc}") from None
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        pass
-    try:
-        return json.loads(quote_numeric_keys(text))
-    except json.JSONDecodeError as exc:
-        raise RouteDecodeError(f"body is not JSON: {exc}") from None
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            pass
+        try:
+            return json.loads(quote_numeric_keys(text))
+        except json.JSONDecodeError as exc:
+            raise RouteDecodeError(f"body is not JSON: {exc}") from None
+    except RecursionError:
+        raise RouteDecodeError("body nests too deeply") from None
 
 
 def _obj(value: Any, what: str) -> dict[str, Any]:
