@@ -17,6 +17,7 @@ import trio
 
 from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, SerializeType
 from remoting.protocol.headers import PullMessageRequestHeader, send_request_fields_v2
+from tests.helpers import json_request
 from tests.integration.procs import BrokerProc, NamesrvProc
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -28,16 +29,12 @@ INT32_OVER = str(2**31)
 INT64_OVER = str(2**63)
 
 
-def _req(code: int, fields: dict[str, str], body: bytes | None = None) -> RemotingCommand:
-    return RemotingCommand.request(code, fields, body, serialize_type=SerializeType.JSON)
-
-
 def _send(**over: str) -> RemotingCommand:
     fields = send_request_fields_v2(
         "range_producer", TOPIC, "TBW102", "4", 0, 0, 1_700_000_000_000, 0, "", "b"
     )
     fields.update(over)
-    return _req(RequestCode.SEND_MESSAGE_V2, fields, b"payload")
+    return json_request(RequestCode.SEND_MESSAGE_V2, fields, b"payload")
 
 
 def _pull(**over: str) -> RemotingCommand:
@@ -54,11 +51,11 @@ def _pull(**over: str) -> RemotingCommand:
         sub_version=1,
     ).to_fields()
     fields.update(over)
-    return _req(RequestCode.PULL_MESSAGE, fields)
+    return json_request(RequestCode.PULL_MESSAGE, fields)
 
 
 def _offset_update(queue_id: str, offset: str) -> RemotingCommand:
-    return _req(
+    return json_request(
         RequestCode.UPDATE_CONSUMER_OFFSET,
         {"consumerGroup": GROUP, "topic": TOPIC, "queueId": queue_id, "commitOffset": offset},
     )
@@ -99,7 +96,7 @@ def _cases() -> list[tuple[str, RemotingCommand, int, str]]:
         ("offset update queue 2^31", _offset_update(INT32_OVER, "0"), system, "'queueId'"),
         (
             "query offset queue int32-1",
-            _req(
+            json_request(
                 RequestCode.QUERY_CONSUMER_OFFSET,
                 {"consumerGroup": GROUP, "topic": TOPIC, "queueId": INT32_UNDER},
             ),
@@ -108,13 +105,13 @@ def _cases() -> list[tuple[str, RemotingCommand, int, str]]:
         ),
         (
             "max offset queue int32-1",
-            _req(RequestCode.GET_MAX_OFFSET, {**q, "queueId": INT32_UNDER}),
+            json_request(RequestCode.GET_MAX_OFFSET, {**q, "queueId": INT32_UNDER}),
             system,
             "'queueId'",
         ),
         (
             "search offset timestamp 2^63",
-            _req(
+            json_request(
                 RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
                 {**q, "queueId": "0", "timestamp": INT64_OVER},
             ),
@@ -123,13 +120,13 @@ def _cases() -> list[tuple[str, RemotingCommand, int, str]]:
         ),
         (
             "view message offset 2^63",
-            _req(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": INT64_OVER}),
+            json_request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": INT64_OVER}),
             system,
             "'offset'",
         ),
         (
             "view message offset -1",
-            _req(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": "-1"}),
+            json_request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": "-1"}),
             system,
             "-1",
         ),
@@ -163,7 +160,7 @@ async def test_extreme_numbers_get_a_code_and_the_broker_keeps_serving(
             assert resp.ext_fields["nextBeginOffset"] == "0"
 
         # A negative offset piggybacked on a pull is not stored (a valid one is).
-        query = _req(
+        query = json_request(
             RequestCode.QUERY_CONSUMER_OFFSET,
             {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "1"},
         )

@@ -142,14 +142,15 @@ def _check_header(raw: bytes, serialize_type: int) -> None:
 
 
 def _check_typed(cls: type[Any], table: Any, py_decode: Any, fields: Any) -> None:
-    """The native FieldsDecoder and the Python decoder agree; only HeaderError is raised."""
+    """The native FieldsDecoder and the Python decoder agree; only HeaderError is raised for
+    a map of str to str (what every header codec yields)."""
     from remoting.protocol import headers
 
     decoder = headers.native_decoder(NATIVE, cls, table, py_decode)
     native = _header_outcome(decoder, cls, fields)
     python = _header_outcome(py_decode, cls, fields)
     assert native == python
-    if native[0] == "err":
+    if native[0] == "err" and all(type(v) is str for v in (fields or {}).values()):
         assert native[1][0] is HeaderError, native[1]
 
 
