@@ -145,6 +145,7 @@ class IndexFile:
         "index_count",
         "index_num",
         "path",
+        "rebuilding",
         "slot_num",
     )
 
@@ -186,6 +187,8 @@ class IndexFile:
             raise
         self._fd = fd
         self._dirty = False
+        # Written by an `IndexRebuild` that has not finished (see `IndexService.add_rebuild_file`).
+        self.rebuilding = False
         if existing == 0:
             self.begin_timestamp = self.end_timestamp = max(end_timestamp, 0)
             self.begin_phy_offset = self.end_phy_offset = max(end_phy_offset, 0)
@@ -201,9 +204,18 @@ class IndexFile:
                 self.hash_slot_count,
                 self.index_count,
             ) = _HEADER.unpack_from(self._mm, 0)
-            if not 1 <= self.index_count <= index_num:
-                # a header that was never written (crash right after creation) or garbage
-                self.index_count = max(1, min(self.index_count, index_num))
+            if self.index_count == 0 and not any(self._mm[:HEADER_SIZE]):
+                # a header that was never written (crash right after creation): empty
+                self.index_count = 1
+            elif not 1 <= self.index_count <= index_num or (
+                self.index_count > 1 and self.begin_phy_offset > self.end_phy_offset
+            ):
+                self._mm.close()
+                os.close(fd)
+                raise IndexFileError(
+                    f"{self.path}: damaged header (indexCount={self.index_count}, "
+                    f"phy=[{self.begin_phy_offset},{self.end_phy_offset}])"
+                )
         # Every entry of a record stored before this time (ms) is on disk, as far as this
         # process wrote it (see `durable_ts`).
         self._durable_ts = self.end_timestamp
@@ -480,6 +492,11 @@ class IndexService:
         self.index_num = index_num
         self._files: list[IndexFile] = []
         self._lock = threading.Lock()
+        # Files found unusable (and deleted) by the last `load`: the store rebuilds the index.
+        self.unusable = 0
+        # While an `IndexRebuild` runs: the commitlog offset it indexes up to (the live files
+        # index from there on); 0 otherwise.
+        self.rebuild_below = 0
         # Set `deferring` and, until `build_deferred`, `build_index` keeps its records in
         # `kept` instead of indexing each at once; `build_deferred` indexes them together, one
         # `build_index_batch` per run of one topic and store time (a store's run of sends,
@@ -509,13 +526,15 @@ class IndexService:
         self.directory.mkdir(parents=True, exist_ok=True)
         names = sorted(p.name for p in self.directory.iterdir() if _NAME_RE.match(p.name))
         loaded: list[IndexFile] = []
+        self.unusable = 0
         for name in names:
             path = self.directory / name
             try:
                 f = IndexFile(path, self.slot_num, self.index_num)
-            except IndexFileError as exc:
+            except (IndexFileError, OSError, ValueError) as exc:
                 log.warning("index_file_unusable", file=str(path), error=str(exc))
                 path.unlink(missing_ok=True)
+                self.unusable += 1
                 continue
             loaded.append(f)
         with self._lock:
@@ -526,7 +545,7 @@ class IndexService:
         """The file being written, rolling to a new one when the last is full."""
         with self._lock:
             files = self._files
-            if files and not files[-1].is_full:
+            if files and not files[-1].is_full and not files[-1].rebuilding:
                 return files[-1]
             prev = files[-1] if files else None
             now = int(time.time() * 1000)
@@ -537,13 +556,15 @@ class IndexService:
                 now += 1
                 path = self.directory / index_file_name(now)
             self.directory.mkdir(parents=True, exist_ok=True)
-            f = IndexFile(
-                path,
-                self.slot_num,
-                self.index_num,
-                prev.end_phy_offset if prev is not None else 0,
-                prev.end_timestamp if prev is not None else 0,
-            )
+            if self.rebuild_below and (prev is None or prev.rebuilding):
+                # The first live file while a rebuild runs: records below `rebuild_below` are
+                # the rebuild's, the live indexing starts at it.
+                inherit_phy, inherit_ts = self.rebuild_below, 0
+            elif prev is not None:
+                inherit_phy, inherit_ts = prev.end_phy_offset, prev.end_timestamp
+            else:
+                inherit_phy, inherit_ts = 0, 0
+            f = IndexFile(path, self.slot_num, self.index_num, inherit_phy, inherit_ts)
             files.append(f)
             log.info("index_file_created", file=path.name)
             return f
@@ -735,7 +756,8 @@ class IndexService:
         for f in self.files:
             if live or f.is_full:
                 f.flush()
-            if f.dirty:
+            # A rebuild's files are covered by its marker (a start that finds it rebuilds).
+            if f.dirty and not f.rebuilding:
                 point = min(point, f.durable_ts)
         return point
 
@@ -746,7 +768,9 @@ class IndexService:
         """
         with self._lock:
             files = self._files
-            doomed = [f for f in files[:-1] if f.end_phy_offset < min_phy_offset]
+            doomed = [
+                f for f in files[:-1] if f.end_phy_offset < min_phy_offset and not f.rebuilding
+            ]
             if not doomed:
                 return 0
             self._files = [f for f in files if f not in doomed]
@@ -778,6 +802,73 @@ class IndexService:
         if last is not None and last.end_phy_offset >= phy_offset:
             last.seal(phy_offset - 1)
             log.warning("index_file_sealed", file=last.file_name, below=phy_offset)
+        return len(doomed)
+
+    def add_rebuild_file(self, prev: IndexFile | None, first_ts: int, below: int) -> IndexFile:
+        """A new file for an `IndexRebuild` of records below `below` (blocking: creates it).
+
+        Named after `first_ts` (the store time of its first record; after `prev`, the
+        rebuild's previous file), so that by name it sorts before the files the live indexing
+        created since the start; placed after `prev`, else before the first live file. It is
+        marked `rebuilding`: the live indexing never writes it, `delete_expired` keeps it and
+        `flush` leaves it out of the durable point, until `finish_rebuild`.
+        """
+        with self._lock:
+            self.rebuild_below = below
+            files = self._files
+            ms = max(first_ts, 0)
+            if prev is not None:
+                ms = max(ms, _name_ms_floor(prev.file_name))
+            path = self.directory / index_file_name(ms)
+            while path.exists() or (prev is not None and path.name <= prev.file_name):
+                ms += 1
+                path = self.directory / index_file_name(ms)
+            self.directory.mkdir(parents=True, exist_ok=True)
+            f = IndexFile(
+                path,
+                self.slot_num,
+                self.index_num,
+                prev.end_phy_offset if prev is not None else 0,
+                prev.end_timestamp if prev is not None else 0,
+            )
+            f.rebuilding = True
+            if prev is not None and prev in files:
+                at = files.index(prev) + 1
+            else:
+                at = next(
+                    (
+                        i
+                        for i, g in enumerate(files)
+                        if not g.rebuilding and g.begin_phy_offset >= below
+                    ),
+                    len(files),
+                )
+            files.insert(at, f)
+            later = [g.file_name for g in files[at + 1 :] if g.file_name <= f.file_name]
+        if later:
+            log.warning("index_rebuild_file_order", file=f.file_name, later_files=later)
+        log.info("index_file_created", file=f.file_name, rebuild=True)
+        return f
+
+    def finish_rebuild(self) -> None:
+        """Write back the rebuilt files and make them ordinary files (blocking)."""
+        for f in self.files:
+            if f.rebuilding:
+                f.write_header()
+                f.flush()
+        with self._lock:
+            for f in self._files:
+                f.rebuilding = False
+            self.rebuild_below = 0
+
+    def drop_range(self, begin: int, end: int) -> int:
+        """Delete the files whose first record lies in ``[begin, end)`` (an unfinished
+        rebuild's files; blocking). Returns how many."""
+        with self._lock:
+            doomed = [f for f in self._files if begin <= f.begin_phy_offset < end]
+            self._files = [f for f in self._files if f not in doomed]
+        for f in doomed:
+            f.destroy()
         return len(doomed)
 
     def close(self) -> None:

@@ -12,12 +12,14 @@ later if that shows up in latency.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import contextlib
 import fcntl
 import mmap
 import os
 import shutil
+import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -30,11 +32,20 @@ from store._cleanup import CleanupService, Clock, DiskUsage, disk_usage_ratio
 from store._dispatcher import ArrivalListener, Dispatcher, parse_delay_levels
 from store._flush import FlushService
 from store._mapped_file import MappedFile, populate_for_write
-from store._recovery import RecoveryReport, recover_commitlog
+from store._recovery import (
+    REBUILD_MARKER,
+    DamagedRegion,
+    IndexRebuild,
+    RecoveryReport,
+    load_damaged_regions,
+    read_rebuild_marker,
+    recover_commitlog,
+    save_damaged_region,
+)
 from store.checkpoint import StoreCheckpoint
 from store.commitlog import CommitLog
 from store.config import StoreConfig
-from store.consume_queue import CQ_UNIT_SIZE, ConsumeQueue
+from store.consume_queue import CQ_UNIT_SIZE, GAP_UNIT_SIZE, ConsumeQueue
 from store.errors import StoreClosedError, StoreLockedError, StorePathError
 from store.index_file import IndexService
 from store.message import (
@@ -66,6 +77,8 @@ from store.results import (
 __all__ = ["MessageStore"]
 
 log = structlog.get_logger()
+
+_CQ_UNIT = struct.Struct(">qiq")
 
 
 def _fsync_path(path: Path) -> None:
@@ -213,6 +226,14 @@ class MessageStore:
             disk_usage=disk_usage or disk_usage_ratio,
         )
         self.recovery: RecoveryReport | None = None
+        # Commitlog regions recovery found damaged (and earlier starts copied aside), sorted:
+        # (start, end). Units pointing into them are skipped by pulls and lookups.
+        self.damaged_regions: list[DamagedRegion] = []
+        self._damaged: list[tuple[int, int]] = []
+        self.damaged_queue_units = 0
+        # Index files to rebuild from the commitlog in the background (see `_rebuild_index`).
+        self.index_rebuild: IndexRebuild | None = None
+        self.index_rebuild_state = "none"
         self.last_exit_ok = True
         self._lock_fd: int | None = None
         self._stack: contextlib.AsyncExitStack | None = None
@@ -266,6 +287,8 @@ class MessageStore:
                 await self._nursery.start(self.flush_service.run)
                 self._nursery.start_soon(self.cleanup_service.run)
                 self._nursery.start_soon(self._stats_loop)
+                if self.index_rebuild is not None:
+                    self._nursery.start_soon(self._rebuild_index, self.index_rebuild)
             except BaseException:
                 await stack.aclose()
                 raise
@@ -300,32 +323,64 @@ class MessageStore:
         cl.mfq.load()
         cqs = self._load_consume_queues()
         index = self.dispatcher.index
+        rebuild_from: int | None = None  # index files to rebuild from here (see below)
+        rebuild_to = 1 << 62
         if index is not None:
             # Always keep the index files: `build_index` skips what is already indexed, and
             # dropping the current file after a crash would lose every key it holds.
             index.load()
+            marker = read_rebuild_marker(index.directory)
+            if index.unusable:
+                # A damaged file: the index is derived data, rebuild all of it.
+                log.warning("index_damaged_full_rebuild", unusable_files=index.unusable)
+                index.drop_range(0, 1 << 62)
+                rebuild_from = 0
+            elif marker is not None:
+                # A rebuild did not finish: its files may be incomplete; do it again.
+                dropped_files = index.drop_range(*marker)
+                log.warning(
+                    "index_rebuild_unfinished",
+                    from_offset=marker[0],
+                    to_offset=marker[1],
+                    files_dropped=dropped_files,
+                )
+                rebuild_from, rebuild_to = marker
+                if index.files:
+                    # Records below it are the rebuild's, not the live indexing's.
+                    index.rebuild_below = rebuild_to
+                else:
+                    rebuild_to = 1 << 62  # nothing indexed live either: rebuild all of it
+            elif not index.files and cl.mfq.files:
+                rebuild_from = 0
         full = bool(cl.mfq.files) and not any(cq.mfq.files for cq in cqs)
         if full:
             log.warning("consume_queues_missing_full_rebuild", root=str(self.root))
         dispatch: Callable[[DispatchRequest], None] | None = None
         scan_from_ts = self.checkpoint.min_timestamp()
-        if abnormal or full:
-            dispatch = self.dispatcher.recovered
-            if abnormal and index is not None:
-                # The index is durable only up to the checkpoint's index timestamp (the file
-                # being written is written back every flush_interval_index_ms): re-index
-                # from there.
-                scan_from_ts = self.checkpoint.min_timestamp_index()
-                dispatch = _reindexing(index, self.checkpoint.index_msg_timestamp, dispatch)
-        report, dropped = recover_commitlog(
-            cl,
-            abnormal=abnormal,
-            checkpoint_min_timestamp=scan_from_ts,
-            full=full,
-            check_crc=cfg.check_crc_on_recover,
-            max_size=cfg.max_message_size + 64 * 1024,
-            dispatch=dispatch,
-        )
+        index_missing = index is not None and not index.files and rebuild_from is not None
+        if index_missing:
+            # The whole index is rebuilt after recovery: recovery's redispatch leaves it alone.
+            self.dispatcher.index = None
+        try:
+            if abnormal or full:
+                dispatch = self.dispatcher.recovered
+                if abnormal and index is not None and not index_missing:
+                    # The index is durable only up to the checkpoint's index timestamp (the
+                    # file being written is written back every flush_interval_index_ms):
+                    # re-index from there.
+                    scan_from_ts = self.checkpoint.min_timestamp_index()
+                    dispatch = _reindexing(index, self.checkpoint.index_msg_timestamp, dispatch)
+            report, dropped = recover_commitlog(
+                cl,
+                abnormal=abnormal,
+                checkpoint_min_timestamp=scan_from_ts,
+                full=full,
+                check_crc=cfg.check_crc_on_recover,
+                max_size=cfg.max_message_size + 64 * 1024,
+                dispatch=dispatch,
+            )
+        finally:
+            self.dispatcher.index = index
         _destroy_all(dropped)
         if index is not None:
             # Index entries of records past the valid end (index flushed further than the
@@ -334,6 +389,7 @@ class MessageStore:
         self.recovery = report
         valid_end = report.valid_end
         min_phy = cl.min_offset
+        self._note_damaged(report)
         table: dict[tuple[str, int], int] = {}
         for cq in self.dispatcher.consume_queues.values():
             lost = cq.truncate_dirty(valid_end)
@@ -360,6 +416,127 @@ class MessageStore:
         if report.last_store_timestamp:
             self.checkpoint.physic_msg_timestamp = report.last_store_timestamp
             self.checkpoint.logics_msg_timestamp = report.last_store_timestamp
+        if index is not None and rebuild_from is not None:
+            start = max(rebuild_from, min_phy)
+            end = min(rebuild_to, valid_end)
+            if start < end:
+                rebuild = IndexRebuild(
+                    index,
+                    commitlog_dir(self.root),
+                    cl.file_size,
+                    start,
+                    end,
+                    check_crc=False,  # recovery checked what it scanned; damage is skipped
+                    max_size=cfg.max_message_size + 64 * 1024,
+                )
+                rebuild.write_marker()
+                index.rebuild_below = end
+                self.index_rebuild = rebuild
+                self.index_rebuild_state = "pending"
+            else:
+                index.rebuild_below = 0
+                (index.directory / REBUILD_MARKER).unlink(missing_ok=True)
+
+    def _note_damaged(self, report: RecoveryReport) -> None:
+        """Copy the damaged regions aside, merge those of earlier starts, count the queue
+        units pointing into them, log the summary (blocking: recovery's worker thread)."""
+        found = {(r.offset, r.length): r for r in report.damaged}
+        for r in report.damaged:
+            data = self.commitlog.read(r.offset, r.length) or b""
+            try:
+                path = save_damaged_region(self.root, r, data)
+                log.error(
+                    "commitlog_damaged_region_saved",
+                    offset=r.offset,
+                    length=r.length,
+                    records=r.records,
+                    copy=str(path),
+                )
+            except OSError:
+                log.exception("commitlog_damaged_region_copy_failed", offset=r.offset)
+        min_phy = self.commitlog.min_offset
+        for r in load_damaged_regions(self.root):
+            if r.end > min_phy and r.offset < report.valid_end:
+                found.setdefault((r.offset, r.length), r)
+        regions = sorted(found.values(), key=lambda r: r.offset)
+        self.damaged_regions = regions
+        self._damaged = [(r.offset, r.end) for r in regions]
+        if not regions:
+            return
+        units = 0
+        for cq in self.dispatcher.consume_queues.values():
+            for mf in cq.mfq.files:
+                data = mf.read(0, mf.wrote_position)
+                for phy, size, _tags in _CQ_UNIT.iter_unpack(data):
+                    if size != GAP_UNIT_SIZE and self._is_damaged(phy):
+                        units += 1
+        self.damaged_queue_units = units
+        log.error(
+            "store_damage_report",
+            regions=[r.describe() for r in regions],
+            lost_bytes=sum(r.length for r in regions),
+            lost_records=sum(r.records or 0 for r in regions),
+            unknown_record_counts=sum(r.records is None for r in regions),
+            queue_units_skipped=units,
+            copies=str(self.root / "damaged"),
+        )
+
+    def _is_damaged(self, phy: int) -> bool:
+        """Whether commitlog offset `phy` lies in a damaged region."""
+        regions = self._damaged
+        i = bisect.bisect_right(regions, (phy, 1 << 62)) - 1
+        return i >= 0 and regions[i][0] <= phy < regions[i][1]
+
+    async def _rebuild_index(self, rebuild: IndexRebuild) -> None:
+        """Rebuild index files in the background, a slice at a time (`IndexRebuild`)."""
+        log.info(
+            "index_rebuild_started",
+            from_offset=rebuild.start,
+            to_offset=rebuild.end,
+            bytes=rebuild.end - rebuild.start,
+        )
+        self.index_rebuild_state = "running"
+        last_log = time.monotonic()
+        try:
+            while True:
+                # Reading the commitlog and writing index pages block: worker thread.
+                done = await trio.to_thread.run_sync(rebuild.step)
+                if done:
+                    break
+                now = time.monotonic()
+                if now - last_log >= 5:
+                    last_log = now
+                    log.info(
+                        "index_rebuild_progress",
+                        offset=rebuild.pos,
+                        to_offset=rebuild.end,
+                        percent=round(
+                            100 * (rebuild.pos - rebuild.start) / (rebuild.end - rebuild.start), 1
+                        ),
+                        records=rebuild.records,
+                        keys=rebuild.keys,
+                    )
+                await trio.lowlevel.checkpoint()
+            # Write-back of the rebuilt files, marker removal: worker thread.
+            await trio.to_thread.run_sync(rebuild.finish)
+        except BaseException as exc:
+            # Stopped (store closing) or failed: the marker stays; the next start redoes it.
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(rebuild.close)
+            self.index_rebuild_state = "interrupted"
+            if isinstance(exc, Exception):
+                log.exception("index_rebuild_failed", offset=rebuild.pos)
+                return
+            log.warning("index_rebuild_interrupted", offset=rebuild.pos, records=rebuild.records)
+            raise
+        self.index_rebuild_state = "done"
+        log.info(
+            "index_rebuild_finished",
+            records=rebuild.records,
+            keys=rebuild.keys,
+            files=rebuild.files_created,
+            seconds=round(time.monotonic() - rebuild.started_at, 2),
+        )
 
     def _load_consume_queues(self) -> list[ConsumeQueue]:
         root = consume_queue_root(self.root)
@@ -751,8 +928,12 @@ class MessageStore:
         total = 0
         i = 0
         count, units = found
+        damaged = self._damaged
         for i, (phy, size, tags) in enumerate(units):
             if next_phy_file_start >= 0 and phy < next_phy_file_start:
+                continue
+            if size == GAP_UNIT_SIZE or (damaged and self._is_damaged(phy)):
+                # A gap filler, or a record in a damaged region (recovery): nothing to serve.
                 continue
             if buffers and (len(buffers) >= max_msgs or total + size > max_bytes):
                 break
@@ -785,6 +966,8 @@ class MessageStore:
             StoreClosedError: The store is not open (its files are unmapped).
         """
         self._require_open()
+        if self._damaged and self._is_damaged(phy_offset):
+            return None
         if size is None:
             return self.commitlog.read_record(phy_offset)
         return self.commitlog.read(phy_offset, size)
@@ -812,7 +995,10 @@ class MessageStore:
         offsets, last_ts, last_phy = index.query(topic, key, max_num, begin_ts, end_ts)
         res.index_last_update_timestamp = last_ts
         res.index_last_update_phyoffset = last_phy
+        damaged = self._damaged
         for phy in offsets:  # each offset once (`IndexService.query`)
+            if damaged and self._is_damaged(phy):
+                continue
             raw = self.commitlog.read_record(phy)
             if raw is None:
                 continue
@@ -978,7 +1164,30 @@ class MessageStore:
             "flushRounds": str(self.flush_service.flush_rounds),
             "commitLogFilesDeleted": str(self.cleanup_service.deleted_files),
             "diskFull": str(self.cleanup_service.disk_ratio > self.config.disk_hard_ratio).lower(),
+            **self.recovery_info(),
         }
+
+    def recovery_info(self) -> dict[str, str]:
+        """What the last start found damaged or lost, and the index rebuild's state (strings,
+        for GET_BROKER_RUNTIME_INFO)."""
+        rep = self.recovery
+        regions = self.damaged_regions
+        info = {
+            "recoveryDamagedRegions": ";".join(r.describe() for r in regions) or "none",
+            "recoveryDamagedBytes": str(sum(r.length for r in regions)),
+            "recoveryDamagedRecords": str(sum(r.records or 0 for r in regions)),
+            "recoveryDamagedRecordsUnknown": str(sum(r.records is None for r in regions)),
+            "recoveryDamagedQueueUnits": str(self.damaged_queue_units),
+            "recoveryTruncatedBytes": str(rep.truncated_bytes if rep else 0),
+            "recoveryDroppedFiles": str(rep.dropped_files if rep else 0),
+            "indexRebuild": self.index_rebuild_state,
+        }
+        rb = self.index_rebuild
+        if rb is not None:
+            info["indexRebuildRange"] = f"{rb.start}-{rb.end}"
+            info["indexRebuildOffset"] = str(rb.pos)
+            info["indexRebuildKeys"] = str(rb.keys)
+        return info
 
     def _require_open(self) -> None:
         if not self._running:
