@@ -94,6 +94,14 @@ class BrokerConfig(BaseModel):
     delete_when: str = "04"
     disk_max_used_ratio: float = 0.75
     disk_hard_ratio: float = 0.90
+    disk_check_interval_ms: int = 1000
+    """How often the store's free space is read for the disk-full refusal (statvfs, in a
+    worker thread); see store.config.StoreConfig."""
+    clean_file_forcibly_enable: bool = False
+    """Under disk pressure, also delete commitlog files holding messages a consumer group has
+    not consumed yet: LOSES those acknowledged messages. Off: they go by age only
+    (`file_reserved_hours`) and sends are refused (SERVICE_NOT_AVAILABLE) once the disk is
+    full."""
     clean_resource_interval_ms: int = 10_000
     max_hash_slot_num: int = 5_000_000
     max_index_num: int = 20_000_000

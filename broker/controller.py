@@ -40,7 +40,7 @@ from broker.queue_locks import QueueLockManager
 from broker.registration import RegistrationService
 from broker.schedule import ScheduleService, parse_delay_levels
 from broker.subscription_manager import SubscriptionManager
-from broker.topic_manager import TopicManager
+from broker.topic_manager import SCHEDULE_TOPIC, TopicManager
 from broker.transaction import TransactionService
 from remoting import NATIVE_CODEC, Connection, RemotingClient, RemotingServer, SerializeType
 from remoting.codes import RequestCode as R
@@ -281,6 +281,35 @@ class BrokerController:
             if mgr.dirty:
                 await self._write(mgr)
 
+    def needed_commitlog_offset(self) -> tuple[int, str] | None:
+        """The smallest commitlog offset a consumer still needs, and who: over every
+        committed consumer offset (groups, and the transaction service's own) and every delay
+        level's delivery offset, the first stored message not consumed yet. None when every
+        stored message is consumed. The store's cleanup keeps the commitlog files from there
+        on under disk pressure (issue 31, defect 6) unless `clean_file_forcibly_enable`.
+
+        Event loop; memory reads only (one consume-queue unit per queue with an offset)."""
+        store = self._store
+        if store is None:
+            return None
+        best: tuple[int, str] | None = None
+        for topic, group, queues in self.offsets.entries():
+            for queue_id, offset in queues.items():
+                phy = store.get_commit_log_offset_in_queue(topic, queue_id, offset)
+                if phy is not None and (best is None or phy < best[0]):
+                    end = store.get_max_offset_in_queue(topic, queue_id)
+                    best = (
+                        phy,
+                        f"group {group}, topic {topic}, queue {queue_id} at offset {offset} "
+                        f"of {end}",
+                    )
+        for level in range(1, self.schedule.levels + 1):
+            offset = self.schedule.offsets.get(level, 0)
+            phy = store.get_commit_log_offset_in_queue(SCHEDULE_TOPIC, level - 1, offset)
+            if phy is not None and (best is None or phy < best[0]):
+                best = (phy, f"delay level {level} not delivered yet from offset {offset}")
+        return best
+
     def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         self.long_polling.notify(topic, queue_id, max_offset)
 
@@ -307,7 +336,9 @@ class BrokerController:
         the first registration round."""
         cfg = self.config
         await self._load()
-        async with MessageStore(cfg.store_config()) as store:
+        async with MessageStore(
+            cfg.store_config(), needed_offset=self.needed_commitlog_offset
+        ) as store:
             self._store = store
             # The sends of one received chunk are stored as a run, completed before any of
             # their answers leaves (`MessageStore.begin_staging`): one pwrite for their

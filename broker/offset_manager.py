@@ -7,7 +7,7 @@ Apache RocketMQ (unquoted integer keys) load too.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import structlog
@@ -97,3 +97,10 @@ class OffsetManager:
 
     def keys(self) -> list[str]:
         return list(self._table)
+
+    def entries(self) -> Iterator[tuple[str, str, dict[int, int]]]:
+        """(topic, group, {queue id: offset}) of every committed table (live: do not await
+        while iterating)."""
+        for key, queues in self._table.items():
+            topic, _, group = key.rpartition(TOPIC_GROUP_SEPARATOR)
+            yield topic, group, queues

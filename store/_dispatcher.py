@@ -42,6 +42,7 @@ class Dispatcher:
         cq_file_size: Consume-queue file size.
         index: The index service, or None when indexing is off.
         delay_levels_ms: Delay of each level (for SCHEDULE_TOPIC_XXXX tags codes on recovery).
+        keep_free: Bytes a new consume-queue file must leave free (see `MappedFile`).
     """
 
     def __init__(
@@ -50,8 +51,11 @@ class Dispatcher:
         cq_file_size: int,
         index: IndexService | None,
         delay_levels_ms: list[int],
+        *,
+        keep_free: int = 0,
     ) -> None:
         self._root = root
+        self._keep_free = keep_free
         self._cq_file_size = cq_file_size
         self.index = index
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
@@ -67,7 +71,9 @@ class Dispatcher:
         key = (topic, queue_id)
         cq = self.consume_queues.get(key)
         if cq is None:
-            cq = ConsumeQueue(self._root, topic, queue_id, self._cq_file_size)
+            cq = ConsumeQueue(
+                self._root, topic, queue_id, self._cq_file_size, keep_free=self._keep_free
+            )
             self.consume_queues[key] = cq
         return cq
 

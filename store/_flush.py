@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import trio
 
-from store._mapped_file import ZERO_PIECE, MappedFile
+from store._mapped_file import ZERO_PIECE, MappedFile, is_out_of_space
+from store._mapped_file_queue import MappedFileQueue
 from store.commitlog import CommitLog
 from store.config import StoreConfig
 from store.consume_queue import ConsumeQueue
@@ -67,6 +68,19 @@ appends at 30,000 1 KiB sends/s, written and synced in pieces of `ZERO_PIECE`.""
 def _fsync_files(files: list[MappedFile]) -> None:
     for mf in files:
         mf.fsync()
+
+
+def _prepare_next_files(queues: list[MappedFileQueue]) -> tuple[OSError, int] | None:
+    """`prepare_next` of each queue (the ones written since the last round); the first
+    failure and its file size, if any (the other queues are still prepared)."""
+    failure: tuple[OSError, int] | None = None
+    for mfq in queues:
+        try:
+            mfq.prepare_next()
+        except OSError as exc:
+            if failure is None:
+                failure = (exc, mfq.file_size)
+    return failure
 
 
 def _sync_ranges(ranges: list[tuple[MappedFile, int, int]]) -> None:
@@ -330,6 +344,9 @@ class FlushService:
         on_commitlog_flushed: Called with the store timestamp of the newest durable record.
         on_consume_queues_flushed: Called (in a worker thread) after a consume-queue round with
             the store timestamp of the newest record they cover; it flushes the checkpoint.
+        on_out_of_space: Called on the event loop with the error, the file size and what
+            kind of file ("commitlog", "consume queue") when a file could not be created ahead
+            of time for want of space.
     """
 
     def __init__(
@@ -340,8 +357,10 @@ class FlushService:
         consume_queues: Callable[[], list[ConsumeQueue]],
         on_commitlog_flushed: Callable[[int], None],
         on_consume_queues_flushed: Callable[[int], None],
+        on_out_of_space: Callable[[OSError, int, str], None] | None = None,
     ) -> None:
         self._cl = commitlog
+        self._on_out_of_space = on_out_of_space
         self._cfg = config
         self._cqs = consume_queues
         self._on_cl = on_commitlog_flushed
@@ -554,13 +573,23 @@ class FlushService:
                 least = 0
             try:
                 await self.flush_commitlog(least)
-                # Creating the next file maps it: do it ahead of time, off the loop.
+            except OSError:
+                log.exception("commitlog_flush_failed")
+            try:
+                # Creating the next file reserves its space (fallocate) and maps it: ahead of
+                # time, off the loop.
                 await trio.to_thread.run_sync(self._cl.mfq.prepare_next)
                 # Blocks for staged appends (`CommitLog.begin_staging`); fallocate may wait on
                 # the journal: off the loop too.
                 await trio.to_thread.run_sync(self._cl.reserve_ahead)
-            except OSError:
-                log.exception("commitlog_flush_failed")
+            except OSError as exc:
+                self._file_failed(exc, self._cl.file_size, "commitlog")
+
+    def _file_failed(self, exc: OSError, size: int, what: str) -> None:
+        if is_out_of_space(exc) and self._on_out_of_space is not None:
+            self._on_out_of_space(exc, size, what)
+        else:
+            log.error("mapped_file_prepare_failed", what=what, error=str(exc))
 
     async def _prefault_loop(self) -> None:
         """Keep the commitlog pages ahead of the write position faulted in for writing.
@@ -626,6 +655,11 @@ class FlushService:
                 cq.mfq.flushed_to(target)
             # The index write-back (fdatasync) and the checkpoint write block: worker thread too.
             await trio.to_thread.run_sync(self._on_cq, ts)
+        # The queues written to get their next file ahead of time (created, reserved with
+        # fallocate and mapped in a worker thread) once their last one is half full.
+        failure = await trio.to_thread.run_sync(_prepare_next_files, [cq.mfq for cq, _, _ in work])
+        if failure is not None:
+            self._file_failed(failure[0], failure[1], "consume queue")
 
     async def _cq_flush_loop(self) -> None:
         while True:

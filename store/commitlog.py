@@ -110,8 +110,9 @@ class CommitLog:
         *,
         pwrite_appends: bool = False,
         zero_blocks: bool = False,
+        keep_free: int = 0,
     ) -> None:
-        self.mfq = MappedFileQueue(commitlog_dir(root), file_size)
+        self.mfq = MappedFileQueue(commitlog_dir(root), file_size, keep_free=keep_free)
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.last_store_timestamp = 0
         # Single records go through `os.pwrite` instead of the map (the store sets this under
@@ -228,6 +229,17 @@ class CommitLog:
         return self.mfq.max_offset
 
     # ------------------------------------------------------------------ append
+    def room_for(self, nbytes: int) -> None:
+        """Before appending `nbytes` of records: when the last file cannot take them (and the
+        BLANK record after them), create the next file now (`MappedFileQueue.room_for`; the
+        flush service has usually prepared it in a worker thread), so that a full disk refuses
+        the put before anything is written. No system call while the last file has room.
+
+        Raises:
+            OSError: the next file cannot be created (ENOSPC: no space to reserve it).
+        """
+        self.mfq.room_for(nbytes + BLANK_RECORD_SIZE)
+
     def encode(self, msgs: Sequence[MessageInner]) -> EncodedRecords:
         """Encode every message (without offsets) so that nothing is written if one is bad.
 

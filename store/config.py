@@ -42,8 +42,18 @@ class StoreConfig(BaseModel):
         sync_flush_timeout_ms: How long a SYNC_FLUSH put waits before FLUSH_DISK_TIMEOUT.
         file_reserved_hours: Age after which commitlog files may be deleted.
         delete_when: Local hour(s) ("04", or "03;04") at which expired files are deleted.
-        disk_max_used_ratio: Above this disk usage, files are deleted at once, oldest first.
+        disk_max_used_ratio: Above this disk usage, commitlog files are deleted before their
+            age, oldest first, as long as no consumer still needs their messages (see
+            `clean_file_forcibly_enable`).
         disk_hard_ratio: Above this disk usage, puts are refused with SERVICE_NOT_AVAILABLE.
+        disk_check_interval_ms: How often the free space of the store's filesystem is read
+            (statvfs, in a worker thread) for the put refusal; also read after a file could not
+            be created for want of space.
+        clean_file_forcibly_enable: Under disk pressure (above `disk_max_used_ratio`), delete
+            the oldest commitlog files even when they hold messages a consumer group has not
+            consumed yet (RocketMQ's cleanFileForciblyEnable). Loses those messages, which
+            were acknowledged to their producers. Off by default: such files are deleted only
+            by age (`file_reserved_hours`), and sends are refused once the disk is full.
         clean_resource_interval_ms: Period of the cleanup service.
         max_hash_slot_num: Index hash slots per index file.
         max_index_num: Index entries per index file.
@@ -70,6 +80,8 @@ class StoreConfig(BaseModel):
     delete_when: str = "04"
     disk_max_used_ratio: float = Field(default=0.75, gt=0, le=1)
     disk_hard_ratio: float = Field(default=0.90, gt=0, le=1)
+    disk_check_interval_ms: int = Field(default=1000, ge=10)
+    clean_file_forcibly_enable: bool = False
     clean_resource_interval_ms: int = Field(default=10_000, ge=1)
     max_hash_slot_num: int = Field(default=5_000_000, ge=1)
     max_index_num: int = Field(default=20_000_000, ge=1)

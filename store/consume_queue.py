@@ -48,11 +48,15 @@ class ConsumeQueue:
 
     __slots__ = ("max_physic_offset", "mfq", "min_logic_offset", "queue_id", "topic")
 
-    def __init__(self, root: Path, topic: str, queue_id: int, file_size: int) -> None:
+    def __init__(
+        self, root: Path, topic: str, queue_id: int, file_size: int, *, keep_free: int = 0
+    ) -> None:
         self.topic = topic
         self.queue_id = queue_id
         size = max(CQ_UNIT_SIZE, file_size - file_size % CQ_UNIT_SIZE)
-        self.mfq = MappedFileQueue(consume_queue_dir(root, topic, queue_id), size)
+        self.mfq = MappedFileQueue(
+            consume_queue_dir(root, topic, queue_id), size, keep_free=keep_free
+        )
         self.min_logic_offset = 0
         self.max_physic_offset = -1
 
@@ -112,6 +116,17 @@ class ConsumeQueue:
         return max(self.min_logic_offset, self.mfq.min_offset) // CQ_UNIT_SIZE
 
     # ------------------------------------------------------------------ writing
+    def room_for(self, queue_offset: int, count: int) -> None:
+        """Before the commitlog append of `count` records from logical `queue_offset`: make
+        sure their units need no new file, or create it now (`MappedFileQueue.room_for`), so
+        that a full disk refuses the put before anything is written. No system call while the
+        last file has room.
+
+        Raises:
+            OSError: the next file cannot be created (ENOSPC, ...).
+        """
+        self.mfq.room_for(count * CQ_UNIT_SIZE, queue_offset * CQ_UNIT_SIZE)
+
     def put(self, phy_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
         """Write the unit for logical `queue_offset`; idempotent.
 

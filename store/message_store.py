@@ -16,6 +16,7 @@ import bisect
 import collections
 import contextlib
 import fcntl
+import functools
 import mmap
 import os
 import shutil
@@ -28,10 +29,11 @@ from types import TracebackType
 import structlog
 import trio
 
-from store._cleanup import CleanupService, Clock, DiskUsage, disk_usage_ratio
+from store._cleanup import CleanupService, Clock, DiskUsage, NeededOffset
+from store._disk import METADATA_HEADROOM, DiskMonitor
 from store._dispatcher import ArrivalListener, Dispatcher, parse_delay_levels
 from store._flush import FlushService
-from store._mapped_file import MappedFile, populate_for_write
+from store._mapped_file import MappedFile, is_out_of_space, populate_for_write
 from store._recovery import (
     REBUILD_MARKER,
     DamagedRegion,
@@ -43,11 +45,11 @@ from store._recovery import (
     save_damaged_region,
 )
 from store.checkpoint import StoreCheckpoint
-from store.commitlog import CommitLog
+from store.commitlog import CommitLog, is_not_queued
 from store.config import StoreConfig
 from store.consume_queue import CQ_UNIT_SIZE, GAP_UNIT_SIZE, ConsumeQueue
 from store.errors import StoreClosedError, StoreLockedError, StorePathError
-from store.index_file import IndexService
+from store.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexService
 from store.message import (
     PROPERTY_WAIT,
     DispatchRequest,
@@ -177,6 +179,10 @@ class MessageStore:
         config: Store configuration.
         clock: Wall clock (seconds since the epoch) for store timestamps and file ages.
         disk_usage: Used fraction of the filesystem of a path (cleanup, disk-full refusal).
+        needed_offset: Where consumers stand: the smallest commitlog offset some consumer
+            still needs (and who), or None when all is consumed. Cleanup keeps the files from
+            there on under disk pressure (see `store._cleanup`); the broker passes it, the
+            store knowing nothing of consumers.
 
     Use it as ``async with MessageStore(cfg) as store:``. One process (and one object) at a time
     may have a directory open: a second one raises `StoreLockedError`.
@@ -188,15 +194,26 @@ class MessageStore:
         *,
         clock: Clock | None = None,
         disk_usage: DiskUsage | None = None,
+        needed_offset: NeededOffset | None = None,
     ) -> None:
         self.config = config
         self.root = Path(config.store_path_root_dir)
         self._clock: Clock = clock or time.time
+        # Free space every new mapped file must leave: an index file (sparse, written through
+        # a map) may still grow to its full size, plus the metadata files (store._disk).
+        headroom = METADATA_HEADROOM
+        if config.message_index_enable:
+            headroom += (
+                HEADER_SIZE
+                + config.max_hash_slot_num * SLOT_SIZE
+                + config.max_index_num * ENTRY_SIZE
+            )
         self.commitlog = CommitLog(
             self.root,
             config.mapped_file_size_commitlog,
             pwrite_appends=True,
             zero_blocks=config.flush_disk_type == "SYNC_FLUSH",
+            keep_free=headroom,
         )
         index = (
             IndexService(index_dir(self.root), config.max_hash_slot_num, config.max_index_num)
@@ -208,6 +225,14 @@ class MessageStore:
             config.mapped_file_size_consume_queue,
             index,
             parse_delay_levels(config.message_delay_level),
+            keep_free=headroom,
+        )
+        self.disk = DiskMonitor(
+            self.root,
+            config,
+            headroom=headroom,
+            disk_usage=disk_usage,
+            index_files=(lambda: [f.path for f in index.files]) if index is not None else None,
         )
         self.checkpoint = StoreCheckpoint(checkpoint_path(self.root))
         self.flush_service = FlushService(
@@ -216,6 +241,7 @@ class MessageStore:
             consume_queues=lambda: list(self.dispatcher.consume_queues.values()),
             on_commitlog_flushed=self._on_commitlog_flushed,
             on_consume_queues_flushed=self._on_consume_queues_flushed,
+            on_out_of_space=self._out_of_space,
         )
         self.cleanup_service = CleanupService(
             config,
@@ -223,7 +249,8 @@ class MessageStore:
             self.dispatcher,
             self.flush_service,
             clock=self._clock,
-            disk_usage=disk_usage or disk_usage_ratio,
+            disk=self.disk,
+            needed=needed_offset,
         )
         self.recovery: RecoveryReport | None = None
         # Commitlog regions recovery found damaged (and earlier starts copied aside), sorted:
@@ -279,13 +306,27 @@ class MessageStore:
             abort.touch()
             # Make the abort marker durable before accepting writes.
             await trio.to_thread.run_sync(_fsync_path, self.root)
-            self.cleanup_service.check_disk()
+            # statvfs, and the first commitlog file of an empty store created (fallocate) and
+            # mapped ahead of the first put: worker thread.
+            try:
+                await trio.to_thread.run_sync(self.disk.read)
+            except OSError:
+                log.exception("disk_usage_failed")
+            self.disk.evaluate()
+            if not self.commitlog.mfq.files:
+                try:
+                    await trio.to_thread.run_sync(
+                        functools.partial(self.commitlog.mfq.prepare_next, first=True)
+                    )
+                except OSError as exc:
+                    self._out_of_space(exc, self.config.mapped_file_size_commitlog, "commitlog")
             stack = contextlib.AsyncExitStack()
             await stack.__aenter__()
             try:
                 self._nursery = await stack.enter_async_context(trio.open_nursery())
                 await self._nursery.start(self.flush_service.run)
                 self._nursery.start_soon(self.cleanup_service.run)
+                self._nursery.start_soon(self.disk.run)
                 self._nursery.start_soon(self._stats_loop)
                 if self.index_rebuild is not None:
                     self._nursery.start_soon(self._rebuild_index, self.index_rebuild)
@@ -642,12 +683,51 @@ class MessageStore:
             return "message store is not running (shutting down or not open)"
         if self._write_failed is not None:
             return self._write_failed
-        ratio = self.cleanup_service.disk_ratio
-        if ratio > self.config.disk_hard_ratio:
-            return (
-                f"disk full: the store's filesystem ({self.root}) is {ratio:.1%} used, above "
-                f"the {self.config.disk_hard_ratio:.0%} limit; writes are refused until "
-                "cleanup frees space"
+        # The disk monitor's cached verdict (store._disk): no system call per put.
+        return self.disk.refusal
+
+    def _out_of_space(self, exc: OSError, size: int, what: str) -> None:
+        """A file could not be created for want of space: puts are refused until there is."""
+        if is_out_of_space(exc):
+            self.disk.out_of_space(size, what, exc)
+        else:
+            log.error("mapped_file_create_failed", what=what, error=str(exc))
+
+    def _append_failed(self, exc: OSError, size: int, what: str) -> PutMessageResult:
+        if is_out_of_space(exc):
+            self._out_of_space(exc, size, what)
+            reason = self.disk.refusal or f"maybe disk full, {exc}"
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, None, reason)
+        log.exception("commitlog_append_failed")
+        return PutMessageResult(
+            PutMessageStatus.CREATE_MAPPED_FILE_FAILED, None, f"{what} append: {exc}"
+        )
+
+    def _make_room(self, msgs: Sequence[MessageInner], nbytes: int) -> PutMessageResult | None:
+        """Create the files this append will need before writing anything (a full disk then
+        refuses the put whole); nothing to do, and no system call, while the current files
+        have room. None when there is room."""
+        first = msgs[0]
+        cl = self.commitlog
+        try:
+            cl.room_for(nbytes)
+        except OSError as exc:
+            return self._append_failed(exc, cl.file_size, "commitlog")
+        key = (first.topic, first.queue_id)
+        cq = self.dispatcher.consume_queues.get(key)
+        if cq is not None:
+            files = cq.mfq.files
+            if files and files[-1].remaining >= len(msgs) * CQ_UNIT_SIZE:
+                return None  # the usual case
+        elif is_not_queued(first.sys_flag):
+            return None
+        try:
+            if cq is None:
+                cq = self.dispatcher.get_cq(first.topic, first.queue_id)
+            cq.room_for(cl.topic_queue_table.get(key, 0), len(msgs))
+        except OSError as exc:
+            return self._append_failed(
+                exc, self.config.mapped_file_size_consume_queue, "consume queue"
             )
         return None
 
@@ -757,18 +837,27 @@ class MessageStore:
             return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, None, str(exc)), -1
         except (MessageEncodeError, ValueError) as exc:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, str(exc)), -1
+        refused = self._make_room(msgs, len(records.buf))
+        if refused is not None:
+            return refused, -1
         now_ms = int(self._clock() * 1000)
         try:
             result, requests = cl.append(msgs, records, now_ms)
         except OSError as exc:
-            log.exception("commitlog_append_failed")
-            return PutMessageResult(
-                PutMessageStatus.CREATE_MAPPED_FILE_FAILED, None, f"commitlog append: {exc}"
-            ), -1
+            return self._append_failed(exc, cl.file_size, "commitlog"), -1
         end = cl.max_offset
         dispatch = self.dispatcher.dispatch
-        for req in requests:
-            dispatch(req)
+        try:
+            for req in requests:
+                dispatch(req)
+        except OSError as exc:
+            # A consume-queue or index file beyond the one `_make_room` prepared (a batch
+            # over several tiny files), or a file not reserved at load: the record is in
+            # the commitlog (recovery re-dispatches it), the put is not acknowledged.
+            log.exception("dispatch_failed", topic=first.topic, queue_id=first.queue_id)
+            return self._append_failed(
+                exc, self.config.mapped_file_size_consume_queue, "consume queue"
+            ), -1
         stats = self._stats
         stats.put_msgs += result.msg_num
         stats.put_bytes += result.wrote_bytes
@@ -1023,6 +1112,23 @@ class MessageStore:
             return 0
         return cq.offset_by_time(timestamp_ms, self.commitlog.store_timestamp_at)
 
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, offset: int) -> int | None:
+        """Commitlog offset of the first stored message at or after logical `offset` of a
+        queue (RocketMQ's getCommitLogOffsetInQueue, clamped to what is stored), None when
+        there is none (no queue, or `offset` at or past its end). Memory reads only."""
+        cq = self.dispatcher.find_cq(topic, queue_id)
+        if cq is None:
+            return None
+        end = cq.max_offset_in_queue
+        offset = max(offset, cq.min_offset_in_queue)
+        for off in range(offset, min(end, offset + 64)):  # past a few gap units
+            unit = cq.get_unit(off)
+            if unit is None:
+                return None
+            if unit[1] != GAP_UNIT_SIZE:
+                return unit[0]
+        return None if offset >= end else self.commitlog.min_offset
+
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """One past the last logical offset (0 without a queue)."""
         cq = self.dispatcher.find_cq(topic, queue_id)
@@ -1163,8 +1269,19 @@ class MessageStore:
             "consumeQueueCount": str(len(self.dispatcher.consume_queues)),
             "flushRounds": str(self.flush_service.flush_rounds),
             "commitLogFilesDeleted": str(self.cleanup_service.deleted_files),
-            "diskFull": str(self.cleanup_service.disk_ratio > self.config.disk_hard_ratio).lower(),
+            **self.disk_info(),
             **self.recovery_info(),
+        }
+
+    def disk_info(self) -> dict[str, str]:
+        """Disk state (strings, for GET_BROKER_RUNTIME_INFO): whether and why puts are refused
+        (`store._disk`), and why cleanup keeps files under disk pressure (`store._cleanup`)."""
+        return {
+            "diskFull": "true" if self.disk.refusal is not None else "false",
+            "diskFreeBytes": str(self.disk.free),
+            "putRefusedReason": self._refusal() or "",
+            "commitLogCleanBlocked": self.cleanup_service.blocked,
+            "cleanFileForciblyEnable": str(self.config.clean_file_forcibly_enable).lower(),
         }
 
     def recovery_info(self) -> dict[str, str]:

@@ -73,7 +73,9 @@ _STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
     ),
     PutMessageStatus.SERVICE_NOT_AVAILABLE: (
         ResponseCode.SERVICE_NOT_AVAILABLE,
-        "service not available now: the disk may be full or the broker is stopping",
+        # RocketMQ's words; the store's reason follows ("maybe disk full, ..." and the figures,
+        # or that the store is stopping).
+        "service not available now",
     ),
     PutMessageStatus.OS_PAGECACHE_BUSY: (
         ResponseCode.SYSTEM_ERROR,
@@ -643,7 +645,8 @@ class SendProcessor:
         if code not in _STORED_CODES or append is None:
             text = remark or result.status.name
             if result.remark:
-                text = f"{text}: {result.remark}"
+                sep = ", " if code == ResponseCode.SERVICE_NOT_AVAILABLE else ": "
+                text = f"{text}{sep}{result.remark}"
             return self._response(cmd, code, text)
         resp = self._response(
             cmd, code, None if code == ResponseCode.SUCCESS else result.status.name

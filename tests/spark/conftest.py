@@ -55,6 +55,8 @@ LOSSY_BROKER_ENV = {
     "TRIMQ_MAPPED_FILE_SIZE_COMMITLOG": str(64 * 1024),
     "TRIMQ_MAPPED_FILE_SIZE_CONSUME_QUEUE": str(20 * 50),
     "TRIMQ_DISK_MAX_USED_RATIO": "0.0001",
+    # Unconsumed messages too: by default cleanup keeps what a group has not consumed.
+    "TRIMQ_CLEAN_FILE_FORCIBLY_ENABLE": "true",
     "TRIMQ_CLEAN_RESOURCE_INTERVAL_MS": "200",
     "TRIMQ_MESSAGE_INDEX_ENABLE": "false",
 }

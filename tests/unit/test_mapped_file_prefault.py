@@ -23,7 +23,8 @@ SIZE = 64 * 1024
 
 
 def mapped(tmp_path: Path) -> MappedFile:
-    return MappedFile(tmp_path / offset_to_file_name(0), SIZE)
+    # Sparse (no reservation), so that the blocks the prefault allocates can be seen.
+    return MappedFile(tmp_path / offset_to_file_name(0), SIZE, preallocate=False)
 
 
 def allocated(mf: MappedFile) -> int:
