@@ -63,8 +63,10 @@ async def _consume_all(addr: str) -> list[int]:
                 )
                 nxt = int((resp.ext_fields or {}).get("nextBeginOffset", offset))
                 if resp.code == ResponseCode.SUCCESS:
-                    for m in decode_records(resp.body_bytes()):
-                        got.append(int((m.body or b"").split(b"|")[0][4:]))
+                    got.extend(
+                        int((m.body or b"").split(b"|")[0][4:])
+                        for m in decode_records(resp.body_bytes())
+                    )
                 elif nxt <= offset:
                     break
                 offset = nxt
