@@ -8,6 +8,9 @@ import time
 from typing import Any
 
 BODY_SIZE = 1024
+# W1, W2 and W5 send bodies in turn from a pool of this many distinct random bodies, on every
+# system (trimq: `mqbench --body-pool`), so no client sends one cached buffer over and over.
+BODY_POOL = 4096
 # W4 body head: sequence number (negative for warm-up probes) and send time (time.time()).
 E2E_HEAD = struct.Struct(">qd")
 # W4 sends this many seconds of paced messages (sequence -1, not measured) before measuring, so
@@ -18,6 +21,11 @@ WARMUP_S = 0.5
 def random_body(size: int = BODY_SIZE) -> bytes:
     """`size` random bytes (1 KiB by default), drawn once per run."""
     return os.urandom(size)
+
+
+def body_pool(count: int = BODY_POOL, size: int = BODY_SIZE) -> list[bytes]:
+    """`count` distinct random bodies of `size` bytes, drawn once per run."""
+    return [os.urandom(size) for _ in range(count)]
 
 
 def e2e_body(seq: int, pad: bytes) -> bytes:

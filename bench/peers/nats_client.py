@@ -6,6 +6,11 @@ Streams use file storage and JetStream's defaults otherwise. W3 is a durable pul
 (fetch 32, AckAll on the last message of each batch: an offset commit); W4 publishes at a fixed
 rate with up to 64 acks pending while a pull consumer on the same process measures
 publish-to-receive latency from the time stamped in the body.
+
+Publishes never pass `wait_stall` (with it, nats-py acquires its pending semaphore through
+`asyncio.wait_for`, a task per publish). W1, W2 and W5 send the bodies of `_stats.body_pool`
+in turn, as every system does. The connection and JetStream-context knobs are options
+(`--help`); their defaults are the best settings of `bench.peers.nats_sweep`.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import gc
+import itertools
 import json
 import time
 from typing import Any
@@ -22,9 +29,19 @@ import nats
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import api
 
-from ._stats import WARMUP_S, e2e_body, e2e_latency_ms, random_body, summary
+from ._stats import WARMUP_S, body_pool, e2e_body, e2e_latency_ms, random_body, summary
 
 STREAMS = {"W1": "BENCH", "W2": "BENCH", "W3": "BENCH", "W4": "E2E", "W5": "SEQ"}
+# Acks pending at most (nats-py's `publish_async_max_pending`): W1's window is 64 on every
+# system; W2 never has more than its 4 batches of 32 pending.
+MAX_PENDING = {"W1": 64, "W2": 4 * 32, "W4": 64}
+# The connection's knobs (nats.connect): pending buffer bytes (a publish that takes it past
+# this waits for the flusher), flusher queue size, forced-flush timeout, and whether each
+# publish's subjects are checked (a regex search each).
+PENDING_SIZE = 2 * 1024 * 1024
+FLUSHER_QUEUE_SIZE = 1024
+FLUSH_TIMEOUT: float | None = None
+SKIP_SUBJECT_VALIDATION = False
 
 
 async def _stream(js: Any, name: str) -> str:
@@ -37,15 +54,19 @@ async def _stream(js: Any, name: str) -> str:
 async def w_publish(
     nc: Any, subject_name: str, count: int, limit: float, window: int
 ) -> dict[str, Any]:
-    """W1: publish_async with `window` acks pending; latency = publish to ack."""
+    """W1: publish_async with `window` acks pending; latency = publish to ack.
+
+    A publish's clock starts once `publish_async` returns (its slot in the window taken, the
+    message in the client's buffer), as a trimq sender's starts when its worker is free.
+    """
     js = nc.jetstream(publish_async_max_pending=window, timeout=10)
     subject = await _stream(js, subject_name)
-    body = random_body()
+    bodies = body_pool()
     lat: list[float] = []
     errors = [0]
     last = [0.0]
 
-    def done(fut: asyncio.Future[Any], t0: float) -> None:
+    def done(t0: float, fut: asyncio.Future[Any]) -> None:
         if fut.cancelled() or fut.exception() is not None:
             errors[0] += 1
             return
@@ -57,9 +78,8 @@ async def w_publish(
     deadline = start + limit
     sent = 0
     while sent < count and time.perf_counter() < deadline:
-        t0 = time.perf_counter()
-        fut = await js.publish_async(subject, body, wait_stall=limit)
-        fut.add_done_callback(lambda f, t0=t0: done(f, t0))
+        fut = await js.publish_async(subject, bodies[sent % len(bodies)])
+        fut.add_done_callback(functools.partial(done, time.perf_counter()))
         sent += 1
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(
@@ -70,12 +90,19 @@ async def w_publish(
 
 
 async def w_batch(
-    nc: Any, subject_name: str, count: int, limit: float, workers: int = 4, batch: int = 32
+    nc: Any,
+    subject_name: str,
+    count: int,
+    limit: float,
+    max_pending: int,
+    workers: int = 4,
+    batch: int = 32,
 ) -> dict[str, Any]:
     """W2: batches of 32 (publish_async 32, then wait for the 32 acks), 4 batches in flight."""
-    js = nc.jetstream(publish_async_max_pending=workers * batch, timeout=10)
+    js = nc.jetstream(publish_async_max_pending=max_pending, timeout=10)
     subject = await _stream(js, subject_name)
-    body = random_body()
+    bodies = body_pool()
+    next_body = itertools.cycle(bodies).__next__
     lat: list[float] = []
     state = {"left": count, "done": 0, "errors": 0}
     start = time.perf_counter()
@@ -86,7 +113,7 @@ async def w_batch(
             n = min(batch, state["left"])
             state["left"] -= n
             t0 = time.perf_counter()
-            futs = [await js.publish_async(subject, body, wait_stall=limit) for _ in range(n)]
+            futs = [await js.publish_async(subject, next_body()) for _ in range(n)]
             results = await asyncio.gather(*futs, return_exceptions=True)
             bad = sum(1 for r in results if isinstance(r, BaseException))
             state["errors"] += bad
@@ -122,9 +149,11 @@ async def w_consume(nc: Any, subject_name: str, count: int, limit: float) -> dic
     return summary("nats-consume", got, elapsed, [])
 
 
-async def w_e2e(nc: Any, subject_name: str, rate: int, seconds: float) -> dict[str, Any]:
+async def w_e2e(
+    nc: Any, subject_name: str, rate: int, seconds: float, max_pending: int
+) -> dict[str, Any]:
     """W4: publish at a fixed rate; a pull consumer (fetch 32) measures end-to-end latency."""
-    js = nc.jetstream(publish_async_max_pending=64, timeout=10)
+    js = nc.jetstream(publish_async_max_pending=max_pending, timeout=10)
     subject = await _stream(js, subject_name)
     cfg = api.ConsumerConfig(
         durable_name="bench_w4",
@@ -172,7 +201,7 @@ async def w_e2e(nc: Any, subject_name: str, rate: int, seconds: float) -> dict[s
         # Always yield (sleep 0 when behind): a sender that is late must not starve the
         # consumer task of the same process.
         await asyncio.sleep(max(delay, 0))
-        fut = await js.publish_async(subject, e2e_body(max(i, -1), pad), wait_stall=10)
+        fut = await js.publish_async(subject, e2e_body(max(i, -1), pad))
         pending.add(fut)
         fut.add_done_callback(pending.discard)
     stop_at[0] = time.perf_counter() + 10
@@ -185,31 +214,40 @@ async def w_sequential(nc: Any, subject_name: str, count: int, limit: float) -> 
     """W5: one publish at a time, each waiting for its ack."""
     js = nc.jetstream(timeout=10)
     subject = await _stream(js, subject_name)
-    body = random_body()
+    bodies = body_pool()
     lat: list[float] = []
     start = time.perf_counter()
     deadline = start + limit
-    for _ in range(count):
+    for i in range(count):
         if time.perf_counter() >= deadline:
             break
         t0 = time.perf_counter()
-        await js.publish(subject, body)
+        await js.publish(subject, bodies[i % len(bodies)])
         lat.append((time.perf_counter() - t0) * 1000.0)
     return summary("nats-sequential", len(lat), time.perf_counter() - start, lat)
 
 
 async def run(opts: argparse.Namespace) -> dict[str, Any]:
-    nc = await nats.connect(opts.url, connect_timeout=5, max_reconnect_attempts=0)
+    nc = await nats.connect(
+        opts.url,
+        connect_timeout=5,
+        max_reconnect_attempts=0,
+        pending_size=opts.pending_size,
+        flusher_queue_size=opts.flusher_queue_size,
+        flush_timeout=opts.flush_timeout,
+        skip_subject_validation=opts.skip_subject_validation,
+    )
     try:
         stream = STREAMS[opts.workload]
+        pending = opts.max_pending or MAX_PENDING.get(opts.workload, 0)
         if opts.workload == "W1":
-            return await w_publish(nc, stream, opts.count, opts.limit, 64)
+            return await w_publish(nc, stream, opts.count, opts.limit, pending)
         if opts.workload == "W2":
-            return await w_batch(nc, stream, opts.count, opts.limit)
+            return await w_batch(nc, stream, opts.count, opts.limit, pending)
         if opts.workload == "W3":
             return await w_consume(nc, stream, opts.count, opts.limit)
         if opts.workload == "W4":
-            return await w_e2e(nc, stream, opts.rate, opts.seconds)
+            return await w_e2e(nc, stream, opts.rate, opts.seconds, pending)
         return await w_sequential(nc, stream, opts.count, opts.limit)
     finally:
         await nc.close()
@@ -223,6 +261,23 @@ def main() -> None:
     ap.add_argument("--limit", type=float, default=120.0, help="seconds at most")
     ap.add_argument("--rate", type=int, default=2000, help="W4 messages/s")
     ap.add_argument("--seconds", type=float, default=10.0, help="W4 duration")
+    knobs = ap.add_argument_group("nats-py knobs (defaults: the sweep's best)")
+    knobs.add_argument(
+        "--max-pending",
+        type=int,
+        default=0,
+        help=f"publish_async_max_pending (0: the workload's, {MAX_PENDING})",
+    )
+    knobs.add_argument("--pending-size", type=int, default=PENDING_SIZE, help="bytes")
+    knobs.add_argument("--flusher-queue-size", type=int, default=FLUSHER_QUEUE_SIZE)
+    knobs.add_argument(
+        "--flush-timeout", type=float, default=FLUSH_TIMEOUT, help="seconds (default: none)"
+    )
+    knobs.add_argument(
+        "--skip-subject-validation",
+        action=argparse.BooleanOptionalAction,
+        default=SKIP_SUBJECT_VALIDATION,
+    )
     opts = ap.parse_args()
     print(json.dumps(asyncio.run(run(opts)), sort_keys=True), flush=True)
 

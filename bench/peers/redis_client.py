@@ -6,7 +6,7 @@ W1 keeps a window of 64 XADDs in flight as two connections each pipelining 32; W
 connections each pipelining batches of 32; W3 is a consumer group read from the start, 32 per
 XREADGROUP, the XACK of a batch pipelined with the next read; W4 is paced XADDs (up to 64 in
 flight) while a consumer group reader (BLOCK, COUNT 32) measures end-to-end latency; W5 is one
-XADD at a time.
+XADD at a time. W1, W2 and W5 send the bodies of `_stats.body_pool` in turn, as every system does.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import itertools
 import json
 import time
 from typing import Any
 
 import redis.asyncio as aioredis
 
-from ._stats import WARMUP_S, e2e_body, e2e_latency_ms, random_body, summary
+from ._stats import WARMUP_S, body_pool, e2e_body, e2e_latency_ms, random_body, summary
 
 STREAMS = {"W1": "bench", "W2": "bench", "W3": "bench", "W4": "e2e", "W5": "seq"}
 
@@ -30,7 +31,7 @@ async def w_pipelined(
     r: Any, stream: str, count: int, limit: float, conns: int, depth: int, kind: str
 ) -> dict[str, Any]:
     """`conns` connections, each sending pipelines of `depth` XADDs (latency = pipeline RTT)."""
-    body = random_body()
+    next_body = itertools.cycle(body_pool()).__next__
     lat: list[float] = []
     state = {"left": count, "done": 0, "errors": 0}
     start = time.perf_counter()
@@ -44,7 +45,7 @@ async def w_pipelined(
             t0 = time.perf_counter()
             async with r.pipeline(transaction=False) as pipe:
                 for _ in range(n):
-                    pipe.xadd(stream, {"b": body})
+                    pipe.xadd(stream, {"b": next_body()})
                 try:
                     await pipe.execute()
                 except Exception:
@@ -143,15 +144,15 @@ async def w_e2e(r: Any, stream: str, rate: int, seconds: float) -> dict[str, Any
 
 async def w_sequential(r: Any, stream: str, count: int, limit: float) -> dict[str, Any]:
     """W5: one XADD at a time."""
-    body = random_body()
+    bodies = body_pool()
     lat: list[float] = []
     start = time.perf_counter()
     deadline = start + limit
-    for _ in range(count):
+    for i in range(count):
         if time.perf_counter() >= deadline:
             break
         t0 = time.perf_counter()
-        await r.xadd(stream, {"b": body})
+        await r.xadd(stream, {"b": bodies[i % len(bodies)]})
         lat.append((time.perf_counter() - t0) * 1000.0)
     return summary("redis-sequential", len(lat), time.perf_counter() - start, lat)
 

@@ -21,12 +21,86 @@ from .run import (
     cpu_per_msg_us,
     cpu_reference_line,
     metric,
-    targets,
 )
+
+Runs = dict[str, list[dict[str, Any]]]
+
+
+def targets(all_runs: Runs) -> list[tuple[str, bool | None, str]]:
+    """The targets of issue 32: (description, met (None = not measured), figures).
+
+    Every bound comes from the same run's figures (medians), but W1 p99 and W2's, which are
+    absolute. A missed target's figures say by how much it was missed.
+    """
+
+    def m(c: str, w: str, *path: str) -> float | None:
+        return metric(all_runs[c], w, path) if c in all_runs else None
+
+    def cpu(c: str, w: str) -> float | None:
+        return cpu_per_msg_us(all_runs[c], w, "server_cpu_s") if c in all_runs else None
+
+    out: list[tuple[str, bool | None, str]] = []
+
+    def check(
+        desc: str,
+        value: float | None,
+        bound: float | None,
+        higher: bool,
+        ref: float | None = None,
+        factor: float = 1.0,
+    ) -> None:
+        """`value` against `bound` = `factor` x `ref` (or an absolute `bound`)."""
+        if ref is not None:
+            bound = ref * factor
+        if value is None or not bound:
+            out.append((desc, None, "not measured"))
+            return
+        ok = value >= bound if higher else value <= bound
+        figures = f"{_fmt(value)} vs bound {_fmt(bound)} ({value / bound:.2f}x the bound)"
+        if ref is not None and factor != 1.0:
+            figures += f"; {value / ref:.2f}x the reference {_fmt(ref)}"
+        if not ok and higher:
+            figures += f"; short of the bound by {1 - value / bound:.0%}"
+        elif not ok:
+            figures += f"; over the bound by {value / bound - 1:.0%}"
+        out.append((desc, ok, figures))
+
+    def faster(*vals: float | None) -> float | None:
+        return max((v for v in vals if v is not None), default=None)
+
+    def lower(*vals: float | None) -> float | None:
+        return min((v for v in vals if v is not None), default=None)
+
+    w1 = m("trimq-async", "W1", "msgs_per_s")
+    jn, rd = m("nats", "W1", "msgs_per_s"), m("redis-everysec", "W1", "msgs_per_s")
+    check("W1 >= 1.2x JetStream msgs/s", w1, None, True, jn, 1.2)
+    check("W1 >= 0.6x Redis (everysec) msgs/s", w1, None, True, rd, 0.6)
+    check("W1 p99 <= 5 ms", m("trimq-async", "W1", "latency_ms", "p99"), 5.0, False)
+    check("W2 >= 150,000 msgs/s", m("trimq-async", "W2", "msgs_per_s"), 150_000.0, True)
+    w3 = m("trimq-async", "W3", "msgs_per_s")
+    best3 = faster(m("nats", "W3", "msgs_per_s"), m("redis-everysec", "W3", "msgs_per_s"))
+    check("W3 >= 1.5x the faster peer", w3, None, True, best3, 1.5)
+    p99 = m("trimq-async", "W4", "latency_ms", "p99")
+    peers4 = lower(
+        m("nats", "W4", "latency_ms", "p99"), m("redis-everysec", "W4", "latency_ms", "p99")
+    )
+    check("W4 p99 not worse than either peer", p99, None, False, peers4)
+    w5 = m("trimq-async", "W5", "msgs_per_s")
+    check("W5 >= 1.0x JetStream msgs/s", w5, None, True, m("nats", "W5", "msgs_per_s"))
+    sync1 = m("trimq-sync", "W1", "msgs_per_s")
+    check("SYNC_FLUSH W1 >= 0.6x ASYNC_FLUSH W1", sync1, None, True, w1, 0.6)
+    check(
+        "W1 broker CPU us/msg <= JetStream server's",
+        cpu("trimq-async", "W1"),
+        None,
+        False,
+        cpu("nats", "W1"),
+    )
+    return out
 
 
 def render(data: dict[str, Any]) -> str:
-    runs: dict[str, list[dict[str, Any]]] = data["runs"]
+    runs: Runs = data["runs"]
     configs = [c for c in CONFIGS if c in runs]
     pairs = [p for p in PAIRS if p[0] in runs and p[1] in runs]
     head = ["metric", *configs, *(f"{a.split('-')[1]}/{b}" for a, b in pairs)]

@@ -42,6 +42,7 @@ from rich.table import Table
 
 from . import _cpu, _disk
 from ._proc import ClientRun, Server, System, free_port, run_client
+from ._stats import BODY_POOL
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -182,17 +183,18 @@ def _peer_sizes(w: str) -> list[str]:
 def _trimq_args(w: str, ns: str) -> list[str]:
     bench = [str(BIN / "mqbench"), "--log-level", "error"]
     common = ["-n", ns, "-s", "1024", "-c", str(_count(w)), "-d", str(SIZES.limit), "--json"]
+    pool = ["--body-pool", str(BODY_POOL)]
     if w == "W1":
-        return [*bench, "producer", "-t", "Bench", "-w", "64", *common]
+        return [*bench, "producer", "-t", "Bench", "-w", "64", *pool, *common]
     if w == "W2":
-        return [*bench, "producer", "-t", "Bench", "-w", "4", "-b", "32", *common]
+        return [*bench, "producer", "-t", "Bench", "-w", "4", "-b", "32", *pool, *common]
     if w == "W3":
         return [*bench, "consumer", "-n", ns, "-t", "Bench", "-g", "bench_w3", "--from", "first",
                 "--batch", "32", "-c", str(SIZES.w3), "-d", str(SIZES.limit), "--json"]  # fmt: skip
     if w == "W4":
         return [PY, "-m", "bench.peers.trimq_e2e", "-n", ns, "-t", "BenchE2E",
                 "--rate", str(SIZES.w4_rate), "--seconds", str(SIZES.w4_seconds)]  # fmt: skip
-    return [*bench, "producer", "-t", "BenchSeq", "-w", "1", *common]
+    return [*bench, "producer", "-t", "BenchSeq", "-w", "1", *pool, *common]
 
 
 # ---- one run --------------------------------------------------------------------------------
@@ -330,47 +332,6 @@ def build_table(all_runs: dict[str, list[dict[str, Any]]]) -> Table:
     return table
 
 
-def targets(all_runs: dict[str, list[dict[str, Any]]]) -> list[tuple[str, bool | None, str]]:
-    """The issue's targets: (description, met (None = not measured), figures)."""
-
-    def m(c: str, w: str, *path: str) -> float | None:
-        return metric(all_runs[c], w, path) if c in all_runs else None
-
-    out: list[tuple[str, bool | None, str]] = []
-
-    def check(
-        desc: str, value: float | None, bound: float | None, higher: bool, ref: float | None = None
-    ) -> None:
-        if value is None or bound is None:
-            out.append((desc, None, "not measured"))
-            return
-        ok = value >= bound if higher else value <= bound
-        figures = f"{_fmt(value)} vs bound {_fmt(bound)} ({value / bound:.2f}x the bound)"
-        if ref:
-            figures += f"; {value / ref:.2f}x the reference {_fmt(ref)}"
-        out.append((desc, ok, figures))
-
-    w1 = m("trimq-async", "W1", "msgs_per_s")
-    jn, rd = m("nats", "W1", "msgs_per_s"), m("redis-everysec", "W1", "msgs_per_s")
-    check("W1 >= 1.0x JetStream msgs/s", w1, jn, True)
-    check("W1 >= 0.5x Redis (everysec) msgs/s", w1, rd * 0.5 if rd else None, True, rd)
-    check("W1 p99 <= 5 ms", m("trimq-async", "W1", "latency_ms", "p99"), 5.0, False)
-    check("W2 >= 150,000 msgs/s", m("trimq-async", "W2", "msgs_per_s"), 150_000.0, True)
-    w3 = m("trimq-async", "W3", "msgs_per_s")
-    check("W3 >= 200,000 msgs/s", w3, 200_000.0, True)
-    peers3 = (m("nats", "W3", "msgs_per_s"), m("redis-everysec", "W3", "msgs_per_s"))
-    best = max((v for v in peers3 if v is not None), default=None)
-    check("W3 >= 1.0x the faster peer", w3, best, True)
-    p99 = m("trimq-async", "W4", "latency_ms", "p99")
-    check("W4 p99 <= 5 ms", p99, 5.0, False)
-    peers4 = [m("nats", "W4", "latency_ms", "p99"), m("redis-everysec", "W4", "latency_ms", "p99")]
-    worst_ok = min((v for v in peers4 if v is not None), default=None)
-    check("W4 p99 not worse than either peer", p99, worst_ok, False)
-    sync1 = m("trimq-sync", "W1", "msgs_per_s")
-    check("SYNC_FLUSH W1 >= 0.5x ASYNC_FLUSH W1", sync1, w1 * 0.5 if w1 else None, True, w1)
-    return out
-
-
 def client_bound(all_runs: dict[str, list[dict[str, Any]]]) -> list[str]:
     """Workloads where the client used >= 85% of a core while the server used less."""
     notes = []
@@ -500,6 +461,8 @@ def main(argv: list[str] | None = None) -> None:
         f"client CPU excludes interpreter start-up ({startup})"
     )
     console.print(cpu_reference_line(info), highlight=False)
+    from .report import targets  # report imports this module
+
     for desc, ok, figures in targets(all_runs):
         mark = "[green]met[/]" if ok else ("[yellow]n/a[/]" if ok is None else "[red]missed[/]")
         console.print(f"  {mark:18} {desc}: {figures}")

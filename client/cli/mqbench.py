@@ -11,6 +11,7 @@ for the consumer); `--json` prints the summary as one JSON object on stdout.
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import os
 import sys
@@ -158,6 +159,13 @@ def cli(log_level: str, serialize_type: str) -> None:
 @click.option("-c", "--count", type=int, help="Messages to send in total.")
 @click.option("-g", "--group", default="benchmark_producer", show_default=True)
 @click.option("--tags", default=None, help="Tag for every message.")
+@click.option(
+    "--body-pool",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Distinct random bodies, sent in turn.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Summary as JSON on stdout.")
 def producer(
     namesrv: str | None,
@@ -169,13 +177,16 @@ def producer(
     count: int | None,
     group: str,
     tags: str | None,
+    body_pool: int,
     as_json: bool,
 ) -> None:
     """Send as fast as the workers can; report throughput and send latency."""
     if duration is None and count is None:
         duration = 10.0
     cfg = _config(namesrv, instance_name=f"mqbench-{os.getpid()}")
+    bodies = [os.urandom(size) for _ in range(body_pool)] if body_pool > 1 else None
     body = os.urandom(size // 2).hex().encode()[:size].ljust(size, b"x")
+    next_body = itertools.cycle(bodies).__next__ if bodies else itertools.repeat(body).__next__
     stats = Stats()
 
     async def main() -> None:
@@ -197,9 +208,11 @@ def producer(
                     t0 = time.perf_counter()
                     try:
                         if n == 1:
-                            await p.send(Message(topic, body, tags=tags))
+                            await p.send(Message(topic, next_body(), tags=tags))
                         else:
-                            await p.send_batch([Message(topic, body, tags=tags) for _ in range(n)])
+                            await p.send_batch(
+                                [Message(topic, next_body(), tags=tags) for _ in range(n)]
+                            )
                     except Exception:
                         stats.errors += 1
                         continue

@@ -8,9 +8,9 @@ from typing import Any
 
 from bench.peers._cpu import idle_wake_us, interp_ns, loopback_rtt_us, trio_checkpoint_us
 from bench.peers._proc import cpu_seconds
-from bench.peers._stats import E2E_HEAD, e2e_body, e2e_latency_ms, summary
-from bench.peers.report import render
-from bench.peers.run import cpu_per_msg_us, metric, targets
+from bench.peers._stats import BODY_SIZE, E2E_HEAD, body_pool, e2e_body, e2e_latency_ms, summary
+from bench.peers.report import render, targets
+from bench.peers.run import _trimq_args, cpu_per_msg_us, metric
 
 
 def test_cpu_seconds_of_this_process_grows_with_work() -> None:
@@ -60,16 +60,55 @@ def test_medians_targets_and_report() -> None:
     }
     assert metric(runs["trimq-async"], "W1", ("msgs_per_s",)) == 200
     assert cpu_per_msg_us(runs["trimq-async"], "W1", "server_cpu_s") == 2000.0
-    got = {desc: ok for desc, ok, _ in targets(runs)}
-    assert got["W1 >= 1.0x JetStream msgs/s"] is True  # 200 vs 150
-    assert got["W1 >= 0.5x Redis (everysec) msgs/s"] is False  # 200 vs 500
-    assert got["W1 p99 <= 5 ms"] is False  # median 6
-    assert got["W3 >= 1.0x the faster peer"] is False  # 200 vs 250
-    assert got["SYNC_FLUSH W1 >= 0.5x ASYNC_FLUSH W1"] is True  # 120 vs 100
+    got = {desc: (ok, figures) for desc, ok, figures in targets(runs)}
+    assert list(got) == [
+        "W1 >= 1.2x JetStream msgs/s",
+        "W1 >= 0.6x Redis (everysec) msgs/s",
+        "W1 p99 <= 5 ms",
+        "W2 >= 150,000 msgs/s",
+        "W3 >= 1.5x the faster peer",
+        "W4 p99 not worse than either peer",
+        "W5 >= 1.0x JetStream msgs/s",
+        "SYNC_FLUSH W1 >= 0.6x ASYNC_FLUSH W1",
+        "W1 broker CPU us/msg <= JetStream server's",
+    ]
+    assert got["W1 >= 1.2x JetStream msgs/s"][0] is True  # 200 vs 1.2 x 150 = 180
+    assert got["W1 >= 0.6x Redis (everysec) msgs/s"][0] is False  # 200 vs 600
+    assert "short of the bound by 67%" in got["W1 >= 0.6x Redis (everysec) msgs/s"][1]
+    assert "0.20x the reference 1,000" in got["W1 >= 0.6x Redis (everysec) msgs/s"][1]
+    assert got["W1 p99 <= 5 ms"][0] is False  # median 6
+    assert "over the bound by 20%" in got["W1 p99 <= 5 ms"][1]
+    assert got["W2 >= 150,000 msgs/s"][0] is False  # 200
+    assert got["W3 >= 1.5x the faster peer"][0] is False  # 200 vs 1.5 x 250 = 375
+    assert got["W4 p99 not worse than either peer"][0] is False  # 6 vs 1
+    assert got["W5 >= 1.0x JetStream msgs/s"][0] is True  # 200 vs 150
+    assert got["SYNC_FLUSH W1 >= 0.6x ASYNC_FLUSH W1"][0] is True  # 120 vs 0.6 x 200 = 120
+    assert got["W1 broker CPU us/msg <= JetStream server's"][0] is False  # 2,000 vs 1,000 us
     text = render({"runs": runs})
     assert "| W1 publish, 64 in flight: msgs/s | 200 | 150 | 1,000 | 120 |" in text
-    assert "| W1 >= 1.0x JetStream msgs/s | met |" in text
+    assert "| W1 >= 1.2x JetStream msgs/s | met |" in text
+    assert "| W1 broker CPU us/msg <= JetStream server's | missed |" in text
     assert "cpu reference: not measured" in text
+
+
+def test_targets_without_a_peer_are_not_measured() -> None:
+    runs = {"trimq-async": [_run(100, 4, 300, 1.0)], "trimq-sync": [_run(70, 4, 300, 1.0)]}
+    got = {desc: ok for desc, ok, _ in targets(runs)}
+    assert got["W1 >= 1.2x JetStream msgs/s"] is None
+    assert got["W3 >= 1.5x the faster peer"] is None
+    assert got["W1 broker CPU us/msg <= JetStream server's"] is None
+    assert got["W1 p99 <= 5 ms"] is True
+    assert got["SYNC_FLUSH W1 >= 0.6x ASYNC_FLUSH W1"] is True  # 70 vs 60
+
+
+def test_every_producer_workload_sends_from_the_same_body_pool() -> None:
+    pool = body_pool(8)
+    assert len(set(pool)) == 8
+    assert {len(b) for b in pool} == {BODY_SIZE}
+    for w in ("W1", "W2", "W5"):
+        args = _trimq_args(w, "127.0.0.1:9876")
+        assert args[args.index("--body-pool") + 1] == "4096"
+        assert args[args.index("-s") + 1] == str(BODY_SIZE)
 
 
 def test_report_names_the_runs_cpu_reference() -> None:
