@@ -39,3 +39,15 @@ def test_producer_then_consumer_counts(namesrv: NamesrvProc, start_broker: Start
     # 200 measured messages plus the producer's one warm-up send.
     assert cons["messages"] == 201
     assert cons["kind"] == "consumer"
+
+
+def test_producer_sends_from_a_body_pool(namesrv: NamesrvProc, start_broker: StartBroker) -> None:
+    start_broker(namesrv.addr, name="broker-a")
+    ns = namesrv.addr
+    prod = _run("producer", "-n", ns, "-t", "MBPool", "-w", "2", "-s", "128", "-b", "3",
+                "--body-pool", "4", "--count", "30", "--json")  # fmt: skip
+    assert prod["messages"] == 30
+    assert prod["errors"] == 0
+    cons = _run("consumer", "-n", ns, "-t", "MBPool", "-g", "mbpool", "--from", "first",
+                "--count", "31", "--duration", "60", "--json")  # fmt: skip
+    assert cons["messages"] == 31
