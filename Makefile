@@ -66,6 +66,22 @@ bench: $(BENCH_STAMP) bench-peers-install
 	$(BIN)/python bench/broker_send_pull.py $(BENCH_MODE)
 	$(BIN)/python -m bench.peers $(BENCH_MODE)
 
+# The same-protocol peer: rocketmq-rust (crates.io rocketmq-namesrv, rocketmq-broker), built
+# once into .bench/rmqrs (about 20-25 minutes on 2 cores); bench/peers skips it when not built.
+# One target directory for both crates (their dependencies are built once), removed after.
+# The broker is installed last: its binary marks both as installed.
+RMQRS_VERSION ?= 1.0.0
+RMQRS_ROOT    ?= .bench/rmqrs
+RMQRS_JOBS    ?= 2
+
+.PHONY: bench-rmqrs
+bench-rmqrs: $(RMQRS_ROOT)/bin/rocketmq-broker-rust
+
+$(RMQRS_ROOT)/bin/rocketmq-broker-rust:
+	CARGO_TARGET_DIR=$(RMQRS_ROOT)/target cargo install --locked -j $(RMQRS_JOBS) \
+		--root $(RMQRS_ROOT) rocketmq-namesrv@$(RMQRS_VERSION) rocketmq-broker@$(RMQRS_VERSION)
+	rm -rf $(RMQRS_ROOT)/target
+
 clean:
 	rm -rf $(VENV) .trimq .pytest_cache .mypy_cache .ruff_cache build dist
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

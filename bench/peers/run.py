@@ -8,7 +8,10 @@ Every system runs on 127.0.0.1 with an empty data directory of its own, started 
 stopped by PID in a `finally`:
   - trimq-async / trimq-sync: `mqnamesrv` + `mqbroker --flush async|sync`, topics of 8 queues;
   - nats: Debian's `nats-server -js` (file storage, JetStream's defaults);
-  - redis-everysec / redis-always: `redis-server --appendonly yes --appendfsync everysec|always`.
+  - redis-everysec / redis-always: `redis-server --appendonly yes --appendfsync everysec|always`;
+  - rocketmq-rust (optional, `make bench-rmqrs`): rocketmq-rust's NameServer + broker,
+    ASYNC_FLUSH, driven by trimq's own client with JSON headers (bench/peers/rmqrs.py);
+    rocketmq-rust-shipped: the same with its defaults as shipped (only with --only).
 Each workload runs in a separate client process with the system's own Python client (trimq:
 `mqbench --json`, and `bench.peers.trimq_e2e` for W4; nats-py; redis-py + hiredis), 1 KiB bodies:
   W1 durable publish, 64 in flight    W2 batches of 32 (4 in flight)
@@ -17,7 +20,7 @@ Each workload runs in a separate client process with the system's own Python cli
   W5 sequential publish, 1 in flight, 20,000 messages
 Also measured: the disk (MB/s with fdatasync, 1 KiB fsyncs/s) and CPU seconds of the server
 and client processes per workload. trimq-async is compared with nats and redis-everysec,
-trimq-sync with redis-always; ratios are trimq/peer from this run.
+trimq-sync with redis-always, trimq-async with rocketmq-rust; ratios are trimq/peer from this run.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +43,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from . import _cpu, _disk
+from . import _cpu, _disk, rmqrs
 from ._proc import ClientRun, Server, System, free_port, run_client
 from ._stats import BODY_POOL
 
@@ -54,8 +57,20 @@ CONFIGS = {
     "redis-everysec": ("redis", "everysec"),
     "trimq-sync": ("trimq", "sync"),
     "redis-always": ("redis", "always"),
+    "rocketmq-rust": ("rmqrs", "tuned"),
+    "rocketmq-rust-shipped": ("rmqrs", "shipped"),
 }
-PAIRS = (("trimq-async", "nats"), ("trimq-async", "redis-everysec"), ("trimq-sync", "redis-always"))
+# Run only when named in --only.
+OPT_IN = ("rocketmq-rust-shipped",)
+PAIRS = (
+    ("trimq-async", "nats"),
+    ("trimq-async", "redis-everysec"),
+    ("trimq-sync", "redis-always"),
+    ("trimq-async", "rocketmq-rust"),
+    ("trimq-async", "rocketmq-rust-shipped"),
+)
+# The client each kind of system runs (rocketmq-rust runs trimq's).
+CLIENT_OF = {"trimq": "trimq", "nats": "nats", "redis": "redis", "rmqrs": "trimq"}
 
 console = Console(width=int(os.environ.get("COLUMNS", "160")))
 
@@ -108,8 +123,8 @@ def _start_trimq(root: Path, flush: str, log: Any) -> System:
     return system
 
 
-def _create_topic(ns_addr: str, topic: str) -> None:
-    args = [str(BIN / "mqadmin"), "updateTopic", "-n", ns_addr, "-c", "DefaultCluster",
+def _create_topic(ns_addr: str, topic: str, options: Sequence[str] = ()) -> None:
+    args = [str(BIN / "mqadmin"), *options, "updateTopic", "-n", ns_addr, "-c", "DefaultCluster",
             "-t", topic, "-r", "8", "-w", "8"]  # fmt: skip
     last = ""
     for _ in range(100):  # bounded: the broker registers within a few seconds
@@ -157,6 +172,10 @@ def start_system(config: str, root: Path, log: Any) -> tuple[System, Callable[[s
         system = _start_trimq(root, mode, log)
         ns = f"127.0.0.1:{system.servers[0].port}"
         return system, lambda w: _trimq_args(w, ns)
+    if kind == "rmqrs":
+        system = rmqrs.start(root, log, _create_topic, tuned=mode == "tuned")
+        ns = f"127.0.0.1:{system.servers[0].port}"
+        return system, lambda w: _trimq_args(w, ns, rmqrs.SERIALIZE)
     if kind == "nats":
         system = _start_nats(root, log)
         url = f"nats://127.0.0.1:{system.servers[0].port}"
@@ -180,8 +199,9 @@ def _peer_sizes(w: str) -> list[str]:
             "--rate", str(SIZES.w4_rate), "--seconds", str(SIZES.w4_seconds)]  # fmt: skip
 
 
-def _trimq_args(w: str, ns: str) -> list[str]:
-    bench = [str(BIN / "mqbench"), "--log-level", "error"]
+def _trimq_args(w: str, ns: str, options: Sequence[str] = ()) -> list[str]:
+    """trimq's client for workload `w`; `options` go before mqbench's command (W4: none)."""
+    bench = [str(BIN / "mqbench"), "--log-level", "error", *options]
     common = ["-n", ns, "-s", "1024", "-c", str(_count(w)), "-d", str(SIZES.limit), "--json"]
     pool = ["--body-pool", str(BODY_POOL)]
     if w == "W1":
@@ -230,7 +250,7 @@ def run_config(
                 r = cr.result
                 if cr.returncode != 0 or not r:
                     console.print(f"[red]{config} {w}: client exit {cr.returncode}[/]\n{cr.stderr}")
-                client_cpu = max(0.0, cr.cpu_s - startup[CONFIGS[config][0]])
+                client_cpu = max(0.0, cr.cpu_s - startup[CLIENT_OF[CONFIGS[config][0]]])
                 results[w] = {
                     "result": r,
                     "server_cpu_s": round(server_cpu, 2),
@@ -352,6 +372,16 @@ def client_bound(all_runs: dict[str, list[dict[str, Any]]]) -> list[str]:
 # ---- main -----------------------------------------------------------------------------------
 
 
+def usable_configs(configs: list[str], say: Callable[[str], None] | None = None) -> list[str]:
+    """`configs` without the optional ones not built here (rocketmq-rust), with a message."""
+    rust = [c for c in configs if CONFIGS[c][0] == "rmqrs"]
+    why = rmqrs.missing() if rust else None
+    if why is None:
+        return configs
+    (say or (lambda text: console.print(f"[yellow]{text}[/]", highlight=False)))(why)
+    return [c for c in configs if c not in rust]
+
+
 def _version(args: list[str]) -> str:
     try:
         out = subprocess.run(args, capture_output=True, text=True, timeout=10, check=False)
@@ -380,6 +410,7 @@ def machine_info() -> dict[str, Any]:
         "redis-py": pkg("redis"),
         "hiredis": pkg("hiredis"),
         "trimq": pkg("trimq"),
+        "rocketmq-rust": rmqrs.version(),
         "loadavg_start": os.getloadavg(),
     }
 
@@ -414,10 +445,12 @@ def main(argv: list[str] | None = None) -> None:
     opts = ap.parse_args(argv)
     SIZES = Sizes.for_mode(opts.quick)
     runs = opts.runs or (1 if opts.quick else 3)
-    configs = [c.strip() for c in opts.only.split(",")] if opts.only else list(CONFIGS)
+    default = [c for c in CONFIGS if c not in OPT_IN]
+    configs = [c.strip() for c in opts.only.split(",")] if opts.only else default
     for c in configs:
         if c not in CONFIGS:
             ap.error(f"unknown config {c!r}")
+    configs = usable_configs(configs)
     needed = {CONFIGS[c][0] for c in configs}
     for kind, exe in (("nats", "nats-server"), ("redis", "redis-server")):
         if kind in needed and shutil.which(exe) is None:
