@@ -49,6 +49,14 @@ def cpu_seconds(pid: int) -> float:
     return (utime + stime) / _TICKS
 
 
+def host_busy_seconds() -> float:
+    """CPU seconds all CPUs of the host have been busy since boot (/proc/stat: all but idle and
+    iowait); less the CPU of the processes measured, what else ran in the meantime."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields)
+    return (user + nice + system + irq + softirq + steal) / _TICKS
+
+
 @dataclass
 class Server:
     """One server process of a system under test."""

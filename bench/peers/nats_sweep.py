@@ -3,11 +3,13 @@ are the best settings found.
 
     .venv/bin/python -m bench.peers.nats_sweep [--rounds 3] [--count 100000] [--out sweep.json]
 
-One knob moves at a time from nats-py's defaults. Every (round, setting, workload) runs on a
-new `nats-server -js` with an empty store, settings interleaved within each round; the table
-gives medians over rounds of msgs/s, ack p99 and server / client CPU per message, with the
-load average before each round. W1 with a pending limit above 64 is another workload (more in
-flight than W1 allows any system): it is shown, never kept.
+One knob moves at a time from nats-py's defaults (and the combinations named). Every (round,
+setting, workload) runs on a new `nats-server -js` with an empty store, settings interleaved
+within each round; the table gives medians over rounds of msgs/s, ack p99 and server / client
+CPU per message, with the load average before each round and the cores' worth of CPU other
+processes used during each run (`_proc.host_busy_seconds`): runs below `QUIET` count as
+undisturbed. W1 with a pending limit above 64 is another workload (more in flight than W1
+allows any system): it is shown, never kept.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._proc import Server, free_port, run_client
+from ._proc import Server, free_port, host_busy_seconds, run_client
 
 REPO = Path(__file__).resolve().parents[2]
+QUIET = 0.15  # cores of other processes' CPU below which a run counts as undisturbed
 
 # (label, nats_client options, workloads it applies to)
 SETTINGS: list[tuple[str, list[str], tuple[str, ...]]] = [
@@ -41,6 +44,22 @@ SETTINGS: list[tuple[str, list[str], tuple[str, ...]]] = [
         ("W1", "W2"),
     ),
     ("skip_subject_validation", ["--skip-subject-validation"], ("W1", "W2")),
+    (
+        "pending_size 64 KiB + flusher_queue_size 1 + skip_subject_validation",
+        [
+            "--pending-size",
+            str(64 * 1024),
+            "--flusher-queue-size",
+            "1",
+            "--skip-subject-validation",
+        ],
+        ("W1", "W2"),
+    ),
+    (
+        "pending_size 64 KiB + skip_subject_validation",
+        ["--pending-size", str(64 * 1024), "--skip-subject-validation"],
+        ("W1", "W2"),
+    ),
     ("publish_async_max_pending 4000", ["--max-pending", "4000"], ("W2",)),
     ("W1 window 256 (not W1)", ["--max-pending", "256"], ("W1",)),
     ("W1 window 4000 (not W1)", ["--max-pending", "4000"], ("W1",)),
@@ -61,12 +80,13 @@ def one(
         )
         srv.start()
         try:
-            before = srv.cpu()
+            before, host_before = srv.cpu(), host_busy_seconds()
             args = [sys.executable, "-m", "bench.peers.nats_client", "--url",
                     f"nats://127.0.0.1:{port}", "--workload", workload, "--count", str(count),
                     "--limit", "300", *opts]  # fmt: skip
             cr = run_client(args, 360, REPO, env, root)
             server_cpu = srv.cpu() - before
+            others = host_busy_seconds() - host_before - server_cpu - cr.cpu_s
         finally:
             srv.stop()
     r = cr.result
@@ -77,6 +97,8 @@ def one(
         "errors": r.get("errors", -1),
         "server_us": server_cpu / n * 1e6 if n else 0.0,
         "client_us": max(0.0, cr.cpu_s - startup) / n * 1e6 if n else 0.0,
+        # cores' worth of CPU used by anything else while the client ran (0 on a quiet host)
+        "others_cores": max(0.0, others) / max(cr.wall_s, 1e-9),
     }
 
 
@@ -109,7 +131,8 @@ def main() -> None:
                     print(
                         f"  {label:42} {w}: {r['msgs_per_s']:>9,.0f} msg/s  p99 "
                         f"{r['p99_ms']:6.2f} ms  server {r['server_us']:5.1f} us/msg  "
-                        f"client {r['client_us']:5.1f}  errors {r['errors']}",
+                        f"client {r['client_us']:5.1f}  others {r['others_cores']:.2f} cores  "
+                        f"errors {r['errors']}",
                         flush=True,
                     )
     starts = ", ".join(f"{x:.2f}" for x in loads)
@@ -118,14 +141,18 @@ def main() -> None:
         f"round's start {starts}, at the end {os.getloadavg()[0]:.2f}; client CPU excludes "
         f"{startup * 1000:.0f} ms of interpreter start-up"
     )
-    cols = ["setting", "workload", "msgs/s", "p99 ms", "server CPU us/msg", "client CPU us/msg"]
-    print("| " + " | ".join([*cols, "msgs/s per round"]) + " |")
-    print("|" + "---|" * (len(cols) + 1))
+    quiet_col = f"msgs/s, runs with others < {QUIET} cores (how many)"
+    cols = ["setting", "workload", "msgs/s", "p99 ms", "server CPU us/msg", "client CPU us/msg",
+            quiet_col, "msgs/s per round (others, cores)"]  # fmt: skip
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
     for (label, w), runs in res.items():
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-        rounds = " / ".join(f"{r['msgs_per_s']:,.0f}" for r in runs)
+        quiet = [r["msgs_per_s"] for r in runs if r["others_cores"] < QUIET]
+        q = f"{statistics.median(quiet):,.0f} ({len(quiet)})" if quiet else "-"
+        rounds = " / ".join(f"{r['msgs_per_s']:,.0f} ({r['others_cores']:.2f})" for r in runs)
         print(f"| {label} | {w} | {med['msgs_per_s']:,.0f} | {med['p99_ms']:.2f} | "
-              f"{med['server_us']:.1f} | {med['client_us']:.1f} | {rounds} |")  # fmt: skip
+              f"{med['server_us']:.1f} | {med['client_us']:.1f} | {q} | {rounds} |")  # fmt: skip
     if opts.out:
         opts.out.write_text(
             json.dumps(

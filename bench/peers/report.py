@@ -99,6 +99,25 @@ def targets(all_runs: Runs) -> list[tuple[str, bool | None, str]]:
     return out
 
 
+# Cores' worth of CPU other processes may use during a workload before its figures are flagged.
+DISTURBED_CORES = 0.15
+
+
+def disturbed(all_runs: Runs) -> list[str]:
+    """Workload runs during which processes outside the run used >= DISTURBED_CORES."""
+    notes = []
+    for config, runs in all_runs.items():
+        for i, run in enumerate(runs):
+            for w in WORKLOADS:
+                cores = run.get(w, {}).get("others_cores")
+                if cores is not None and cores >= DISTURBED_CORES:
+                    notes.append(
+                        f"{config} run {i + 1} {w}: disturbed (other processes used "
+                        f"{cores:.2f} cores meanwhile)"
+                    )
+    return notes
+
+
 def render(data: dict[str, Any]) -> str:
     runs: Runs = data["runs"]
     configs = [c for c in CONFIGS if c in runs]
@@ -124,6 +143,10 @@ def render(data: dict[str, Any]) -> str:
     for desc, ok, figures in targets(runs):
         mark = "not measured" if ok is None else ("met" if ok else "missed")
         lines.append(f"| {desc} | {mark} | {figures} |")
+    notes = disturbed(runs)
+    if notes:
+        lines.append("")
+        lines.extend(f"- {note}" for note in notes)
     return "\n".join(lines) + "\n"
 
 

@@ -44,7 +44,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import _cpu, _disk, rmqrs
-from ._proc import ClientRun, Server, System, free_port, run_client
+from ._proc import ClientRun, Server, System, free_port, host_busy_seconds, run_client
 from ._stats import BODY_POOL
 
 REPO = Path(__file__).resolve().parents[2]
@@ -244,9 +244,10 @@ def run_config(
         system, client_args = start_system(config, root, log)
         try:
             for w in WORKLOADS:
-                before = system.cpu()
+                before, host_before = system.cpu(), host_busy_seconds()
                 cr: ClientRun = run_client(client_args(w), SIZES.limit + 60, REPO, env, root)
                 server_cpu = system.cpu() - before
+                others = host_busy_seconds() - host_before - server_cpu - cr.cpu_s
                 r = cr.result
                 if cr.returncode != 0 or not r:
                     console.print(f"[red]{config} {w}: client exit {cr.returncode}[/]\n{cr.stderr}")
@@ -256,13 +257,15 @@ def run_config(
                     "server_cpu_s": round(server_cpu, 2),
                     "client_cpu_s": round(client_cpu, 2),
                     "wall_s": round(cr.wall_s, 2),
+                    # cores' worth of CPU that processes outside the run used meanwhile
+                    "others_cores": round(max(0.0, others) / max(cr.wall_s, 1e-9), 2),
                 }
                 lat = r.get("latency_ms", {})
                 console.print(
                     f"  {config:15} {w}: {r.get('msgs_per_s', 0):>10,.0f} msg/s  "
                     f"p50 {lat.get('p50', 0):7.2f}  p99 {lat.get('p99', 0):7.2f} ms  "
                     f"errors {r.get('errors', '?')}  cpu server {server_cpu:5.2f} s "
-                    f"client {client_cpu:5.2f} s",
+                    f"client {client_cpu:5.2f} s  others {results[w]['others_cores']:.2f} cores",
                     highlight=False,
                 )
         finally:
@@ -494,12 +497,12 @@ def main(argv: list[str] | None = None) -> None:
         f"client CPU excludes interpreter start-up ({startup})"
     )
     console.print(cpu_reference_line(info), highlight=False)
-    from .report import targets  # report imports this module
+    from .report import disturbed, targets  # report imports this module
 
     for desc, ok, figures in targets(all_runs):
         mark = "[green]met[/]" if ok else ("[yellow]n/a[/]" if ok is None else "[red]missed[/]")
         console.print(f"  {mark:18} {desc}: {figures}")
-    for note in client_bound(all_runs):
+    for note in [*client_bound(all_runs), *disturbed(all_runs)]:
         console.print(f"  note: {note}")
     console.print(f"elapsed {info['elapsed_s']} s")
     if opts.out:

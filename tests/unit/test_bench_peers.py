@@ -9,7 +9,7 @@ from typing import Any
 from bench.peers._cpu import idle_wake_us, interp_ns, loopback_rtt_us, trio_checkpoint_us
 from bench.peers._proc import cpu_seconds
 from bench.peers._stats import BODY_SIZE, E2E_HEAD, body_pool, e2e_body, e2e_latency_ms, summary
-from bench.peers.report import render, targets
+from bench.peers.report import disturbed, render, targets
 from bench.peers.run import _trimq_args, cpu_per_msg_us, metric
 
 
@@ -99,6 +99,17 @@ def test_targets_without_a_peer_are_not_measured() -> None:
     assert got["W1 broker CPU us/msg <= JetStream server's"] is None
     assert got["W1 p99 <= 5 ms"] is True
     assert got["SYNC_FLUSH W1 >= 0.6x ASYNC_FLUSH W1"] is True  # 70 vs 60
+
+
+def test_runs_disturbed_by_other_processes_are_named() -> None:
+    quiet, busy = _run(100, 4, 300, 1.0), _run(100, 4, 300, 1.0)
+    busy["W2"]["others_cores"] = 0.4
+    quiet["W2"]["others_cores"] = 0.05
+    runs = {"trimq-async": [quiet, busy]}
+    note = "trimq-async run 2 W2: disturbed (other processes used 0.40 cores meanwhile)"
+    assert disturbed(runs) == [note]
+    assert f"- {note}" in render({"runs": runs})
+    assert "disturbed" not in render({"runs": {"trimq-async": [quiet]}})
 
 
 def test_every_producer_workload_sends_from_the_same_body_pool() -> None:
