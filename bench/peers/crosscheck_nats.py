@@ -5,6 +5,7 @@
 Only nats-py and the standard library: a file-storage stream, `count` 1 KiB bodies drawn from
 4,096 random ones, `publish_async` with 64 acks pending (nats-py's own window), then
 `publish_async_completed`. Prints one JSON line: msgs/s from the first publish to the last ack.
+The connection's knobs are the harness's (`nats_client`'s defaults, the sweep's best).
 """
 
 from __future__ import annotations
@@ -18,9 +19,14 @@ import time
 import nats
 from nats.js import api
 
+PENDING_SIZE = 64 * 1024
+SKIP_SUBJECT_VALIDATION = True
+
 
 async def publish(url: str, count: int, window: int) -> dict[str, float]:
-    nc = await nats.connect(url)
+    nc = await nats.connect(
+        url, pending_size=PENDING_SIZE, skip_subject_validation=SKIP_SUBJECT_VALIDATION
+    )
     try:
         js = nc.jetstream(publish_async_max_pending=window)
         await js.add_stream(name="CHECK", subjects=["check"], storage=api.StorageType.FILE)

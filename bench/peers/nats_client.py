@@ -38,10 +38,10 @@ MAX_PENDING = {"W1": 64, "W2": 4 * 32, "W4": 64}
 # The connection's knobs (nats.connect): pending buffer bytes (a publish that takes it past
 # this waits for the flusher), flusher queue size, forced-flush timeout, and whether each
 # publish's subjects are checked (a regex search each).
-PENDING_SIZE = 2 * 1024 * 1024
-FLUSHER_QUEUE_SIZE = 1024
-FLUSH_TIMEOUT: float | None = None
-SKIP_SUBJECT_VALIDATION = False
+PENDING_SIZE = 64 * 1024  # nats-py's default: 2 MiB
+FLUSHER_QUEUE_SIZE = 1024  # nats-py's default
+FLUSH_TIMEOUT: float | None = None  # nats-py's default
+SKIP_SUBJECT_VALIDATION = True  # the subjects are constants of this module
 
 
 async def _stream(js: Any, name: str) -> str:

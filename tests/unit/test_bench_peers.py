@@ -6,6 +6,7 @@ import os
 import time
 from typing import Any
 
+from bench.peers import crosscheck_nats, nats_client
 from bench.peers._cpu import idle_wake_us, interp_ns, loopback_rtt_us, trio_checkpoint_us
 from bench.peers._proc import cpu_seconds
 from bench.peers._stats import BODY_SIZE, E2E_HEAD, body_pool, e2e_body, e2e_latency_ms, summary
@@ -110,6 +111,11 @@ def test_runs_disturbed_by_other_processes_are_named() -> None:
     assert disturbed(runs) == [note]
     assert f"- {note}" in render({"runs": runs})
     assert "disturbed" not in render({"runs": {"trimq-async": [quiet]}})
+
+
+def test_the_plain_nats_check_runs_the_harness_knobs() -> None:
+    assert crosscheck_nats.PENDING_SIZE == nats_client.PENDING_SIZE
+    assert crosscheck_nats.SKIP_SUBJECT_VALIDATION == nats_client.SKIP_SUBJECT_VALIDATION
 
 
 def test_every_producer_workload_sends_from_the_same_body_pool() -> None:
