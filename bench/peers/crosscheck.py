@@ -8,7 +8,8 @@ Per round, each on a new server with an empty data directory:
     -P 32`, `-c 4 -P 32`), and W5 against `-c 1 -P 1`. redis-benchmark 7.0 does not expand
     `__data__` in a custom command, so its XADD carries one literal 1 KiB field value;
   - NATS JetStream: the harness's W1 against `crosscheck_nats`, a plain nats-py script.
-Prints msgs/s with the load average before each measurement.
+Prints msgs/s with the load average before each measurement and the cores' worth of CPU
+processes outside the check used during it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import csv
 import io
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -27,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ._proc import Server, free_port, run_client
+from ._proc import Server, free_port, host_busy_seconds, run_client
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -55,17 +57,28 @@ def _nats(root: Path, log: Any) -> Server:
     )
 
 
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def on_new_server(
     make: Callable[[Path, Any], Server], scratch: Path, measure: Callable[[int, Path], float]
-) -> tuple[float, float]:
-    """(load average before, msgs/s) of `measure(port, root)` against a new server."""
+) -> tuple[float, float, float]:
+    """(load average before, msgs/s, cores other processes used meanwhile) of
+    `measure(port, root)` against a new server."""
     root = Path(tempfile.mkdtemp(dir=scratch))
     with open(root / "server.log", "wb") as log:
         srv = make(root, log)
         load = os.getloadavg()[0]
         srv.start()
         try:
-            return load, measure(srv.port, root)
+            t0, host0 = time.monotonic(), host_busy_seconds()
+            srv0, kids0 = srv.cpu(), _children_cpu()
+            rate = measure(srv.port, root)
+            ours = srv.cpu() - srv0 + _children_cpu() - kids0
+            others = (host_busy_seconds() - host0 - ours) / (time.monotonic() - t0)
+            return load, rate, max(0.0, others)
         finally:
             srv.stop()
 
@@ -130,22 +143,24 @@ def main() -> None:
         ("nats W1 harness (64 pending)", _nats, nh),
         ("nats W1 plain nats-py script (64 pending)", _nats, lambda p, r: plain_nats(p, n, r)),
     ]
-    res: dict[str, list[tuple[float, float]]] = {}
+    res: dict[str, list[tuple[float, float, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="peers-check-") as tmp:
         for rnd in range(opts.rounds):
             print(f"round {rnd + 1}/{opts.rounds}", flush=True)
             for label, make, measure in checks:
-                load, rate = on_new_server(make, Path(tmp), measure)
-                res.setdefault(label, []).append((load, rate))
-                print(f"  {label:44} {rate:>10,.0f} msgs/s  (load {load:.2f})", flush=True)
+                load, rate, others = on_new_server(make, Path(tmp), measure)
+                res.setdefault(label, []).append((load, rate, others))
+                print(f"  {label:44} {rate:>10,.0f} msgs/s  (load {load:.2f}, others "
+                      f"{others:.2f} cores)", flush=True)  # fmt: skip
     print(f"\n{time.strftime('%Y-%m-%d %H:%M %Z')}, load average at the end {os.getloadavg()}")
-    print("| check | msgs/s (median) | per round | load average before each |")
-    print("|---|---|---|---|")
+    print("| check | msgs/s (median) | per round | load average before each | others, cores |")
+    print("|---|---|---|---|---|")
     for label, vals in res.items():
-        rates = " / ".join(f"{r:,.0f}" for _, r in vals)
-        loads = " / ".join(f"{x:.2f}" for x, _ in vals)
-        med = statistics.median(r for _, r in vals)
-        print(f"| {label} | {med:,.0f} | {rates} | {loads} |")
+        rates = " / ".join(f"{r:,.0f}" for _, r, _ in vals)
+        loads = " / ".join(f"{x:.2f}" for x, _, _ in vals)
+        cores = " / ".join(f"{o:.2f}" for _, _, o in vals)
+        med = statistics.median(r for _, r, _ in vals)
+        print(f"| {label} | {med:,.0f} | {rates} | {loads} | {cores} |")
     if opts.out:
         opts.out.write_text(json.dumps({"date": time.strftime("%c %Z"), "results": res}, indent=1))
 
