@@ -50,11 +50,11 @@ def cpu_seconds(pid: int) -> float:
 
 
 def host_busy_seconds() -> float:
-    """CPU seconds all CPUs of the host have been busy since boot (/proc/stat: all but idle and
-    iowait); less the CPU of the processes measured, what else ran in the meantime."""
-    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields)
-    return (user + nice + system + irq + softirq + steal) / _TICKS
+    """User and system CPU seconds of the whole host since boot (/proc/stat; interrupts and
+    steal left out): less the measured processes' own, what other processes and kernel
+    threads used in the meantime."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:4]
+    return sum(int(f) for f in fields) / _TICKS
 
 
 @dataclass
