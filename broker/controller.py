@@ -174,7 +174,7 @@ class BrokerController:
         s.register_processor(R.SEND_MESSAGE, self.send.send_message, inline=True)
         s.register_processor(R.SEND_MESSAGE_V2, self.send.send_message, inline=True)
         s.register_processor(R.SEND_BATCH_MESSAGE, self.send.send_batch, inline=True)
-        # retry / DLQ and transactions (issue 6)
+        # retry / DLQ and transactions
         reg(R.CONSUMER_SEND_MSG_BACK, self.send_back.consumer_send_msg_back)
         reg(R.END_TRANSACTION, self.end_transaction.end_transaction)
         # pull
@@ -286,7 +286,7 @@ class BrokerController:
         committed consumer offset (groups, and the transaction service's own) and every delay
         level's delivery offset, the first stored message not consumed yet. None when every
         stored message is consumed. The store's cleanup keeps the commitlog files from there
-        on under disk pressure (issue 31, defect 6) unless `clean_file_forcibly_enable`.
+        on under disk pressure unless `clean_file_forcibly_enable`.
 
         Event loop; memory reads only (one consume-queue unit per queue with an offset)."""
         store = self._store

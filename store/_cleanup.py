@@ -3,7 +3,7 @@ below the new commitlog min offset.
 
 Files older than `file_reserved_hours` go at the `delete_when` hour(s). When disk usage is above
 `disk_max_used_ratio`, the oldest files go at once whatever their age (never the current file),
-but only those no consumer still needs (issue 31, defect 6): the store knows nothing of consumer
+but only those no consumer still needs: the store knows nothing of consumer
 groups, so its owner (the broker) gives it `needed`, a callable returning the smallest commitlog
 offset some consumer has not consumed yet (and who), and a file ending after that offset is
 kept; the reason is logged and shown in `blocked` (runtime info `commitLogCleanBlocked`). Puts

@@ -611,8 +611,7 @@ class FlushService:
         The zeros are written on the event loop, a piece at a time (a page-cache write, as
         the appends), and each piece is synced in a worker thread (msync of its range: it
         waits on the disk) before the next: small syncs delay a concurrent group-commit round
-        less than one large one (SYNC W1 11,205 against 10,548 msgs/s with one sync of 4 MiB;
-        bench/HISTORY.md, stop 27).
+        less than one large one (figures: bench/HISTORY.md).
         """
         cl = self._cl
         most = 2 * ZERO_AHEAD // ZERO_PIECE  # bounded even while appends keep moving ahead

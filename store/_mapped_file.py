@@ -18,7 +18,7 @@ writes the file on the event loop (`append`, `pwrite_append`, `write_at`, the re
 wholly within the staged bytes, which copies them from the buffer; `CommitLog` drains before
 the event loop can switch tasks (see `CommitLog.begin_staging`).
 
-Space (issue 31, defect 5): a write into a mapped page whose block cannot be allocated (a hole
+Space: a write into a mapped page whose block cannot be allocated (a hole
 of a sparse file on a full disk) kills the process with SIGBUS. So a file's blocks are
 reserved before it is mapped (`reserve_file`: ``fallocate``; a new file whose space cannot be
 reserved is removed and the constructor raises `OSError` with ENOSPC, naming the file and the
@@ -436,8 +436,8 @@ class MappedFile:
         written (a hole, or `fallocate`'s unwritten extents) turn into written extents when
         their first data is written back, and the group commit's ``msync`` must then commit
         that metadata through the ext4 journal each round; blocks that already hold synced
-        zeros take a data write and a cache flush only (26 KiB: 0.24 ms against 0.41-0.52 on
-        this machine, bench/HISTORY.md stop 27). The caller syncs the zeros (`sync_range`, in a
+        zeros take a data write and a cache flush only (about half the time per round: figures
+        in bench/HISTORY.md). The caller syncs the zeros (`sync_range`, in a
         worker thread) before the appends reach them.
 
         A ``pwrite`` into the page cache on the event loop, like the staged appends, and of

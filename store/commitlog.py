@@ -123,7 +123,7 @@ class CommitLog:
         # W1 ack p99 5.8-6.3 -> 3.6-4.7 ms, msgs/s unchanged (3 interleaved pairs). Under
         # SYNC_FLUSH, into blocks never written, the map was cheaper (pwrite cost ~15 us more
         # broker CPU per send and 10-15% of the msgs/s); into blocks zeroed ahead
-        # (`zero_blocks`, below) pwrite is the cheaper one (bench/HISTORY.md, stop 27).
+        # (`zero_blocks`, below) pwrite is the cheaper one (figures: bench/HISTORY.md).
         self._pwrite_appends = pwrite_appends
         # Blocks ahead of the write position are zeroed (`zero_ahead`, SYNC_FLUSH) instead of
         # reserved with fallocate (`reserve_ahead`, ASYNC_FLUSH).

@@ -27,7 +27,7 @@ Runs = dict[str, list[dict[str, Any]]]
 
 
 def targets(all_runs: Runs) -> list[tuple[str, bool | None, str]]:
-    """The targets of issue 32: (description, met (None = not measured), figures).
+    """The targets RESULTS.md states: (description, met (None = not measured), figures).
 
     Every bound comes from the same run's figures (medians), but W1 p99 and W2's, which are
     absolute. A missed target's figures say by how much it was missed.

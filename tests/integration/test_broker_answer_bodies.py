@@ -20,7 +20,7 @@ from tests.integration.test_broker_process import send_request
 # A Java 5.x client's full heartbeat (v2 fingerprint set), then its v2 heartbeat without
 # subscriptions: the broker must keep the subscriptions of the first.
 FULL_HEARTBEAT = (
-    b'{"clientID":"10.0.0.9@1#2","consumerDataSet":[{"consumeFromWhere":'
+    b'{"clientID":"127.0.0.1@1#2","consumerDataSet":[{"consumeFromWhere":'
     b'"CONSUME_FROM_LAST_OFFSET","consumeType":"CONSUME_PASSIVELY","groupName":"HG",'
     b'"messageModel":"CLUSTERING","subscriptionDataSet":[{"classFilterMode":false,"codeSet":[],'
     b'"expressionType":"TAG","subString":"*","subVersion":1700000000000,"tagsSet":[],'
@@ -29,7 +29,7 @@ FULL_HEARTBEAT = (
     b'"withoutSub":false}'
 )
 V2_HEARTBEAT = (
-    b'{"clientID":"10.0.0.9@1#2","consumerDataSet":[{"consumeFromWhere":'
+    b'{"clientID":"127.0.0.1@1#2","consumerDataSet":[{"consumeFromWhere":'
     b'"CONSUME_FROM_LAST_OFFSET","consumeType":"CONSUME_PASSIVELY","groupName":"HG",'
     b'"messageModel":"CLUSTERING","subscriptionDataSet":[],"unitMode":false}],'
     b'"heartbeatFingerprint":123456,"producerDataSet":[{"groupName":"HP"}],"withoutSub":true}'
@@ -66,10 +66,10 @@ async def test_heartbeat_v2_producer_connections_and_stats(tmp_path: Path) -> No
         assert list(raw) == ["connectionSet"]
         (conn,) = raw["connectionSet"]
         assert list(conn) == ["clientAddr", "clientId", "language", "version"]
-        assert conn["clientId"] == "10.0.0.9@1#2"
+        assert conn["clientId"] == "127.0.0.1@1#2"
         assert conn["language"] == "PYTHON"  # the enum name of the request's language
         pc = ProducerConnection.from_json(resp.body_bytes())
-        assert pc.connection_set[0].client_id == "10.0.0.9@1#2"
+        assert pc.connection_set[0].client_id == "127.0.0.1@1#2"
         resp = await client.invoke(
             addr,
             json_request(RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "Nobody"}),

@@ -53,9 +53,9 @@ from remoting.protocol.route import (
 # What Apache 5.x's NameServer answers a client older than V4_9_4 that does not ask for standard
 # JSON: plain fastjson, so `brokerAddrs` keys are bare numbers.
 APACHE_ROUTE_FASTJSON = (
-    b'{"brokerDatas":[{"brokerAddrs":{0:"10.0.0.1:10911",1:"10.0.0.2:10911"},'
+    b'{"brokerDatas":[{"brokerAddrs":{0:"127.0.0.1:10911",1:"127.0.0.1:10921"},'
     b'"brokerName":"broker-a","cluster":"DefaultCluster","enableActingMaster":false},'
-    b'{"brokerAddrs":{1:"10.0.0.4:10911"},"brokerName":"broker-b","cluster":"DefaultCluster",'
+    b'{"brokerAddrs":{1:"127.0.0.1:10941"},"brokerName":"broker-b","cluster":"DefaultCluster",'
     b'"enableActingMaster":true,"zoneName":"zone-1"}],"filterServerTable":{},'
     b'"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":4,"topicSysFlag":0,'
     b'"writeQueueNums":4},{"brokerName":"broker-b","perm":4,"readQueueNums":2,'
@@ -65,7 +65,7 @@ APACHE_ROUTE_FASTJSON = (
 # A static topic's route (5.x only): `topicQueueMappingByBroker`, with `currIdMap` keyed by
 # bare logical queue ids; plus a property trimq does not know.
 APACHE_STATIC_ROUTE = (
-    b'{"brokerDatas":[{"brokerAddrs":{0:"10.0.0.1:10911"},"brokerName":"broker-a",'
+    b'{"brokerDatas":[{"brokerAddrs":{0:"127.0.0.1:10911"},"brokerName":"broker-a",'
     b'"cluster":"c","enableActingMaster":false}],"filterServerTable":{},"queueDatas":[],'
     b'"someFutureField":[1,2],"topicQueueMappingByBroker":{"broker-a":{"bname":"broker-a",'
     b'"currIdMap":{0:0,1:1},"dirty":false,"epoch":1700000000000,"scope":"__global__",'
@@ -76,10 +76,10 @@ APACHE_STATIC_ROUTE = (
 def test_route_written_in_5x_shape() -> None:
     route = TopicRouteData(
         queue_datas=[QueueData("broker-a", 4, 4, 6, 0)],
-        broker_datas=[BrokerData("DefaultCluster", "broker-a", {0: "10.0.0.1:10911"})],
+        broker_datas=[BrokerData("DefaultCluster", "broker-a", {0: "127.0.0.1:10911"})],
     )
     assert route.to_json() == (
-        b'{"brokerDatas":[{"brokerAddrs":{"0":"10.0.0.1:10911"},"brokerName":"broker-a",'
+        b'{"brokerDatas":[{"brokerAddrs":{"0":"127.0.0.1:10911"},"brokerName":"broker-a",'
         b'"cluster":"DefaultCluster","enableActingMaster":false}],"filterServerTable":{},'
         b'"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":4,"topicSysFlag":0,'
         b'"writeQueueNums":4}]}'
@@ -94,11 +94,13 @@ def test_route_written_in_5x_shape() -> None:
 def test_route_read_from_apache_fastjson() -> None:
     route = TopicRouteData.from_json(APACHE_ROUTE_FASTJSON)
     a, b = route.broker_datas
-    assert a == BrokerData("DefaultCluster", "broker-a", {0: "10.0.0.1:10911", 1: "10.0.0.2:10911"})
+    assert a == BrokerData(
+        "DefaultCluster", "broker-a", {0: "127.0.0.1:10911", 1: "127.0.0.1:10921"}
+    )
     assert (b.enable_acting_master, b.zone_name, b.broker_addrs) == (
         True,
         "zone-1",
-        {1: "10.0.0.4:10911"},
+        {1: "127.0.0.1:10941"},
     )
     assert [q.broker_name for q in route.queue_datas] == ["broker-a", "broker-b"]
     assert route.topic_queue_mapping_by_broker is None
@@ -187,7 +189,7 @@ async def test_namesrv_route_carries_5x_broker_fields() -> None:
 # -- GET_BROKER_CLUSTER_INFO (106), topic lists (206, 224), KV list --------------------------
 
 APACHE_CLUSTER_INFO = (
-    b'{"brokerAddrTable":{"broker-a":{"brokerAddrs":{0:"10.0.0.1:10911"},'
+    b'{"brokerAddrTable":{"broker-a":{"brokerAddrs":{0:"127.0.0.1:10911"},'
     b'"brokerName":"broker-a","cluster":"DefaultCluster","enableActingMaster":false}},'
     b'"clusterAddrTable":{"DefaultCluster":["broker-a"]}}'
 )
@@ -195,15 +197,15 @@ APACHE_CLUSTER_INFO = (
 
 def test_cluster_info_both_ways() -> None:
     ci = ClusterInfo.from_json(APACHE_CLUSTER_INFO)
-    assert ci.broker_addr_table["broker-a"].broker_addrs == {0: "10.0.0.1:10911"}
+    assert ci.broker_addr_table["broker-a"].broker_addrs == {0: "127.0.0.1:10911"}
     assert ci.cluster_addr_table == {"DefaultCluster": ["broker-a"]}
     assert ci.to_json() == APACHE_CLUSTER_INFO.replace(b"{0:", b'{"0":')
 
 
 def test_topic_list_and_kv_table_from_apache() -> None:
     assert TopicList.from_json(b'{"topicList":["A","%RETRY%G"]}').topic_list == ["A", "%RETRY%G"]
-    tl = TopicList.from_json(b'{"brokerAddr":"10.0.0.1:10911","topicList":[]}')
-    assert tl.broker_addr == "10.0.0.1:10911"
+    tl = TopicList.from_json(b'{"brokerAddr":"127.0.0.1:10911","topicList":[]}')
+    assert tl.broker_addr == "127.0.0.1:10911"
     assert KVTable.from_json(b'{"table":{"brokerVersion":"479","x":"1"}}').table == {
         "brokerVersion": "479",
         "x": "1",
@@ -232,8 +234,8 @@ def test_heartbeat_5x_fields() -> None:
 
 
 def test_consumer_list_from_apache() -> None:
-    body = ConsumerListBody.from_json(b'{"consumerIdList":["10.0.0.9@1#2","10.0.0.8@3#4"]}')
-    assert body.consumer_id_list == ["10.0.0.9@1#2", "10.0.0.8@3#4"]
+    body = ConsumerListBody.from_json(b'{"consumerIdList":["127.0.0.1@1#2","127.0.0.1@3#4"]}')
+    assert body.consumer_id_list == ["127.0.0.1@1#2", "127.0.0.1@3#4"]
     assert ConsumerListBody.from_json(b"{}").consumer_id_list == []
 
 
@@ -291,21 +293,21 @@ def test_topic_stats_table_both_ways() -> None:
 
 
 def test_connections_both_ways() -> None:
-    pc = ProducerConnection([ConnectionInfo("cid", "10.0.0.9:50000", "JAVA", 479)])
+    pc = ProducerConnection([ConnectionInfo("cid", "127.0.0.1:50000", "JAVA", 479)])
     text = (
-        b'{"connectionSet":[{"clientAddr":"10.0.0.9:50000","clientId":"cid",'
+        b'{"connectionSet":[{"clientAddr":"127.0.0.1:50000","clientId":"cid",'
         b'"language":"JAVA","version":479}]}'
     )
     assert pc.to_json() == text
     assert ProducerConnection.from_json(text) == pc
     cc = ConsumerConnection.from_json(
-        b'{"connectionSet":[{"clientAddr":"10.0.0.9:50000","clientId":"cid",'
+        b'{"connectionSet":[{"clientAddr":"127.0.0.1:50000","clientId":"cid",'
         b'"language":"CPP","version":63}],"consumeFromWhere":"CONSUME_FROM_LAST_OFFSET",'
         b'"consumeType":"CONSUME_PASSIVELY","messageModel":"CLUSTERING","subscriptionTable":'
         b'{"T":{"classFilterMode":false,"codeSet":[],"expressionType":"TAG","subString":"*",'
         b'"subVersion":1700000000000,"tagsSet":[],"topic":"T"}}}'
     )
-    assert cc.connection_set == [ConnectionInfo("cid", "10.0.0.9:50000", "CPP", 63)]
+    assert cc.connection_set == [ConnectionInfo("cid", "127.0.0.1:50000", "CPP", 63)]
     assert cc.subscription_table["T"].sub_version == 1700000000000
 
 

@@ -407,7 +407,7 @@ def test_encode_records_unset_slot() -> None:
 
 
 def test_callbacks_that_mutate_the_inputs_do_not_crash() -> None:
-    msgs = [MessageInner("T", b"a", born_host=(f"10.0.0.{i}", 1)) for i in range(4)]
+    msgs = [MessageInner("T", b"a", born_host=(f"127.0.0.{i + 1}", 1)) for i in range(4)]
 
     def pack_ip(ip: str) -> bytes:
         msgs.clear()  # the native code works on its own copy of the sequence
