@@ -68,7 +68,32 @@ log = structlog.get_logger()
 _WINDOW = 4 * 1024 * 1024
 
 
-class RecordScanner:
+class _FileScan:
+    """What both scanners are given: one file's reader, where it sits and how to check it."""
+
+    __slots__ = ("_check_crc", "_from", "_light", "_max_size", "_read", "file_size", "start")
+
+    def __init__(
+        self,
+        read: Callable[[int, int], bytes],
+        file_from_offset: int,
+        file_size: int,
+        start: int = 0,
+        *,
+        check_crc: bool = True,
+        max_size: int = DEFAULT_MAX_RECORD_SIZE,
+        light: bool = False,
+    ) -> None:
+        self._read = read
+        self._from = file_from_offset
+        self.file_size = file_size
+        self.start = start
+        self._check_crc = check_crc
+        self._max_size = max_size
+        self._light = light
+
+
+class RecordScanner(_FileScan):
     """Iterate the valid records of one file from relative position `start`.
 
     After iteration, `end` is the relative position just after the last valid record (or of
@@ -86,17 +111,7 @@ class RecordScanner:
             parsing): enough to find the valid end when nothing needs re-dispatching.
     """
 
-    __slots__ = (
-        "_check_crc",
-        "_from",
-        "_light",
-        "_max_size",
-        "_read",
-        "end",
-        "file_size",
-        "outcome",
-        "start",
-    )
+    __slots__ = ("end", "outcome")
 
     def __init__(
         self,
@@ -109,13 +124,15 @@ class RecordScanner:
         max_size: int = DEFAULT_MAX_RECORD_SIZE,
         light: bool = False,
     ) -> None:
-        self._light = light
-        self._read = read
-        self._from = file_from_offset
-        self.file_size = file_size
-        self.start = start
-        self._check_crc = check_crc
-        self._max_size = max_size
+        super().__init__(
+            read,
+            file_from_offset,
+            file_size,
+            start,
+            check_crc=check_crc,
+            max_size=max_size,
+            light=light,
+        )
         self.end = start
         self.outcome = DispatchStatus.END
 
@@ -357,7 +374,7 @@ def count_records(read: Callable[[int, int], bytes], start: int, end: int) -> in
     return n if pos == end else None
 
 
-class FileScanner:
+class FileScanner(_FileScan):
     """Iterate the valid records of one file, skipping damaged regions.
 
     Where `RecordScanner` stops short of the file end (no BLANK padding reached), the rest of
@@ -374,20 +391,7 @@ class FileScanner:
     Args: as `RecordScanner`'s.
     """
 
-    __slots__ = (
-        "_check_crc",
-        "_from",
-        "_light",
-        "_max_size",
-        "_read",
-        "complete",
-        "file_size",
-        "gaps",
-        "last_end",
-        "records",
-        "start",
-        "tail_from",
-    )
+    __slots__ = ("complete", "gaps", "last_end", "records", "tail_from")
 
     def __init__(
         self,
@@ -400,13 +404,15 @@ class FileScanner:
         max_size: int = DEFAULT_MAX_RECORD_SIZE,
         light: bool = False,
     ) -> None:
-        self._read = read
-        self._from = file_from_offset
-        self.file_size = file_size
-        self.start = start
-        self._check_crc = check_crc
-        self._max_size = max_size
-        self._light = light
+        super().__init__(
+            read,
+            file_from_offset,
+            file_size,
+            start,
+            check_crc=check_crc,
+            max_size=max_size,
+            light=light,
+        )
         self.gaps: list[tuple[int, int]] = []
         self.complete = False
         self.tail_from = start

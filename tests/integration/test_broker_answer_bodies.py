@@ -36,7 +36,8 @@ V2_HEARTBEAT = (
 )
 
 
-async def test_heartbeat_v2_producer_connections_and_stats(tmp_path: Path) -> None:
+def _small_broker(tmp_path: Path) -> tuple[BrokerConfig, str]:
+    """An in-process broker's config on a free loopback port with small files, and its address."""
     port = free_port()
     cfg = BrokerConfig(
         listen=f"127.0.0.1:{port}",
@@ -44,7 +45,11 @@ async def test_heartbeat_v2_producer_connections_and_stats(tmp_path: Path) -> No
         mapped_file_size_commitlog=1024 * 1024,
         mapped_file_size_consume_queue=20_000,
     )
-    addr = f"127.0.0.1:{port}"
+    return cfg, f"127.0.0.1:{port}"
+
+
+async def test_heartbeat_v2_producer_connections_and_stats(tmp_path: Path) -> None:
+    cfg, addr = _small_broker(tmp_path)
     async with BrokerController(cfg), RemotingClient(serialize_type=SerializeType.JSON) as client:
         for body in (FULL_HEARTBEAT, V2_HEARTBEAT):
             resp = await client.invoke(addr, json_request(RequestCode.HEART_BEAT, None, body))
@@ -100,14 +105,7 @@ async def test_heartbeat_v2_producer_connections_and_stats(tmp_path: Path) -> No
 
 
 async def test_query_consumer_offset_set_zero_if_not_found(tmp_path: Path) -> None:
-    port = free_port()
-    cfg = BrokerConfig(
-        listen=f"127.0.0.1:{port}",
-        store_dir=str(tmp_path / "store"),
-        mapped_file_size_commitlog=1024 * 1024,
-        mapped_file_size_consume_queue=20_000,
-    )
-    addr = f"127.0.0.1:{port}"
+    cfg, addr = _small_broker(tmp_path)
     async with BrokerController(cfg), RemotingClient(serialize_type=SerializeType.JSON) as client:
         resp = await client.invoke(addr, send_request("ZT", b"x"))
         assert resp.code == ResponseCode.SUCCESS
