@@ -103,6 +103,35 @@ def decode_records_into(buf: bytes, cls: type[_T], broker_name: str, /) -> list[
     """The records of a pull body as new `cls` objects (slots set, `__init__` not run), or
     None when the body needs the Python decoder (see `store.message.decode_records_into`)."""
 
+def decode_records_columns(
+    buf: bytes, end: int, /
+) -> (
+    tuple[
+        int,
+        bytes,
+        bytes,
+        bytes,
+        bytes,
+        bytes,
+        bytes,
+        bytes,
+        bytes,
+        bytes,
+        bytes,
+        bytes,
+        bytes,
+        bytes,
+        bytes,
+        bytes,
+        bytes,
+        bytes,
+        bytes,
+    ]
+    | None
+):
+    """The records below queue offset `end` as Arrow column buffers, or None when the body
+    needs the Python decoder (see `store.message.decode_records_columns`)."""
+
 class FsyncWorker:
     """The SYNC_FLUSH group commit's fsync thread, in C (Linux only): syncs rounds of
     ``(address, length, fd)`` ranges (address 0: fdatasync `fd`) in submission order without

@@ -125,6 +125,7 @@ __all__ = [
     "MessageExt",
     "MessageInner",
     "PropertiesSizeExceededError",
+    "RecordColumns",
     "UniqKeyGenerator",
     "body_crc",
     "check_record",
@@ -134,6 +135,7 @@ __all__ = [
     "decode_properties",
     "decode_record",
     "decode_records",
+    "decode_records_columns",
     "decode_uniq_key",
     "decompress_record_body",
     "encode_batch_body",
@@ -1273,6 +1275,49 @@ def decode_records_into(buf: bytes, cls: type[_T], broker_name: str) -> list[_T]
     if not NATIVE:
         return None
     return _native.decode_records_into(buf, cls, broker_name)
+
+
+RecordColumns = tuple[
+    int,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+]
+"""`decode_records_columns`' answer: the row count, then little-endian Arrow buffers."""
+
+
+def decode_records_columns(buf: bytes, end: int) -> RecordColumns | None:
+    """The records of a pull body with a queue offset below `end`, as Arrow column buffers,
+    natively; None when the caller must decode in Python (no native accelerators, IPv6 hosts, a
+    compressed body, properties that are not ASCII or repeat a name, a record that fails a
+    check). Nothing is raised for a bad body: the Python decoder raises the exact error.
+
+    Returns ``(n, queue_offsets, born_us, store_us, body_offsets, bodies, msg_id_offsets,
+    msg_ids, keys_validity, keys_offsets, keys, tags_validity, tags_offsets, tags,
+    properties_offsets, name_offsets, names, value_offsets, values)``: int64 queue offsets and
+    timestamps (microseconds), int32 offsets into each string/binary column's data, validity
+    bitmaps for KEYS and TAGS, and the properties as a map (entry offsets per row). The message
+    id is UNIQ_KEY, else the offset message id, as `MessageExt`.
+    """
+    if not NATIVE:
+        return None
+    cols: RecordColumns | None = _native.decode_records_columns(buf, end)
+    return cols
 
 
 def decode_records(

@@ -11,7 +11,14 @@ from typing import Any
 import pyarrow as pa
 
 from client.message import SYSTEM_PROPERTIES, Message
-from store.message import COMPRESSED_FLAG, decode_records
+from store.message import (
+    COMPRESSED_FLAG,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    RecordColumns,
+    decode_records,
+    decode_records_columns,
+)
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -62,6 +69,9 @@ def records_to_batch(
 
     Returns None when no record is below `end`.
     """
+    cols = decode_records_columns(body, end)
+    if cols is not None:
+        return _columns_to_batch(topic, broker, queue_id, cols)
     offsets: list[int] = []
     msg_ids: list[str] = []
     keys: list[str | None] = []
@@ -110,6 +120,66 @@ def records_to_batch(
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
 
 
+def _columns_to_batch(
+    topic: str, broker: str, queue_id: int, cols: RecordColumns
+) -> pa.RecordBatch | None:
+    """The natively decoded buffers as a RecordBatch (no per-row Python objects)."""
+    n = cols[0]
+    if n == 0:
+        return None
+    buf = [pa.py_buffer(b) for b in cols[1:]]
+    (qoff, born, stored, body_off, bodies, mid_off, mids, k_valid, k_off, keys, t_valid, t_off,
+     tags, p_off, name_off, names, val_off, vals) = buf  # fmt: skip
+    entries = len(cols[15]) // 4 - 1  # name offsets: one more than the entries
+    columns = [
+        pa.array([topic] * n, pa.string()),
+        pa.array([queue_id] * n, pa.int32()),
+        pa.array([broker] * n, pa.string()),
+        pa.Array.from_buffers(pa.int64(), n, [None, qoff]),
+        pa.Array.from_buffers(pa.string(), n, [None, mid_off, mids]),
+        pa.Array.from_buffers(pa.string(), n, [k_valid, k_off, keys], null_count=-1),
+        pa.Array.from_buffers(pa.string(), n, [t_valid, t_off, tags], null_count=-1),
+        pa.Array.from_buffers(pa.binary(), n, [None, body_off, bodies]),
+        pa.Array.from_buffers(_TS, n, [None, born]),
+        pa.Array.from_buffers(_TS, n, [None, stored]),
+        pa.MapArray.from_arrays(
+            pa.Array.from_buffers(pa.int32(), n + 1, [None, p_off]),
+            pa.Array.from_buffers(pa.string(), entries, [None, name_off, names]),
+            pa.Array.from_buffers(pa.string(), entries, [None, val_off, vals]),
+        ),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
+def _plain_rows(
+    body_col: Sequence[Any],
+    keys_col: Sequence[Any] | None,
+    tags_col: Sequence[Any] | None,
+    n: int,
+    topic: str,
+    write_id_prefix: str,
+    first_row: int,
+) -> Iterator[tuple[Message, None]]:
+    """`rows_to_messages` for rows without properties or pinned queues and with the topic
+    option: the same messages, built without `Message.__init__`'s per-property checks (the
+    only property names set here are the write id, TAGS and KEYS)."""
+    new = Message.__new__
+    for i in range(n):
+        body = body_col[i]
+        if type(body) is not bytes:
+            body = _as_bytes(body)
+            if body is None:
+                raise ValueError(f"rocketmq sink: row {first_row + i} has a null body")
+        props = {WRITE_ID_PROPERTY: f"{write_id_prefix}:{first_row + i}"}
+        if tags_col is not None and (tag := tags_col[i]):
+            props[PROPERTY_TAGS] = tag
+        if keys_col is not None and (key := keys_col[i]):
+            props[PROPERTY_KEYS] = key
+        m = new(Message)
+        m.topic, m.body, m.flag, m.properties = topic, body, 0, props
+        yield m, None
+
+
 def _as_bytes(v: Any) -> bytes | None:
     if v is None:
         return None
@@ -147,6 +217,10 @@ def rows_to_messages(
     props_col = columns.get("properties")
     broker_col = columns.get("broker")
     qid_col = columns.get("queue_id")
+    if props_col is None and (broker_col is None or qid_col is None) and default_topic:
+        yield from _plain_rows(body_col, keys_col, tags_col, n, default_topic, write_id_prefix,
+                               first_row)  # fmt: skip
+        return
     for i in range(n):
         body = _as_bytes(body_col[i])
         if body is None:
