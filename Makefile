@@ -35,7 +35,7 @@ run: $(RUN_STAMP)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check namesrv broker remoting store client tests bench
+	$(BIN)/ruff format --check common namesrv broker remoting store client tests bench
 	$(BIN)/mypy
 
 test: lint
