@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from common.schedule import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
+
 if TYPE_CHECKING:
     from store.config import StoreConfig
 
@@ -107,7 +109,8 @@ class BrokerConfig(BaseModel):
     max_index_num: int = 20_000_000
     message_index_enable: bool = True
     check_crc_on_recover: bool = True
-    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
+    """Delay levels, level 1 first (`common.schedule.parse_delay_levels`); at least one."""
 
     # -- topics and groups ---------------------------------------------------------------
     auto_create_topic_enable: bool = True
@@ -212,8 +215,6 @@ class BrokerConfig(BaseModel):
     @field_validator("message_delay_level")
     @classmethod
     def _check_delay_levels(cls, v: str) -> str:
-        from broker.schedule import parse_delay_levels
-
         if not parse_delay_levels(v):
             raise ValueError("needs at least one level")
         return v

@@ -45,7 +45,9 @@ import structlog
 import trio
 
 from broker._persist import CONFIG_DIR, read_json_file, write_atomically
-from broker.topic_manager import SCHEDULE_TOPIC, TIMER_TOPIC
+from broker.topic_manager import TIMER_TOPIC
+from common.schedule import SCHEDULE_TOPIC
+from common.schedule import parse_delay_levels as parse_delay_levels  # re-exported
 from remoting.protocol.bodies import dumps
 from store.message import (
     PROPERTY_DELAY,
@@ -89,7 +91,6 @@ _RETRY_AFTER_S = 1.0
 _MARK = struct.Struct(">q")
 _REFRESH_EVERY_MAX_MS = 3_600_000  # re-append check period: retention / 8, at most one hour
 _REFRESH_EVERY_MIN_MS = 100
-_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 def wall_ms() -> int:
@@ -97,21 +98,6 @@ def wall_ms() -> int:
 
 
 # -- pure helpers -------------------------------------------------------------------------------
-def parse_delay_levels(spec: str) -> list[int]:
-    """`"1s 5s 1m 2h"` -> delays in ms, level 1 first.
-
-    Raises:
-        ValueError: an item is not a number followed by s, m, h or d.
-    """
-    out = []
-    for item in spec.split():
-        unit = _UNIT_MS.get(item[-1:])
-        if unit is None or not item[:-1].isdigit():
-            raise ValueError(f"bad delay level {item!r} (want e.g. 5s, 2m, 1h, 1d)")
-        out.append(int(item[:-1]) * unit)
-    return out
-
-
 def clamp_level(level: int, levels: int) -> int:
     """A DELAY value as a level in 1..levels (0 when not delayed)."""
     if level <= 0 or levels <= 0:

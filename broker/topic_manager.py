@@ -15,6 +15,7 @@ from pathlib import Path
 import structlog
 
 from broker._persist import CONFIG_DIR, TOPICS_FILE, read_json_file, write_atomically
+from common.schedule import SCHEDULE_TOPIC as SCHEDULE_TOPIC  # also re-exported from here
 from remoting.protocol.bodies import dumps
 from remoting.protocol.route import DataVersion, TopicConfig
 
@@ -29,7 +30,6 @@ PERM_INHERIT = 0x1
 AUTO_CREATE_TOPIC_KEY = "TBW102"
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"

@@ -15,23 +15,18 @@ from pathlib import Path
 
 import structlog
 
+from common.schedule import SCHEDULE_TOPIC, parse_delay_levels
 from store.commitlog import DispatchBatch, is_not_queued
 from store.consume_queue import ConsumeQueue
 from store.index_file import IndexService
 from store.message import PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, DispatchRequest
 
+# parse_delay_levels is common.schedule's, re-exported: store.message_store imports it from here.
 __all__ = ["SCHEDULE_TOPIC", "ArrivalListener", "Dispatcher", "parse_delay_levels"]
 
 log = structlog.get_logger()
 
 ArrivalListener = Callable[[str, int, int], None]
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-def parse_delay_levels(spec: str) -> list[int]:
-    """RocketMQ's `messageDelayLevel` ("1s 5s ... 2h") as milliseconds, level 1 first."""
-    return [int(item[:-1]) * _UNIT_MS[item[-1]] for item in spec.split()]
 
 
 class Dispatcher:

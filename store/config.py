@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from common.schedule import DEFAULT_MESSAGE_DELAY_LEVEL
+
 __all__ = ["StoreConfig"]
 
 
@@ -59,7 +61,8 @@ class StoreConfig(BaseModel):
         max_index_num: Index entries per index file.
         message_index_enable: Build the key index at all.
         check_crc_on_recover: Verify body CRCs while recovering.
-        message_delay_level: Delay levels (for SCHEDULE_TOPIC_XXXX tags codes on recovery).
+        message_delay_level: Delay levels (for SCHEDULE_TOPIC_XXXX tags codes on recovery),
+            in `common.schedule.parse_delay_levels`'s format.
     """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -87,4 +90,4 @@ class StoreConfig(BaseModel):
     max_index_num: int = Field(default=20_000_000, ge=1)
     message_index_enable: bool = True
     check_crc_on_recover: bool = True
-    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
