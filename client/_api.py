@@ -25,6 +25,12 @@ from client.message import (
     decode_pull_body,
     new_send_result,
 )
+
+# The pull sys flags are common.pull's, re-exported: client.consumer, client.admin and
+# client.spark import them from here.
+from common.pull import PULL_FLAG_COMMIT_OFFSET as PULL_FLAG_COMMIT_OFFSET
+from common.pull import PULL_FLAG_SUBSCRIPTION as PULL_FLAG_SUBSCRIPTION
+from common.pull import PULL_FLAG_SUSPEND as PULL_FLAG_SUSPEND
 from remoting import RemotingCommand
 from remoting.codes import RequestCode, ResponseCode
 from remoting.errors import (
@@ -39,13 +45,6 @@ from remoting.protocol.route import ClusterInfo, TopicRouteData
 from store.message import MessageDecodeError
 
 log = structlog.get_logger()
-
-# Pull sys flags (PullSysFlag).
-PULL_FLAG_COMMIT_OFFSET = 0x1
-PULL_FLAG_SUSPEND = 0x2
-PULL_FLAG_SUBSCRIPTION = 0x4
-PULL_FLAG_CLASS_FILTER = 0x8
-PULL_FLAG_LITE_PULL = 0x10
 
 _SEND_STATUS = {
     ResponseCode.SUCCESS: SendStatus.SEND_OK,

@@ -16,6 +16,7 @@ from broker.filter import SubscriptionParseError, build_subscription, tag_filter
 from broker.long_polling import ParkedPull
 from broker.processors._common import InlineResult, error, guarded_inline
 from broker.topic_manager import is_readable
+from common.pull import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
 from remoting import Connection, RemotingCommand, ResponseCode
 from remoting.protocol.bodies import SubscriptionData
 from remoting.protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
@@ -25,12 +26,6 @@ if TYPE_CHECKING:
     from broker.controller import BrokerController
 
 log = structlog.get_logger()
-
-# PullSysFlag bits.
-FLAG_COMMIT_OFFSET = 0x1
-FLAG_SUSPEND = 0x2
-FLAG_SUBSCRIPTION = 0x4
-FLAG_CLASS_FILTER = 0x8
 
 
 def pull_code(status: GetMessageStatus, requested_offset: int) -> int:
@@ -103,7 +98,7 @@ class PullProcessor:
         if hdr.max_msg_nums <= 0 or hdr.suspend_timeout_millis < 0:
             return self._illegal(cmd, hdr)
         sub: SubscriptionData | None
-        if hdr.sys_flag & FLAG_SUBSCRIPTION:
+        if hdr.sys_flag & PULL_FLAG_SUBSCRIPTION:
             try:
                 sub = build_subscription(
                     hdr.topic,
@@ -151,12 +146,16 @@ class PullProcessor:
         # its queue moved to another consumer would otherwise overwrite the newer offset.
         # A negative one is no offset: left out, as UPDATE_CONSUMER_OFFSET refuses it.
         if (
-            hdr.sys_flag & FLAG_COMMIT_OFFSET
+            hdr.sys_flag & PULL_FLAG_COMMIT_OFFSET
             and hdr.commit_offset >= 0
             and ctrl.config.broker_id == 0
         ):
             ctrl.offsets.commit(hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.commit_offset)
-        if code == ResponseCode.PULL_NOT_FOUND and hdr.sys_flag & FLAG_SUSPEND and not conn.closed:
+        if (
+            code == ResponseCode.PULL_NOT_FOUND
+            and hdr.sys_flag & PULL_FLAG_SUSPEND
+            and not conn.closed
+        ):
             return self._hold(conn, cmd, hdr, max_msgs, match, result)
         return self._response(cmd, code, result)
 
