@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from common.filter import (
+    EXPRESSION_TYPE_TAG,
+    SUB_ALL,
+    SubscriptionParseError,
+    parse_tag_expression,
+)
+from common.hashing import to_int32
 from remoting.protocol.bodies import SubscriptionData
 from store.message import java_string_hash
 
@@ -16,43 +23,28 @@ __all__ = [
     "to_int32",
 ]
 
-SUB_ALL = "*"
-
-
-def to_int32(v: int) -> int:
-    v &= 0xFFFFFFFF
-    return v - 0x100000000 if v & 0x80000000 else v
-
-
-class SubscriptionParseError(ValueError):
-    """The sub-expression cannot be used (SUBSCRIPTION_PARSE_FAILED)."""
-
 
 def build_subscription(
     topic: str, sub_string: str | None, *, expression_type: str | None = None, sub_version: int = 0
 ) -> SubscriptionData:
     """SubscriptionData for `sub_string` (`*`, empty, or `tagA || tagB`).
 
+    The parsing is `common.filter.parse_tag_expression`. The sub-string kept is the expression
+    trimmed (Java keeps it as sent; here only `tag_filter` reads it, and trims it anyway).
+
     Raises:
         SubscriptionParseError: an expression type other than TAG, or no tag in the expression.
     """
-    if expression_type not in (None, "", "TAG"):
+    if expression_type not in (None, "", EXPRESSION_TYPE_TAG):
         raise SubscriptionParseError(f"expression type {expression_type!r} is not supported")
-    text = (sub_string or "").strip()
-    if not text or text == SUB_ALL:
+    parsed = parse_tag_expression(sub_string, hash_tag=java_string_hash)
+    if not parsed.tags:
         return SubscriptionData(topic, SUB_ALL, sub_version=sub_version)
-    tags: list[str] = []
-    for part in text.split("||"):
-        tag = part.strip()
-        if tag and tag not in tags:
-            tags.append(tag)
-    if not tags:
-        raise SubscriptionParseError(f"no tag in sub-expression {sub_string!r}")
     return SubscriptionData(
         topic,
-        text,
-        tags_set=tags,
-        code_set=[java_string_hash(t) for t in tags],
+        parsed.sub_string.strip(),
+        tags_set=list(parsed.tags),
+        code_set=list(parsed.codes),
         sub_version=sub_version,
     )
 

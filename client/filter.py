@@ -9,17 +9,19 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-SUB_ALL = "*"
-EXPRESSION_TYPE_TAG = "TAG"
+from common.filter import EXPRESSION_TYPE_TAG, SUB_ALL, SubscriptionParseError, parse_tag_expression
 
+# Native when built: the producer's hash selector hashes a key on every send.
+from store.message import java_string_hash
 
-def java_string_hash(s: str) -> int:
-    """Java's `String.hashCode()` (over UTF-16 code units, int32 overflow)."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
+__all__ = [
+    "EXPRESSION_TYPE_TAG",
+    "SUB_ALL",
+    "Subscription",
+    "SubscriptionParseError",
+    "java_string_hash",
+    "parse_subscription",
+]
 
 
 @dataclass(slots=True)
@@ -57,24 +59,18 @@ class Subscription:
 
 
 def parse_subscription(topic: str, expression: str | None) -> Subscription:
-    """Build a subscription from a tag expression.
+    """Build a subscription from a tag expression (`common.filter.parse_tag_expression`).
 
     Args:
         topic: the topic.
         expression: "*", "" or None for every tag; else tags joined by "||".
 
     Raises:
-        ValueError: the expression names no tag (e.g. "||").
+        SubscriptionParseError: the expression names no tag (e.g. "||"); a ValueError.
     """
-    if expression is None or expression.strip() in ("", SUB_ALL):
+    parsed = parse_tag_expression(expression, hash_tag=java_string_hash)
+    if parsed.matches_all:
         return Subscription(topic, SUB_ALL)
-    tags: list[str] = []
-    for part in expression.split("||"):
-        t = part.strip()
-        if t and t not in tags:
-            tags.append(t)
-    if not tags:
-        raise ValueError(f"subscription expression {expression!r} names no tag")
     return Subscription(
-        topic, expression, tags_set=tags, code_set=[java_string_hash(t) for t in tags]
+        topic, parsed.sub_string, tags_set=list(parsed.tags), code_set=list(parsed.codes)
     )

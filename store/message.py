@@ -1,6 +1,7 @@
 """RocketMQ 4.x message record codec (commitlog record = pull / view / query body).
 
-Pure and stdlib-only: the broker's store and the client library both import this module.
+Pure, importing only the stdlib and `common`: the broker's store and the client library both import
+this module.
 
 Record layout (V1, big-endian; positions for IPv4 hosts)::
 
@@ -22,17 +23,17 @@ from __future__ import annotations
 
 import enum
 import functools
-import operator
 import os
 import random
 import socket
 import struct
-import sys
 import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple, TypeVar
+
+import common.hashing
 
 __all__ = [
     "BLANK_MAGIC_CODE",
@@ -353,45 +354,13 @@ def _decode_properties_bytes(raw: bytes) -> dict[str, str]:
 
 
 # --- hashes -------------------------------------------------------------------------------
-_HASH_CHUNK = 1024
-# 31**k mod 2**32: h(s) = sum(c_i * 31**(n-1-i)), so the reversed units times these powers
-# give the hash with the loop in C (map/sum) instead of Python bytecode.
-_POW31 = tuple(pow(31, k, 1 << 32) for k in range(_HASH_CHUNK + 1))
-_UTF16_NATIVE = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
-
-
-def _py_java_string_hash(s: str) -> int:
-    """Java's ``String.hashCode()``: ``h = 31*h + c`` over UTF-16 code units, as an int32.
-
-    Characters outside the BMP count as two code units (a surrogate pair), as in Java.
-
-    Args:
-        s: the string.
-
-    Returns:
-        The signed 32-bit hash.
-    """
-    units: bytes | memoryview
-    if s.isascii():
-        units = s.encode("ascii")
-    else:
-        units = memoryview(s.encode(_UTF16_NATIVE, "surrogatepass")).cast("H")
-    n = len(units)
-    h: int
-    if n <= _HASH_CHUNK:
-        h = sum(map(operator.mul, units[::-1], _POW31)) & 0xFFFFFFFF
-    else:
-        h = 0
-        for start in range(0, n, _HASH_CHUNK):
-            chunk = units[start : start + _HASH_CHUNK]
-            part = sum(map(operator.mul, chunk[::-1], _POW31))
-            h = (h * _POW31[len(chunk)] + part) & 0xFFFFFFFF
-    return h - 0x100000000 if h & 0x80000000 else h
-
-
+_py_java_string_hash = common.hashing.java_string_hash
+"""The Python fallback of `java_string_hash` (the native tests compare against it)."""
 java_string_hash: Callable[[str], int] = (
     _native.java_string_hash if NATIVE else _py_java_string_hash
 )
+"""Java's ``String.hashCode()`` as an int32: `common.hashing.java_string_hash`, computed natively
+when available (same results)."""
 
 
 @functools.lru_cache(maxsize=4096)
