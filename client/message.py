@@ -14,9 +14,9 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import NamedTuple
 
 from client.errors import MessageValidationError
+from common.message_queue import MessageQueue as MessageQueue
 from store.message import (
     BORNHOST_V6_FLAG,
     COMPRESSED_FLAG,
@@ -110,17 +110,6 @@ NOT_ALLOWED_SEND_TOPICS = frozenset(
 )
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
-
-
-class MessageQueue(NamedTuple):
-    """One queue of a topic on one broker; sorts by (topic, broker, queue id)."""
-
-    topic: str
-    broker_name: str
-    queue_id: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}@{self.broker_name}:{self.queue_id}"
 
 
 def check_topic(topic: str) -> None:

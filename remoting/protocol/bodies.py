@@ -4,9 +4,12 @@ Each class is named after RocketMQ's Java class and carries the snake_case form 
 `to_json()` writes what fastjson writes: compact JSON, keys in alphabetical order, null fields
 left out. `from_json()` is tolerant of what Java peers write: unquoted integer map keys
 (`{0:12}`) and `MessageQueue` map keys written as JSON objects
-(`{{"brokerName":"b","queueId":0,"topic":"T"}:5}`).
+(`{{"brokerName":"b","queueId":0,"topic":"T"}:5}`); `loads_tolerant` is `_fastjson`'s, shared
+with `route`.
 
-Maps keyed by `MessageQueue` (TopicStatsTable, ConsumeStats, ResetOffsetBody) are written in
+`MessageQueue` is `common.message_queue.MessageQueue` (a NamedTuple, the client's type too),
+re-exported here; its JSON form, `{"brokerName":..,"queueId":..,"topic":..}`, is written and
+read here. Maps keyed by it (TopicStatsTable, ConsumeStats, ResetOffsetBody) are written in
 fastjson's object-key form, because that is what Java admin tools parse; it is not standard
 JSON, so read them back with `from_json` (or `loads_tolerant`).
 """
@@ -17,6 +20,9 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
+
+from common.message_queue import MessageQueue as MessageQueue
+from remoting.protocol._fastjson import loads_tolerant as loads_tolerant
 
 __all__ = [
     "ConnectionInfo",
@@ -48,7 +54,7 @@ __all__ = [
 
 def _dump_key(key: object) -> str:
     if isinstance(key, MessageQueue):
-        return key.to_json().decode()
+        return _dump(_mq_to_dict(key))
     if isinstance(key, str):
         return json.dumps(key, ensure_ascii=False)
     if isinstance(key, bool):
@@ -70,6 +76,8 @@ def _dump(value: object) -> str:
     if isinstance(value, dict):
         items = sorted(value.items(), key=lambda kv: _sort_key(kv[0]))
         return "{" + ",".join(f"{_dump_key(k)}:{_dump(v)}" for k, v in items) + "}"
+    if isinstance(value, MessageQueue):  # a tuple, but written as an object
+        return _dump(_mq_to_dict(value))
     if isinstance(value, (list, tuple, set, frozenset)):
         seq = sorted(value) if isinstance(value, (set, frozenset)) else value
         return "[" + ",".join(_dump(v) for v in seq) + "]"
@@ -86,109 +94,12 @@ def dumps(value: object) -> bytes:
     return _dump(value).encode()
 
 
-_KEY_START = frozenset("{,")
-
-
-def _quote_keys(text: str) -> str:
-    """Rewrite non-standard map keys into JSON strings.
-
-    An unquoted number key (`{0:1}`) becomes `{"0":1}`; an object key
-    (`{{"a":1}:2}`) becomes the JSON string of its text. String values are copied verbatim.
-    """
-    out: list[str] = []
-    i, n = 0, len(text)
-    # Stack of containers: True = object. `expect_key` tells whether the next token in the
-    # innermost object is a key.
-    stack: list[bool] = []
-    expect_key = False
-    while i < n:
-        c = text[i]
-        if c == '"':
-            j = i + 1
-            while j < n:
-                if text[j] == "\\":
-                    j += 2
-                    continue
-                if text[j] == '"':
-                    break
-                j += 1
-            out.append(text[i : j + 1])
-            i = j + 1
-            expect_key = False
-            continue
-        if c in " \t\r\n":
-            out.append(c)
-            i += 1
-            continue
-        if expect_key and c == "{":
-            # An object used as a map key: copy its balanced text and quote it.
-            depth, j = 0, i
-            while j < n:
-                d = text[j]
-                if d == '"':
-                    j += 1
-                    while j < n and text[j] != '"':
-                        j += 2 if text[j] == "\\" else 1
-                elif d == "{":
-                    depth += 1
-                elif d == "}":
-                    depth -= 1
-                    if depth == 0:
-                        break
-                j += 1
-            out.append(json.dumps(text[i : j + 1]))
-            i = j + 1
-            expect_key = False
-            continue
-        if expect_key and (c == "-" or c.isdigit()):
-            j = i + 1
-            while j < n and (text[j].isdigit() or text[j] in "+-.eE"):
-                j += 1
-            out.append('"' + text[i:j] + '"')
-            i = j
-            expect_key = False
-            continue
-        if c == "{":
-            stack.append(True)
-            expect_key = True
-        elif c == "[":
-            stack.append(False)
-            expect_key = False
-        elif c in "}]":
-            if stack:
-                stack.pop()
-            expect_key = False
-        elif c == ",":
-            expect_key = bool(stack) and stack[-1]
-        else:
-            expect_key = False
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
-def loads_tolerant(data: bytes | bytearray | memoryview | str) -> Any:
-    """Parse JSON written by fastjson (unquoted integer keys, object keys allowed).
-
-    Raises:
-        ValueError: the text is not JSON even after quoting the keys, or nests too deeply.
-    """
-    text = data if isinstance(data, str) else bytes(data).decode("utf-8")
-    try:
-        try:
-            return json.loads(text)
-        except ValueError:
-            return json.loads(_quote_keys(text))
-    except RecursionError:
-        raise ValueError("body nests too deeply") from None
-
-
 def _int_map(raw: Mapping[str, Any] | None) -> dict[int, int]:
     return {int(k): int(v) for k, v in (raw or {}).items()}
 
 
 def _mq_map(raw: Mapping[str, Any] | None, conv: Callable[[Any], Any]) -> dict[MessageQueue, Any]:
-    return {MessageQueue.from_key(k): conv(v) for k, v in (raw or {}).items()}
+    return {_mq_from_key(k): conv(v) for k, v in (raw or {}).items()}
 
 
 class _Body:
@@ -238,28 +149,34 @@ def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
 # -- message queue ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class MessageQueue(_Body):
-    """A queue: (topic, broker name, queue id). Hashable; used as a map key."""
+def _mq_to_dict(mq: MessageQueue) -> dict[str, Any]:
+    """A MessageQueue's JSON object, with fastjson's field names."""
+    return {"brokerName": mq.broker_name, "queueId": mq.queue_id, "topic": mq.topic}
 
-    topic: str
-    broker_name: str
-    queue_id: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic}
+def _mq_from_dict(raw: Mapping[str, Any]) -> MessageQueue:
+    """A MessageQueue from its JSON object.
 
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
-        return cls(str(raw["topic"]), str(raw["brokerName"]), int(raw["queueId"]))
+    Raises:
+        KeyError: a field is missing.
+        TypeError: `raw` is not a mapping, or `queueId` is not a number.
+        ValueError: `queueId` is a string that is not an integer.
+    """
+    return MessageQueue(str(raw["topic"]), str(raw["brokerName"]), int(raw["queueId"]))
 
-    @classmethod
-    def from_key(cls, key: str) -> MessageQueue:
-        """A MessageQueue from a map key (the JSON text of the object)."""
-        raw = json.loads(key)
-        if not isinstance(raw, dict):
-            raise ValueError(f"not a MessageQueue key: {key!r}")  # noqa: TRY004
-        return cls.from_dict(raw)
+
+def _mq_from_key(key: str) -> MessageQueue:
+    """A MessageQueue from a map key (the JSON text of its object, see `_fastjson`).
+
+    Raises:
+        ValueError: the key is not the JSON text of an object.
+        KeyError: a field is missing.
+        TypeError: `queueId` is not a number.
+    """
+    raw = json.loads(key)
+    if not isinstance(raw, dict):
+        raise ValueError(f"not a MessageQueue key: {key!r}")  # noqa: TRY004
+    return _mq_from_dict(raw)
 
 
 # -- heartbeat ----------------------------------------------------------------------------
@@ -503,7 +420,7 @@ class LockBatchRequestBody(_Body):
         return {
             "clientId": self.client_id,
             "consumerGroup": self.consumer_group,
-            "mqSet": [m.to_dict() for m in sorted(self.mq_set)],
+            "mqSet": [_mq_to_dict(m) for m in sorted(self.mq_set)],
             "onlyThisBroker": self.only_this_broker,
         }
 
@@ -512,7 +429,7 @@ class LockBatchRequestBody(_Body):
         return cls(
             consumer_group=str(raw["consumerGroup"]),
             client_id=str(raw["clientId"]),
-            mq_set=[MessageQueue.from_dict(m) for m in raw.get("mqSet") or ()],
+            mq_set=[_mq_from_dict(m) for m in raw.get("mqSet") or ()],
             only_this_broker=_bool(raw.get("onlyThisBroker")),
         )
 
@@ -529,11 +446,11 @@ class LockBatchResponseBody(_Body):
     lock_ok_mq_set: list[MessageQueue] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"lockOKMQSet": [m.to_dict() for m in sorted(self.lock_ok_mq_set)]}
+        return {"lockOKMQSet": [_mq_to_dict(m) for m in sorted(self.lock_ok_mq_set)]}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Self:
-        return cls([MessageQueue.from_dict(m) for m in raw.get("lockOKMQSet") or ()])
+        return cls([_mq_from_dict(m) for m in raw.get("lockOKMQSet") or ()])
 
 
 # -- admin bodies -------------------------------------------------------------------------

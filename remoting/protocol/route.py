@@ -4,8 +4,8 @@ Every class is a plain slotted dataclass; nothing here does I/O. `to_json()`
 writes *standard* JSON (quoted keys, compact separators) with fastjson's field
 names and fastjson's alphabetical key order, leaving out fields that are None.
 `from_json()` accepts what a Java peer writes, including fastjson's unquoted
-integer map keys (`{0:"1.2.3.4:10911"}`) and the pre-4.9 spelling
-`topicSynFlag` of `QueueData.topicSysFlag`.
+integer map keys (`{0:"1.2.3.4:10911"}`; parsed by `_fastjson`, shared with
+`bodies`) and the pre-4.9 spelling `topicSynFlag` of `QueueData.topicSysFlag`.
 
 `RegisterBrokerBody` also has RocketMQ's compressed form (`compressed=true` on
 REGISTER_BROKER): a zlib stream of length-prefixed parts; see `encode_compressed`.
@@ -22,6 +22,9 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Self
+
+from remoting.protocol import _fastjson
+from remoting.protocol._fastjson import quote_keys as quote_numeric_keys
 
 # PermName bits.
 PERM_PRIORITY = 0x8
@@ -45,87 +48,16 @@ def _dumps(obj: object) -> bytes:
     return json.dumps(obj, separators=_SEPARATORS, ensure_ascii=False).encode("utf-8")
 
 
-def quote_numeric_keys(text: str) -> str:
-    """Quote fastjson's bare integer object keys (`{0:"a",-1:"b"}` -> `{"0":"a","-1":"b"}`).
-
-    Only tokens outside strings that directly follow `{` or `,` (whitespace
-    allowed) and are directly followed by `:` are quoted, so numbers inside
-    string values and numeric array items are left alone.
-    """
-    out: list[str] = []
-    i = 0
-    n = len(text)
-    in_string = False
-    expect_key = False  # just after '{' or ','
-    while i < n:
-        c = text[i]
-        if in_string:
-            out.append(c)
-            if c == "\\" and i + 1 < n:
-                out.append(text[i + 1])
-                i += 2
-                continue
-            if c == '"':
-                in_string = False
-            i += 1
-            continue
-        if c == '"':
-            in_string = True
-            expect_key = False
-            out.append(c)
-            i += 1
-            continue
-        if c in "{,":
-            expect_key = True
-            out.append(c)
-            i += 1
-            continue
-        if c in " \t\r\n":
-            out.append(c)
-            i += 1
-            continue
-        if expect_key and (c.isdigit() or c == "-"):
-            j = i + 1
-            while j < n and text[j].isdigit():
-                j += 1
-            k = j
-            while k < n and text[k] in " \t\r\n":
-                k += 1
-            if k < n and text[k] == ":" and (j > i + 1 or c != "-"):
-                out.append('"')
-                out.append(text[i:j])
-                out.append('"')
-                i = j
-                expect_key = False
-                continue
-        expect_key = False
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
 def loads_tolerant(data: bytes | bytearray | memoryview | str) -> Any:
-    """Parse JSON written by fastjson or by a standard encoder.
+    """Parse JSON written by fastjson (bare integer or object map keys) or a standard encoder.
+
+    `_fastjson.loads_tolerant`, raising this module's error.
 
     Raises:
-        RouteDecodeError: the text is not JSON even after quoting bare integer keys, or nests
-            too deeply.
+        RouteDecodeError: the bytes are not UTF-8, the text is not JSON even after quoting
+            fastjson's keys, or it nests too deeply.
     """
-    try:
-        text = data if isinstance(data, str) else bytes(data).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise RouteDecodeError(f"body is not UTF-8: {exc}") from None
-    try:
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError:
-            pass
-        try:
-            return json.loads(quote_numeric_keys(text))
-        except json.JSONDecodeError as exc:
-            raise RouteDecodeError(f"body is not JSON: {exc}") from None
-    except RecursionError:
-        raise RouteDecodeError("body nests too deeply") from None
+    return _fastjson.loads_tolerant(data, RouteDecodeError)
 
 
 def _obj(value: Any, what: str) -> dict[str, Any]:
