@@ -14,8 +14,8 @@ Methods may be called from several threads at once. `close()` (or leaving the
 from __future__ import annotations
 
 import concurrent.futures
-import threading
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
@@ -33,6 +33,7 @@ from client.errors import ClientClosedError
 from client.message import Message, MessageExt, MessageQueue, SendResult
 from client.producer import Producer as AsyncProducer
 from client.producer import QueueSelector
+from common.trio_thread import TrioThread
 
 log = structlog.get_logger()
 
@@ -42,89 +43,81 @@ A = TypeVar("A")
 START_TIMEOUT_S = 30.0
 
 
-class _LoopThread:
-    """A trio loop in a daemon thread with a nursery for long-lived tasks."""
+_NOT_STARTED = "the client is not started (call start() or use `with`)"
 
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._nursery: trio.Nursery | None = None
-        self._ready = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-        self._thread.start()
-        if not self._ready.wait(START_TIMEOUT_S):
-            raise TimeoutError("the client's trio thread did not start")
-        if self._error is not None:
-            raise self._error
+def _closed_error(_reason: str) -> ClientClosedError:
+    return ClientClosedError(_NOT_STARTED)
 
-    def _run(self) -> None:
-        try:
-            trio.run(self._main)
-        except BaseException as exc:
-            self._error = exc
-            self._ready.set()
 
-    async def _main(self) -> None:
-        async with trio.open_nursery() as nursery:
-            self._token = trio.lowlevel.current_trio_token()
-            self._nursery = nursery
-            self._ready.set()
-            await trio.sleep_forever()
+@contextlib.asynccontextmanager
+async def _held_open(obj: Any) -> AsyncIterator[trio.Nursery]:
+    """`obj` (an async context manager) entered and held open, inside a nursery for the
+    facade's own tasks, which is the value.
 
-    @property
-    def token(self) -> trio.lowlevel.TrioToken:
-        if self._token is None or self._nursery is None:
-            raise ClientClosedError("the client is not started (call start() or use `with`)")
-        return self._token
+    The tasks (`send_async`) outlive `obj`: a send in flight when the facade closes keeps
+    running while `obj` closes gracefully, and is cancelled only after that. An error of `obj`
+    entering or leaving comes out as itself, not as the nursery's group of one.
+    """
+    try:
+        async with trio.open_nursery() as tasks:
+            async with obj:
+                yield tasks
+            tasks.cancel_scope.cancel()
+    except BaseExceptionGroup as eg:
+        if len(eg.exceptions) == 1:
+            raise eg.exceptions[0] from None
+        raise
 
-    def run(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float | None = None) -> T:
-        """Run `await fn(*args)` in the loop and return its result (blocking)."""
+
+class _LoopThread(TrioThread[trio.Nursery]):
+    """The facade's trio thread: `obj` held open in it (`_held_open`), calls with a timeout."""
+
+    def __init__(self, name: str, obj: Any) -> None:
+        super().__init__(
+            name,
+            lambda: _held_open(obj),
+            what="the client's trio thread",
+            closed_error=_closed_error,
+            start_timeout=START_TIMEOUT_S,
+        )
+
+    def run(
+        self, fn: Callable[..., Awaitable[T]], /, *args: Any, timeout: float | None = None
+    ) -> T:
+        """Run `await fn(*args)` in the loop and return its result (blocking).
+
+        Raises:
+            TimeoutError: no result within `timeout` seconds (the call is cancelled).
+            ClientClosedError: the client is not started or closed.
+        """
+        if timeout is None:
+            return super().run(fn, *args)
 
         async def call() -> T:
-            if timeout is None:
-                return await fn(*args)
             try:
                 with trio.fail_after(timeout):
                     return await fn(*args)
             except trio.TooSlowError:
                 raise TimeoutError(f"no result within {timeout} s") from None
 
-        return trio.from_thread.run(call, trio_token=self.token)
+        return super().run(call)
 
-    def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
-        return trio.from_thread.run_sync(fn, *args, trio_token=self.token)
-
-    def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
-        nursery = self._nursery
-        if nursery is None:
-            raise ClientClosedError("the client is closed")
-        self.run_sync(nursery.start_soon, fn, *args)
-
-    def stop(self) -> None:
-        if self._nursery is not None and self._token is not None:
-            nursery = self._nursery
-            self._nursery = None
-            try:
-                trio.from_thread.run_sync(nursery.cancel_scope.cancel, trio_token=self._token)
-            except trio.RunFinishedError:
-                pass
-        if self._thread is not None:
-            self._thread.join(timeout=START_TIMEOUT_S)
-            self._thread = None
+    def start_soon(self, fn: Callable[..., Awaitable[Any]], /, *args: Any) -> None:
+        """Start `fn(*args)` in the nursery around `obj` (it outlives `obj`, see `_held_open`)."""
+        try:
+            self.run_sync(self.value.start_soon, fn, *args)
+        except ClientClosedError:
+            raise ClientClosedError("the client is closed") from None
 
 
 class _Held(Generic[A]):
-    """An async context manager entered and held open inside a loop thread."""
+    """An async context manager entered and held open inside its own loop thread."""
 
     def __init__(self, name: str, obj: A) -> None:
         self.obj = obj
-        self._loop = _LoopThread(name)
-        self._close = trio.Event()
-        self._closed = threading.Event()
+        self._name = name
+        self._loop = _LoopThread(name, obj)
         self._started = False
 
     @property
@@ -134,37 +127,16 @@ class _Held(Generic[A]):
     def start(self) -> None:
         if self._started:
             return
+        # A loop thread runs once: a client started again after close() gets a new one.
+        self._loop = _LoopThread(self._name, self.obj)
         self._loop.start()
-        try:
-            self._loop.run(self._enter)
-        except BaseException:
-            self._loop.stop()
-            raise
         self._started = True
-
-    async def _enter(self) -> None:
-        nursery = self._loop._nursery
-        assert nursery is not None
-        await nursery.start(self._hold)
-
-    async def _hold(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        try:
-            async with self.obj:  # type: ignore[attr-defined]
-                task_status.started()
-                await self._close.wait()
-        finally:
-            self._closed.set()
 
     def close(self) -> None:
         if not self._started:
             return
         self._started = False
-        try:
-            self._loop.run_sync(self._close.set)
-        except (trio.RunFinishedError, ClientClosedError):
-            pass
-        self._closed.wait(START_TIMEOUT_S)
-        self._loop.stop()
+        self._loop.close()
 
 
 def _in_loop(held: _Held[Any], fn: Callable[..., Any], *args: Any) -> None:

@@ -34,6 +34,7 @@ from client.message import Message, MessageQueue
 from client.producer import Producer
 from client.route import subscribe_queues
 from client.spark.offsets import DataLossError, OffsetMap, QueueRange, queue_key
+from common.trio_thread import TrioThread
 from remoting import RemotingCommand
 from remoting.codes import RequestCode, ResponseCode
 from remoting.errors import RemoteError
@@ -86,88 +87,60 @@ class Conn:
         self.namesrv_addr = namesrv_addr
         self.serialize_type = serialize_type
         self.timeout_ms = timeout_ms
-        self.pid = os.getpid()
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._nursery: trio.Nursery | None = None
-        self._inst: ClientInstance | None = None
         self._producers: dict[str, Producer] = {}
-        self._ready = threading.Event()
-        self._stop: trio.Event | None = None
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
         self._lock = threading.Lock()
+        self._loop: TrioThread[ClientInstance] = TrioThread(
+            "trimq-spark-conn",
+            self._open_instance,
+            what="the trimq Spark connection",
+            closed_error=MQClientError,
+            start_timeout=START_TIMEOUT_S,
+        )
 
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> Conn:
-        self._thread = threading.Thread(target=self._run, name="trimq-spark-conn", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(START_TIMEOUT_S):
-            raise TimeoutError("the trimq Spark connection did not start")
-        if self._error is not None:
-            raise self._error
+        self._loop.start()
         return self
 
     @property
+    def pid(self) -> int:
+        """The process whose loop thread this is."""
+        return self._loop.pid
+
+    @property
     def alive(self) -> bool:
-        return (
-            self._thread is not None
-            and self._thread.is_alive()
-            and self._token is not None
-            and self.pid == os.getpid()
-        )
+        """Started, not closed, its loop thread running, and in the process that started it."""
+        return self._loop.alive
 
-    def _run(self) -> None:
-        try:
-            trio.run(self._main)
-        except BaseException as exc:
-            self._error = exc
-        finally:
-            self._token = None
-            self._ready.set()
-
-    async def _main(self) -> None:
+    def _open_instance(self) -> ClientInstance:
+        """The client instance, entered in the loop thread before the connection is ready."""
         cfg = ClientConfig(
             namesrv_addr=self.namesrv_addr,
             instance_name=unique_instance_name(),
             mq_client_api_timeout_ms=self.timeout_ms,
             serialize_type=cast(SerializeTypeName, self.serialize_type),
         )
-        self._stop = trio.Event()
-        async with ClientInstance(cfg) as inst, trio.open_nursery() as nursery:
-            self._inst = inst
-            self._nursery = nursery
-            self._token = trio.lowlevel.current_trio_token()
-            self._ready.set()
-            await self._stop.wait()
-            nursery.cancel_scope.cancel()
+        return ClientInstance(cfg)
 
     def close(self) -> None:
-        token, stop = self._token, self._stop
-        if token is not None and stop is not None:
-            try:
-                trio.from_thread.run_sync(stop.set, trio_token=token)
-            except trio.RunFinishedError:
-                pass
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(START_TIMEOUT_S)
+        """Stop the loop (pumps and producers first, then the instance) and join its thread."""
+        self._loop.close()
 
     def run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """`await fn(*args)` in the loop thread; blocks until done."""
-        token = self._token
-        if token is None:
-            raise MQClientError("the trimq Spark connection is closed")
-        return trio.from_thread.run(fn, *args, trio_token=token)
+        return self._loop.run(fn, *args)
 
     def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
-        token = self._token
-        if token is None:
-            raise MQClientError("the trimq Spark connection is closed")
-        return trio.from_thread.run_sync(fn, *args, trio_token=token)
+        return self._loop.run_sync(fn, *args)
 
     @property
     def instance(self) -> ClientInstance:
-        assert self._inst is not None
-        return self._inst
+        return self._loop.value
+
+    @property
+    def _nursery(self) -> trio.Nursery:
+        """The loop's nursery (pumps, held producers); for code running in the loop."""
+        return self._loop.nursery
 
     # -- topics and offsets --------------------------------------------------------
     def topic_list(self) -> list[str]:
@@ -381,7 +354,6 @@ class Conn:
         ]:
             send, recv = trio.open_memory_channel[PulledBody | BaseException](PREFETCH)
             scope = trio.CancelScope()
-            assert self._nursery is not None
             self._nursery.start_soon(
                 self._pump, rng, send, batch, sub_expression, timeout_ms, fail_on_data_loss, scope
             )
@@ -398,11 +370,11 @@ class Conn:
                     raise item
                 yield item
         finally:
-            if self._token is not None:
+            if self.alive:
                 try:
                     self.run_sync(scope.cancel)
                     self.run_sync(recv.close)
-                except (trio.RunFinishedError, MQClientError):
+                except MQClientError:  # closed in between
                     pass
 
     # -- sending -------------------------------------------------------------------
@@ -420,7 +392,6 @@ class Conn:
                         await trio.sleep_forever()
 
                 async def make() -> Producer:
-                    assert self._nursery is not None
                     prod: Producer = await self._nursery.start(hold)
                     return prod
 
@@ -459,9 +430,7 @@ class SendSession:
 
     async def _submit(self, msgs: list[Message], queue: MessageQueue | None) -> None:
         await self._sem.acquire()
-        nursery = self._conn._nursery
-        assert nursery is not None
-        nursery.start_soon(self._send, msgs, queue)
+        self._conn._nursery.start_soon(self._send, msgs, queue)
 
     def submit(self, msgs: list[Message], queue: MessageQueue | None = None) -> None:
         """Queue one batch (one topic; `queue` pins it to a queue).
