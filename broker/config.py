@@ -2,7 +2,8 @@
 
 Precedence (lowest to highest): field defaults, the TOML file given with `--config`, environment
 variables named `TRIMQ_<FIELD NAME IN UPPER CASE>` (e.g. `TRIMQ_BROKER_NAME=broker-b`,
-`TRIMQ_NAMESRV_ADDR="10.0.0.1:9876;10.0.0.2:9876"`), command-line flags.
+`TRIMQ_NAMESRV_ADDR="10.0.0.1:9876;10.0.0.2:9876"`), command-line flags; `common.config` does
+the loading, this module has the settings and their rules.
 
 The store settings (`mapped_file_size_commitlog`, `flush_disk_type`, ...) are fields of
 `BrokerConfig` too; `store_config()` passes those the `StoreConfig` knows on to it, with
@@ -14,23 +15,18 @@ from __future__ import annotations
 
 import os
 import socket
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from common.config import ConfigError as ConfigError  # re-exported: broker.cli catches it
+from common.config import load_settings
 from common.schedule import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
 
 if TYPE_CHECKING:
     from store.config import StoreConfig
-
-ENV_PREFIX = "TRIMQ_"
-
-
-class ConfigError(Exception):
-    """The configuration is invalid; the message says which setting and why."""
 
 
 def parse_host_port(addr: str, *, what: str = "address") -> tuple[str, int]:
@@ -323,30 +319,6 @@ class BrokerConfig(BaseModel):
         return StoreConfig(**values)
 
 
-def _format_validation_error(exc: ValidationError, source: str) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown setting"
-        parts.append(f"{loc}: {msg}")
-    return f"invalid broker configuration ({source}): " + "; ".join(parts)
-
-
-def env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
-    """Settings from `TRIMQ_*` variables that name a BrokerConfig field (others are ignored:
-    the NameServer and clients share the prefix)."""
-    fields = BrokerConfig.model_fields
-    out: dict[str, str] = {}
-    for key, value in environ.items():
-        if key.startswith(ENV_PREFIX):
-            name = key[len(ENV_PREFIX) :].lower()
-            if name in fields:
-                out[name] = value
-    return out
-
-
 def load_config(
     config_file: str | Path | None = None,
     *,
@@ -361,26 +333,9 @@ def load_config(
         environ: the environment (default `os.environ`).
 
     Raises:
-        ConfigError: unreadable file, bad TOML, unknown setting, or invalid value.
+        ConfigError: unreadable file, bad TOML, unknown setting, or invalid value; an invalid
+            value's message names the config file (or "defaults"), not the layer it came from.
     """
-    values: dict[str, Any] = {}
-    source = "defaults"
-    if config_file is not None:
-        path = Path(config_file)
-        try:
-            with path.open("rb") as fh:
-                data = tomllib.load(fh)
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
-        if isinstance(data.get("broker"), dict):
-            data = {**{k: v for k, v in data.items() if k != "broker"}, **data["broker"]}
-        values.update(data)
-        source = str(path)
-    values.update(env_overrides(os.environ if environ is None else environ))
-    values.update({k: v for k, v in (flags or {}).items() if v is not None})
-    try:
-        return BrokerConfig(**values)
-    except ValidationError as exc:
-        raise ConfigError(_format_validation_error(exc, source)) from None
+    return load_settings(
+        BrokerConfig, "broker", config_file, flags=flags, environ=environ, error_source="file"
+    )

@@ -5,23 +5,19 @@ Precedence (lowest to highest): field defaults, the TOML file given with
 (e.g. `TRIMQ_LISTEN=0.0.0.0:9876`, `TRIMQ_BROKER_CHANNEL_EXPIRED_TIME_MS=1500`),
 command-line flags. Unknown keys in the file are errors; `TRIMQ_*` variables
 that name no NameServer setting are ignored (brokers and clients share the prefix).
+`common.config` does the loading; this module has the settings and their rules.
 """
 
 from __future__ import annotations
 
-import os
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-ENV_PREFIX = "TRIMQ_"
-
-
-class ConfigError(Exception):
-    """The configuration is invalid; the message says which setting and why."""
+from common.config import ConfigError as ConfigError  # re-exported: namesrv.cli catches it
+from common.config import load_settings
 
 
 def parse_host_port(addr: str) -> tuple[str, int]:
@@ -88,27 +84,6 @@ class NamesrvConfig(BaseModel):
         return parse_host_port(self.listen)
 
 
-def _format_validation_error(exc: ValidationError, source: str) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
-        msg = "unknown setting" if err["type"] == "extra_forbidden" else err["msg"]
-        parts.append(f"{loc}: {msg}")
-    return f"invalid namesrv configuration ({source}): " + "; ".join(parts)
-
-
-def env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
-    """Settings from `TRIMQ_*` variables that name a NamesrvConfig field."""
-    fields = NamesrvConfig.model_fields
-    out: dict[str, str] = {}
-    for key, value in environ.items():
-        if key.startswith(ENV_PREFIX):
-            name = key[len(ENV_PREFIX) :].lower()
-            if name in fields:
-                out[name] = value
-    return out
-
-
 def load_config(
     config_file: str | Path | None = None,
     *,
@@ -123,32 +98,8 @@ def load_config(
         environ: the environment (default `os.environ`).
 
     Raises:
-        ConfigError: unreadable file, bad TOML, unknown setting, or invalid value.
+        ConfigError: unreadable file, bad TOML, unknown setting, or invalid value; an invalid
+            value's message names every layer that gave values ("defaults, f.toml,
+            environment, flags").
     """
-    values: dict[str, Any] = {}
-    sources = ["defaults"]
-    if config_file is not None:
-        path = Path(config_file)
-        try:
-            with path.open("rb") as fh:
-                data = tomllib.load(fh)
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
-        if isinstance(data.get("namesrv"), dict):
-            data = {**{k: v for k, v in data.items() if k != "namesrv"}, **data["namesrv"]}
-        values.update(data)
-        sources.append(str(path))
-    env = env_overrides(os.environ if environ is None else environ)
-    if env:
-        sources.append("environment")
-    values.update(env)
-    given = {k: v for k, v in (flags or {}).items() if v is not None}
-    if given:
-        sources.append("flags")
-    values.update(given)
-    try:
-        return NamesrvConfig(**values)
-    except ValidationError as exc:
-        raise ConfigError(_format_validation_error(exc, ", ".join(sources))) from None
+    return load_settings(NamesrvConfig, "namesrv", config_file, flags=flags, environ=environ)
