@@ -38,8 +38,11 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff format --check common namesrv broker remoting store client tests bench
 	$(BIN)/mypy
 
+# The whole suite, then the unit and integration suites again on the pure-Python code
+# (TRIMQ_NO_NATIVE=1, brokers included): the reference behaviour the native code must match.
 test: lint
 	$(BIN)/python -m pytest
+	TRIMQ_NO_NATIVE=1 $(BIN)/python -m pytest -m "unit or integration"
 
 unit: $(TEST_STAMP)
 	$(BIN)/python -m pytest -m unit

@@ -6,7 +6,8 @@ so both plain and trio tests can use it (trio tests may wrap the blocking calls
 in `trio.to_thread.run_sync`).
 
 The environment of a child is the test process's environment without any
-`TRIMQ_*` variable, plus the `env` given: tests stay hermetic.
+`TRIMQ_*` variable (except TRIMQ_NO_NATIVE, so a run without the native accelerators runs
+its brokers without them too), plus the `env` given: tests stay hermetic.
 """
 
 from __future__ import annotations
@@ -41,8 +42,11 @@ def _port_open(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for a child process: ours minus TRIMQ_*, plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIMQ_")}
+    """The environment for a child process: ours minus TRIMQ_* (TRIMQ_NO_NATIVE kept), plus
+    `extra`."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("TRIMQ_") or k == "TRIMQ_NO_NATIVE"
+    }
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
     return env

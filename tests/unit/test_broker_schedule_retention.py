@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 
@@ -114,6 +115,7 @@ def check_delivered(got: list[MessageExt], due: int, body: bytes, uniq: str) -> 
         assert gone not in m.properties
 
 
+@pytest.mark.slow
 async def test_timer_message_due_after_its_file_is_deleted_arrives_once(tmp_path: Path) -> None:
     # Retention 7.2 s: records are re-appended once 3.6 s old (checked every 0.9 s), files go
     # once their last write is 7.2 s old (checked every 0.1 s). Due in 16 s: more than twice

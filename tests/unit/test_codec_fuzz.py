@@ -154,6 +154,7 @@ def _check_typed(cls: type[Any], table: Any, py_decode: Any, fields: Any) -> Non
         assert native[1][0] is HeaderError, native[1]
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(valid_commands(), min_size=1, max_size=3), st.randoms(use_true_random=False))
 def test_mutated_frames_give_the_same_frame_error_or_commands(

@@ -258,6 +258,7 @@ def _pack(obj: object) -> bytes:
     return data
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None)
 @given(header_objects(), st.sampled_from(["as-is", "trailing", "truncate", "flip"]), st.data())
 def test_decode_header_matches_python(obj: object, how: str, data: st.DataObject) -> None:
@@ -347,6 +348,7 @@ def binary_headers(draw: st.DrawFn) -> bytes:
     return bytes(raw)
 
 
+@pytest.mark.slow
 @settings(max_examples=1500, deadline=None)
 @given(binary_headers())
 def test_binary_decode_matches_python(raw: bytes) -> None:
@@ -476,6 +478,7 @@ def json_headers(draw: st.DrawFn) -> bytes:
     return raw
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None)
 @given(json_headers())
 def test_json_decode_matches_python(raw: bytes) -> None:

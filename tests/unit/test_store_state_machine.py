@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 import trio
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -247,3 +248,4 @@ StoreMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestStoreMachine = StoreMachine.TestCase
+TestStoreMachine.pytestmark = [pytest.mark.slow]  # type: ignore[attr-defined]
