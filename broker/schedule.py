@@ -46,7 +46,7 @@ import trio
 
 from broker._persist import CONFIG_DIR, read_json_file, write_atomically
 from broker.topic_manager import TIMER_TOPIC
-from common.schedule import SCHEDULE_TOPIC
+from common.schedule import SCHEDULE_TOPIC, clamp_level
 from common.schedule import parse_delay_levels as parse_delay_levels  # re-exported
 from remoting.protocol.bodies import dumps
 from store.message import (
@@ -98,18 +98,6 @@ def wall_ms() -> int:
 
 
 # -- pure helpers -------------------------------------------------------------------------------
-def clamp_level(level: int, levels: int) -> int:
-    """A DELAY value as a level in 1..levels (0 when not delayed)."""
-    if level <= 0 or levels <= 0:
-        return 0
-    return min(level, levels)
-
-
-def level_delivery_ms(store_timestamp: int, level: int, delays_ms: list[int]) -> int:
-    """Delivery time of a SCHEDULE_TOPIC_XXXX record (what the store's recovery computes too)."""
-    return store_timestamp + delays_ms[clamp_level(level, len(delays_ms)) - 1]
-
-
 def exact_delivery_ms(props: Mapping[str, str], now_ms: int) -> int | None:
     """The exact delivery time a message asks for, or None when it asks for none.
 

@@ -99,14 +99,6 @@ class PullResult:
     suggest_which_broker_id: int = 0
 
 
-def to_body_mq(mq: MessageQueue) -> bodies.MessageQueue:
-    return bodies.MessageQueue(mq.topic, mq.broker_name, mq.queue_id)
-
-
-def from_body_mq(mq: bodies.MessageQueue) -> MessageQueue:
-    return MessageQueue(mq.topic, mq.broker_name, mq.queue_id)
-
-
 def decode_messages(body: bytes, broker_name: str = "") -> list[MessageExt]:
     """Records of a pull/query/view body as consumer messages.
 
@@ -420,7 +412,7 @@ class MQClientAPI:
         self, addr: str, group: str, client_id: str, mqs: Iterable[MessageQueue]
     ) -> set[MessageQueue]:
         body = bodies.LockBatchRequestBody(
-            consumer_group=group, client_id=client_id, mq_set=[to_body_mq(m) for m in mqs]
+            consumer_group=group, client_id=client_id, mq_set=list(mqs)
         )
         resp = await self.transport.invoke(
             addr,
@@ -429,13 +421,13 @@ class MQClientAPI:
         )
         resp.raise_for_code()
         got = bodies.LockBatchResponseBody.from_json(resp.body_bytes())
-        return {from_body_mq(m) for m in got.lock_ok_mq_set}
+        return set(got.lock_ok_mq_set)
 
     async def unlock_batch_mq(
         self, addr: str, group: str, client_id: str, mqs: Iterable[MessageQueue]
     ) -> None:
         body = bodies.UnlockBatchRequestBody(
-            consumer_group=group, client_id=client_id, mq_set=[to_body_mq(m) for m in mqs]
+            consumer_group=group, client_id=client_id, mq_set=list(mqs)
         )
         await self.transport.invoke_oneway(
             addr,
@@ -597,7 +589,7 @@ class MQClientAPI:
         if not resp.body:
             return {}
         body = bodies.ResetOffsetBody.from_json(resp.body_bytes())
-        return {from_body_mq(k): v for k, v in body.offset_table.items()}
+        return dict(body.offset_table)
 
 
 def send_request(fields: dict[str, str], body: bytes, batch: bool = False) -> RemotingCommand:

@@ -17,6 +17,7 @@ from enum import Enum
 
 from client.errors import MessageValidationError
 from common.message_queue import MessageQueue as MessageQueue
+from common.schedule import SCHEDULE_TOPIC
 from store.message import (
     BORNHOST_V6_FLAG,
     COMPRESSED_FLAG,
@@ -100,7 +101,7 @@ _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 # Topics producers may not send to (the broker answers NO_PERMISSION).
 NOT_ALLOWED_SEND_TOPICS = frozenset(
     {
-        "SCHEDULE_TOPIC_XXXX",
+        SCHEDULE_TOPIC,
         "RMQ_SYS_TRANS_HALF_TOPIC",
         "RMQ_SYS_TRANS_OP_HALF_TOPIC",
         "TRANS_CHECK_MAX_TIME_TOPIC",

@@ -9,7 +9,13 @@ first.
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_MESSAGE_DELAY_LEVEL", "SCHEDULE_TOPIC", "parse_delay_levels"]
+__all__ = [
+    "DEFAULT_MESSAGE_DELAY_LEVEL",
+    "SCHEDULE_TOPIC",
+    "clamp_level",
+    "level_delivery_ms",
+    "parse_delay_levels",
+]
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 """RocketMQ's system topic holding messages sent with a delay level (queue = level - 1)."""
@@ -43,3 +49,18 @@ def parse_delay_levels(spec: str) -> list[int]:
             raise ValueError(f"bad delay level {item!r} (want e.g. 5s, 2m, 1h, 1d)")
         out.append(int(item[:-1]) * unit)
     return out
+
+
+def clamp_level(level: int, levels: int) -> int:
+    """A DELAY value as a level in 1..levels (0 when not delayed: level <= 0 or no levels)."""
+    if level <= 0 or levels <= 0:
+        return 0
+    return min(level, levels)
+
+
+def level_delivery_ms(store_timestamp: int, level: int, delays_ms: list[int]) -> int:
+    """When a `SCHEDULE_TOPIC` record is due: its store time plus its (clamped) level's delay;
+    the store time itself when the level is not a delay. This is the record's consume-queue
+    tags code, which the broker writes and the store's recovery recomputes."""
+    n = clamp_level(level, len(delays_ms))
+    return store_timestamp + delays_ms[n - 1] if n else store_timestamp

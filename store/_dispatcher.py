@@ -15,7 +15,7 @@ from pathlib import Path
 
 import structlog
 
-from common.schedule import SCHEDULE_TOPIC, parse_delay_levels
+from common.schedule import SCHEDULE_TOPIC, level_delivery_ms, parse_delay_levels
 from store.commitlog import DispatchBatch, is_not_queued
 from store.consume_queue import ConsumeQueue
 from store.index_file import IndexService
@@ -138,7 +138,4 @@ class Dispatcher:
             level = int(props.get(PROPERTY_DELAY, "0"))
         except ValueError:
             level = 0
-        if level <= 0 or not self._delays:
-            return req.store_timestamp
-        level = min(level, len(self._delays))
-        return req.store_timestamp + self._delays[level - 1]
+        return level_delivery_ms(req.store_timestamp, level, self._delays)

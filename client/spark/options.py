@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from client.config import SERIALIZE_TYPE_NAMES
+from common.schedule import SCHEDULE_TOPIC
 
 __all__ = [
     "DEFAULT_PULL_BATCH_SIZE",
@@ -38,7 +39,7 @@ MAX_PULL_BATCH_SIZE = 65536
 SYSTEM_TOPICS = frozenset(
     {
         "TBW102",
-        "SCHEDULE_TOPIC_XXXX",
+        SCHEDULE_TOPIC,
         "OFFSET_MOVED_EVENT",
         "SELF_TEST_TOPIC",
         "TRANS_CHECK_MAX_TIME_TOPIC",

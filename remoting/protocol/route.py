@@ -21,8 +21,9 @@ import struct
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Self
+from typing import Any, Self
 
+from common.message_queue import MessageQueue
 from remoting.protocol import _fastjson
 from remoting.protocol._fastjson import quote_keys as quote_numeric_keys
 
@@ -647,12 +648,8 @@ class TopicList:
 # -- queue lists ------------------------------------------------------------------
 
 
-class RouteQueue(NamedTuple):
-    """One message queue of a topic, as (topic, broker name, queue id)."""
-
-    topic: str
-    broker_name: str
-    queue_id: int
+RouteQueue = MessageQueue
+"""One message queue of a topic, as (topic, broker name, queue id): the common type."""
 
 
 def parse_order_topic_conf(conf: str) -> list[tuple[str, int]]:

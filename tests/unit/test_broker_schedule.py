@@ -16,12 +16,11 @@ import trio.testing
 from broker.schedule import (
     PROPERTY_TIMER_DELIVER_MS,
     ScheduleService,
-    clamp_level,
     exact_delivery_ms,
-    level_delivery_ms,
     parse_delay_levels,
 )
 from broker.topic_manager import SCHEDULE_TOPIC, TIMER_TOPIC
+from common.schedule import clamp_level, level_delivery_ms
 from store import GetMessageStatus, MessageStore, StoreConfig
 from store.message import (
     PROPERTY_DELAY,
@@ -115,6 +114,8 @@ def test_clamp_and_delivery_time() -> None:
     assert clamp_level(40, 18) == 18
     assert level_delivery_ms(1000, 2, [1000, 5000]) == 6000
     assert level_delivery_ms(1000, 9, [1000, 5000]) == 6000  # clamped
+    assert level_delivery_ms(1000, 0, [1000, 5000]) == 1000  # not delayed: due when stored
+    assert level_delivery_ms(1000, 2, []) == 1000
 
 
 def test_exact_delivery_properties() -> None:
