@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import trio
 
 from client import Admin, Producer
@@ -44,6 +45,8 @@ from tests.cluster.support import (
     ns_route_brokers,
 )
 from tests.helpers import wait_until
+
+pytestmark = pytest.mark.slow  # each scenario runs tens of seconds against the cluster
 
 SEND_TIMEOUT_S = SEND_TIMEOUT_MS / 1000
 REGISTER_PERIOD_S = REGISTER_PERIOD_MS / 1000

@@ -34,6 +34,7 @@ What the binding (0.4.4) does not offer, or offers with a limitation:
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from client import (
@@ -81,6 +82,7 @@ async def _poll_all(cluster: Cluster, group: str, topic: str, n: int) -> list[Me
     return got
 
 
+@pytest.mark.slow
 async def test_cpp_producer_to_trimq_consumer(cluster: Cluster, cpp: CppClient) -> None:
     topic = "CompatCppProduce"
     await create_topic(cluster.addr, topic, queues=4)
@@ -136,6 +138,7 @@ async def test_cpp_producer_to_trimq_consumer(cluster: Cluster, cpp: CppClient) 
     assert delayed.reconsume_times == 0
 
 
+@pytest.mark.slow
 async def test_cpp_push_consumer_tag_expression_and_retry(cluster: Cluster, cpp: CppClient) -> None:
     topic = "CompatCppPush"
     group = "CompatCppCG2"
@@ -351,6 +354,7 @@ async def test_binding_has_no_transaction_producer(cluster: Cluster, cpp: CppCli
     assert out["c_api_transaction"] is False, out
 
 
+@pytest.mark.slow
 async def test_cpp_push_consumers_clustering_and_broadcasting(
     cluster: Cluster, cpp: CppClient
 ) -> None:

@@ -295,6 +295,7 @@ async def test_offsets_commit_and_survive_restart(broker: BrokerProc) -> None:
         assert len(decode_records(resp.body_bytes())) == 2  # messages survived too
 
 
+@pytest.mark.slow
 async def test_long_polling_wakes_on_arrival_and_times_out(broker: BrokerProc) -> None:
     async with RemotingClient() as client:
         await client.invoke(broker.addr, send_request("LP", b"first"))
@@ -477,6 +478,7 @@ async def test_auto_created_topic_route_appears_at_namesrv(
         assert int(table["commitLogMaxOffset"]) > 0
 
 
+@pytest.mark.slow
 async def test_sigkill_under_sync_flush_load_loses_no_acknowledged_message(
     namesrv: NamesrvProc, start_broker: StartBroker
 ) -> None:

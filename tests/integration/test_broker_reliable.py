@@ -128,6 +128,7 @@ async def restart(broker: BrokerProc, *, kill: bool = False) -> None:
 
 
 # -- delay levels and exact times --------------------------------------------------------------
+@pytest.mark.slow
 async def test_delay_levels_on_time_and_across_a_restart(broker: BrokerProc) -> None:
     async with RemotingClient() as client:
         sent_at: dict[bytes, tuple[int, int]] = {}
@@ -169,6 +170,7 @@ async def _count(client: RemotingClient, addr: str, topic: str, qid: int, n: int
         return False
 
 
+@pytest.mark.slow
 async def test_exact_delivery_time_not_early_and_within_tolerance(broker: BrokerProc) -> None:
     async with RemotingClient() as client:
         base = now_ms()
@@ -197,6 +199,7 @@ async def test_exact_delivery_time_not_early_and_within_tolerance(broker: Broker
         assert all("TIMER_DELIVER_MS" not in m.properties for m in got)
 
 
+@pytest.mark.slow
 async def test_exact_delivery_survives_kill(broker: BrokerProc) -> None:
     async with RemotingClient() as client:
         base = now_ms()
@@ -222,6 +225,7 @@ def send_back(offset: int, delay_level: int, max_times: int | None = None) -> Re
     return RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, hdr.to_fields())
 
 
+@pytest.mark.slow
 async def test_send_back_retries_then_dead_letters(broker: BrokerProc) -> None:
     async with RemotingClient() as client:
         await ok(client, broker.addr, send("Work", b"job", props={"UNIQ_KEY": "U1", "KEYS": "k"}))
@@ -262,6 +266,7 @@ async def test_send_back_retries_then_dead_letters(broker: BrokerProc) -> None:
         assert resp.code == ResponseCode.SYSTEM_ERROR
 
 
+@pytest.mark.slow
 async def test_send_back_survives_restart(broker: BrokerProc) -> None:
     async with RemotingClient() as client:
         await ok(client, broker.addr, send("Work2", b"job"))
@@ -366,6 +371,7 @@ class Checker:
         return None
 
 
+@pytest.mark.slow
 async def test_check_back_commit_unknown_and_restart(broker: BrokerProc) -> None:
     async with RemotingClient() as producer, RemotingClient() as client:
         # A producer that "crashed" before END_TRANSACTION: the checker of its group commits.

@@ -60,6 +60,7 @@ async def _send(p: Producer, topic: str, n: int, tag: str) -> set[str]:
     return ids
 
 
+@pytest.mark.slow
 async def test_three_consumers_share_queues_and_hand_over(
     two_brokers: tuple[str, BrokerProc, BrokerProc],
 ) -> None:
@@ -123,6 +124,7 @@ async def test_three_consumers_share_queues_and_hand_over(
     assert not set(later) & earlier
 
 
+@pytest.mark.slow
 async def test_broadcasting_gets_everything_and_offsets_survive_restart(
     two_brokers: tuple[str, BrokerProc, BrokerProc], tmp_path: Path
 ) -> None:

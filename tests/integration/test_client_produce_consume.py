@@ -203,6 +203,7 @@ async def test_reset_offset_by_time_then_consume(cluster: str) -> None:
     assert {m.msg_id for m in got} == new
 
 
+@pytest.mark.slow
 async def test_flow_control_pauses_pulling_while_the_listener_is_slow(cluster: str) -> None:
     await create_topic(cluster, "PC8", queues=1)
     cfg = fast_config(cluster, pull_threshold_for_queue=5, pull_batch_size=4)

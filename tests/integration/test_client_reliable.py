@@ -41,6 +41,7 @@ def broker(namesrv: NamesrvProc, start_broker: StartBroker) -> BrokerProc:
     return start_broker(namesrv.addr, env=ENV)
 
 
+@pytest.mark.slow
 async def test_retry_k_times_then_success(namesrv: NamesrvProc, broker: BrokerProc) -> None:
     await create_topic(namesrv.addr, "RetryT", queues=2)
     seen: list[tuple[str, int, bytes]] = []
@@ -72,6 +73,7 @@ async def test_retry_k_times_then_success(namesrv: NamesrvProc, broker: BrokerPr
     assert consumer.sent_back == k
 
 
+@pytest.mark.slow
 async def test_always_failing_goes_to_dlq(namesrv: NamesrvProc, broker: BrokerProc) -> None:
     await create_topic(namesrv.addr, "DlqT", queues=1)
     seen: list[int] = []
@@ -116,6 +118,7 @@ async def test_always_failing_goes_to_dlq(namesrv: NamesrvProc, broker: BrokerPr
         assert sum(offsets.values()) == 2  # the original and the resent copy
 
 
+@pytest.mark.slow
 async def test_retry_survives_broker_restart(namesrv: NamesrvProc, broker: BrokerProc) -> None:
     await create_topic(namesrv.addr, "RestartT", queues=2)
     n = 20

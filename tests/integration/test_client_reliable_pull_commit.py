@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import pytest
 import trio
 
 from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
@@ -46,6 +47,7 @@ async def _query(client: RemotingClient, addr: str, group: str, topic: str) -> i
     return int((resp.ext_fields or {})["offset"])
 
 
+@pytest.mark.slow
 async def test_parked_pull_does_not_overwrite_a_newer_offset(
     namesrv: NamesrvProc, start_broker: Callable[..., BrokerProc]
 ) -> None:

@@ -37,6 +37,7 @@ def ns(namesrv: NamesrvProc, start_broker: StartBroker) -> str:
     return namesrv.addr
 
 
+@pytest.mark.slow
 def test_every_command(ns: str) -> None:
     # clusterList: wait for the broker's registration.
     def registered() -> bool:
@@ -137,6 +138,7 @@ def test_every_command(ns: str) -> None:
     assert "AdmT2" not in json.loads(mqadmin("topicList", "-n", ns, "--json").stdout)["topicList"]
 
 
+@pytest.mark.slow
 def test_consumer_connection_with_a_live_consumer(ns: str, tmp_path: Path) -> None:
     mqadmin("updateTopic", "-n", ns, "-c", "DefaultCluster", "-t", "AdmC", "-r", "2", "-w", "2")
     script = tmp_path / "consumer.py"
@@ -174,6 +176,7 @@ def test_consumer_connection_with_a_live_consumer(ns: str, tmp_path: Path) -> No
             proc.stdout.close()
 
 
+@pytest.mark.slow
 def test_errors_are_clear(ns: str) -> None:
     no_ns = mqadmin("topicList", check=False)
     assert no_ns.returncode == 1

@@ -7,6 +7,7 @@ import struct
 import zlib
 from collections.abc import Callable
 
+import pytest
 import trio
 
 from remoting import RemotingClient, RemotingCommand
@@ -155,6 +156,7 @@ async def test_unknown_topic_is_17_with_remark(namesrv: NamesrvProc) -> None:
         assert resp.code == ResponseCode.QUERY_NOT_FOUND
 
 
+@pytest.mark.slow
 async def test_expiry_after_silence(start_namesrv: StartNamesrv) -> None:
     ns: NamesrvProc = start_namesrv(
         env={
@@ -182,6 +184,7 @@ async def test_expiry_after_silence(start_namesrv: StartNamesrv) -> None:
         assert await get_route(client, ns.addr, "T") is not None
 
 
+@pytest.mark.slow
 async def test_heartbeats_keep_broker_alive(start_namesrv: StartNamesrv) -> None:
     ns: NamesrvProc = start_namesrv(
         env={

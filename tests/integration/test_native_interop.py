@@ -104,6 +104,7 @@ def _check(sent: dict[str, Message], got: dict[str, MessageExt]) -> None:
         assert g.properties.get("note") == m.properties.get("note")
 
 
+@pytest.mark.slow
 @needs_native
 async def test_pure_python_broker_serves_the_native_client_and_a_native_broker_recovers_it(
     namesrv: NamesrvProc, start_broker: StartBroker, tmp_path: Path
@@ -149,6 +150,7 @@ def _mqbench(*args: str, env: dict[str, str]) -> dict[str, object]:
     return out
 
 
+@pytest.mark.slow
 @needs_native
 async def test_native_broker_serves_a_pure_python_client(
     namesrv: NamesrvProc, start_broker: StartBroker

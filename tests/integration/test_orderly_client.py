@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 
+import pytest
 import trio
 
 from client import (
@@ -30,6 +31,7 @@ KEYS = [f"k{i}" for i in range(8)]
 PER_KEY = 40
 
 
+@pytest.mark.slow
 async def test_order_per_key_and_exclusive_queues(
     namesrv: NamesrvProc, start_broker: object
 ) -> None:

@@ -65,6 +65,7 @@ async def _announce(p: TransactionProducer, topic: str) -> None:
     await p.instance.send_heartbeat_to_all_brokers()
 
 
+@pytest.mark.slow
 async def test_commit_rollback_and_exception(namesrv: NamesrvProc, broker: BrokerProc) -> None:
     await create_topic(namesrv.addr, "TxT", queues=2)
     checks: list[bytes] = []
@@ -118,6 +119,7 @@ CRASHER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 async def test_crashed_producer_is_checked_by_another(
     namesrv: NamesrvProc, broker: BrokerProc
 ) -> None:
@@ -148,6 +150,7 @@ async def test_crashed_producer_is_checked_by_another(
     assert checks[0].topic == "TxCrash" or checks[0].properties.get("REAL_TOPIC") == "TxCrash"
 
 
+@pytest.mark.slow
 async def test_unknown_rechecked_up_to_the_limit(namesrv: NamesrvProc, broker: BrokerProc) -> None:
     await create_topic(namesrv.addr, "TxU", queues=1)
     checks: list[int] = []

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from tests.spark.conftest import Cluster
 from tests.spark.support import MQ
 
@@ -13,6 +15,7 @@ def _reader(spark: Any, cluster: Cluster) -> Any:
     return spark.read.format("rocketmq").option("rocketmq.namesrvAddr", cluster.namesrv_addr)
 
 
+@pytest.mark.slow
 def test_batch_read_exact_ranges(spark: Any, cluster: Cluster, mq: MQ, unique_topic: str) -> None:
     t = unique_topic
     mq.create_topic(t, queues=2)
@@ -92,6 +95,7 @@ def test_sub_expression_pattern_assign_and_min_partitions(
     )
 
 
+@pytest.mark.slow
 def test_write_then_read_back_with_properties_and_topic_column(
     spark: Any, cluster: Cluster, mq: MQ, unique_topic: str
 ) -> None:

@@ -22,6 +22,7 @@ def _fails(df_or_action: Any, *needles: str) -> None:
         assert needle in text, text
 
 
+@pytest.mark.slow
 def test_bad_read_options(spark: Any, cluster: Cluster, mq: MQ, unique_topic: str) -> None:
     mq.create_topic(unique_topic, queues=1)
     ns = cluster.namesrv_addr

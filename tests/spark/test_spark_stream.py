@@ -70,6 +70,7 @@ def _send_even(mq: MQ, topic: str, per_queue: int, start: int = 0) -> None:
         mq.send(topic, b, q, per_queue, start=start)
 
 
+@pytest.mark.slow
 def test_exactly_once_across_runs_with_rate_limit(
     spark: Any, cluster: Cluster, mq: MQ, unique_topic: str, tmp_path: Path
 ) -> None:
@@ -127,6 +128,7 @@ def test_exactly_once_across_runs_with_rate_limit(
     assert all(250 <= p.consumer_offset <= 375 for p in old_queues)
 
 
+@pytest.mark.slow
 def test_replay_after_foreach_batch_failure_is_identical(
     spark: Any, cluster: Cluster, mq: MQ, unique_topic: str, tmp_path: Path
 ) -> None:
@@ -151,6 +153,7 @@ def test_replay_after_foreach_batch_failure_is_identical(
     assert len(set(everything)) == 240
 
 
+@pytest.mark.slow
 def test_stream_to_stream(
     spark: Any, cluster: Cluster, mq: MQ, unique_topic: str, tmp_path: Path
 ) -> None:
@@ -187,6 +190,7 @@ def test_stream_to_stream(
     assert all(i.startswith(f"{query_id}:0:") for i in ids)
 
 
+@pytest.mark.slow
 def test_fail_on_data_loss_after_old_files_are_deleted(
     spark: Any, cluster: Cluster, mq: MQ, unique_topic: str, tmp_path: Path
 ) -> None:
