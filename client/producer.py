@@ -6,6 +6,7 @@ import time
 import zlib
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
@@ -32,6 +33,7 @@ from client.message import (
     validate_message,
 )
 from client.route import TopicPublishInfo
+from remoting.codes import ResponseCode
 from remoting.errors import RemotingTimeoutError
 from remoting.protocol.headers import SendMessageRequestHeader, send_request_fields_v2
 from store.message import (
@@ -61,6 +63,24 @@ _MAX_CACHED_TOPICS = 1024
 _MAX_CACHED_QUEUES = 4096
 
 QueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
+
+
+@dataclass(slots=True)
+class _Send:
+    """One send's data, prepared once and read by every attempt."""
+
+    topic: str
+    body: bytes
+    sys_flag: int
+    flag: int
+    properties: str
+    msg_id: str
+    batch: bool
+    timeout_s: float
+    fixed: Callable[[TopicPublishInfo], MessageQueue] | None
+    retries: int
+
+
 SendCallback = Callable[[SendResult | None, BaseException | None], None]
 
 
@@ -325,142 +345,53 @@ class Producer:
         return fields
 
     # -- the send loop --------------------------------------------------------------
-    def _send_with_retries(
-        self,
-        topic: str,
-        body: bytes,
-        sys_flag: int,
-        flag: int,
-        properties: str,
-        msg_id: str,
-        batch: bool,
-        timeout_ms: int | None,
-        fixed: Callable[[TopicPublishInfo], MessageQueue] | None,
-        retries: int,
-    ) -> Coroutine[Any, Any, SendResult]:
+    def _send_with_retries(self, req: _Send) -> Coroutine[Any, Any, SendResult]:
         """The send (a coroutine to await): attempts with retries within the send timeout.
 
-        A plain function returning the coroutine, so the common case (route cached) costs
-        no extra coroutine frame per send.
+        With the route cached every wait in `_attempts` is bounded by the remaining time
+        already (the request's own timeout, route refreshes in a `move_on_at`), so no cancel
+        scope is entered per send; a first send of a topic looks the route up under one.
         """
-        timeout_s = (timeout_ms or self.config.send_timeout_ms) / 1000
         instance = self._instance
         if instance is None or not instance.running:
             raise ClientClosedError("producer is not started (use `async with Producer(...)`)")
-        info = instance.publish_info.get(topic)
+        info = instance.publish_info.get(req.topic)
         if info is not None and info.queues:
-            # Route cached: every wait below is bounded by the remaining time already (the
-            # request's own timeout, route refreshes in a move_on_at), so no cancel scope per
-            # send (its enter/exit cost ~1/8 of a producer's CPU per message).
-            return self._attempts(
-                instance,
-                info,
-                topic,
-                body,
-                sys_flag,
-                flag,
-                properties,
-                msg_id,
-                batch,
-                timeout_s,
-                fixed,
-                retries,
-            )
-        return self._bounded_attempts(
-            instance,
-            topic,
-            body,
-            sys_flag,
-            flag,
-            properties,
-            msg_id,
-            batch,
-            timeout_s,
-            fixed,
-            retries,
-        )
+            return self._attempts(instance, info, req)
+        return self._bounded_attempts(instance, req)
 
-    async def _bounded_attempts(
-        self,
-        instance: ClientInstance,
-        topic: str,
-        body: bytes,
-        sys_flag: int,
-        flag: int,
-        properties: str,
-        msg_id: str,
-        batch: bool,
-        timeout_s: float,
-        fixed: Callable[[TopicPublishInfo], MessageQueue] | None,
-        retries: int,
-    ) -> SendResult:
+    async def _bounded_attempts(self, instance: ClientInstance, req: _Send) -> SendResult:
         """`_attempts` under a cancel scope of the whole send timeout (route not cached: the
         route lookup itself may wait)."""
-        with trio.move_on_after(timeout_s):
-            return await self._attempts(
-                instance,
-                None,
-                topic,
-                body,
-                sys_flag,
-                flag,
-                properties,
-                msg_id,
-                batch,
-                timeout_s,
-                fixed,
-                retries,
-            )
+        with trio.move_on_after(req.timeout_s):
+            return await self._attempts(instance, None, req)
         raise RemotingTimeoutError(
-            f"sendDefaultImpl call timeout: {timeout_s * 1000:.0f} ms for topic {topic}"
+            f"sendDefaultImpl call timeout: {req.timeout_s * 1000:.0f} ms for topic {req.topic}"
         )
 
     async def _attempts(
-        self,
-        instance: ClientInstance,
-        info: TopicPublishInfo | None,
-        topic: str,
-        body: bytes,
-        sys_flag: int,
-        flag: int,
-        properties: str,
-        msg_id: str,
-        batch: bool,
-        timeout_s: float,
-        fixed: Callable[[TopicPublishInfo], MessageQueue] | None,
-        retries: int,
-        start: float | None = None,
-        failed: tuple[BaseException, str] | None = None,
+        self, instance: ClientInstance, info: TopicPublishInfo | None, req: _Send
     ) -> SendResult:
-        """Up to `1 + retries` attempts (one with a fixed queue) within `timeout_s`.
+        """Up to `1 + req.retries` attempts (one with a fixed queue) within `req.timeout_s`.
 
         `info` is the cached route when the caller found one (then no await happens before
-        the first attempt, and its start time doubles as the deadline's base).
-
-        `start` and `failed`: the caller made the first attempt itself, starting at trio time
-        `start`, and it failed with ``failed[0]`` on broker ``failed[1]`` (recorded already by
-        `_record_failure`, which let it through as retryable): go on from the second attempt.
+        the first attempt, and its start time is the deadline's base).
         """
         current_time = self._now
         fault = self.fault
-        if start is None:
-            start = current_time()
-        deadline = start + timeout_s
+        topic = req.topic
+        start = current_time()
+        deadline = start + req.timeout_s
         begin: float | None = start
         if info is None:
             info = await instance.get_publish_info(topic)
             begin = None
-        attempts = 1 if fixed is not None else 1 + retries
+        fixed = req.fixed
+        attempts = 1 if fixed is not None else 1 + req.retries
         transport = instance.api.transport
         last_failed: str | None = None
         last_error: BaseException | None = None
-        first = 0
-        if failed is not None:
-            last_error, last_failed = failed
-            begin = None
-            first = 1
-            info = await self._refresh_route(instance, info, topic, last_error, deadline)
-        for attempt in range(first, attempts):
+        for attempt in range(attempts):
             if begin is None:
                 begin = current_time()
             remaining = deadline - begin
@@ -469,12 +400,13 @@ class Producer:
             mq = fixed(info) if fixed is not None else info.select_with_fault(fault, last_failed)
             try:
                 addr = await instance.find_master_addr(mq.broker_name, topic)
-                # MQClientAPI.send_message_fields, without its coroutine layer.
                 cmd = send_request(
-                    self._fields(topic, mq, sys_flag, flag, properties, batch), body, batch
+                    self._fields(topic, mq, req.sys_flag, req.flag, req.properties, req.batch),
+                    req.body,
+                    req.batch,
                 )
                 resp = await transport.invoke(addr, cmd, max(1, int(remaining * 1000)))
-                result = send_result(resp, mq, msg_id)
+                result = send_result(resp, mq, req.msg_id)
             except BaseException as exc:
                 self._record_failure(
                     exc, topic, mq.broker_name, (current_time() - begin) * 1000, attempt
@@ -489,7 +421,7 @@ class Producer:
             return result
         if last_error is None:
             raise RemotingTimeoutError(
-                f"sendDefaultImpl call timeout: {timeout_s * 1000:.0f} ms for topic {topic}"
+                f"sendDefaultImpl call timeout: {req.timeout_s * 1000:.0f} ms for topic {topic}"
             )
         raise SendFailedError(
             f"Send [{attempts}] times, still failed, topic {topic}: {last_error}"
@@ -532,7 +464,7 @@ class Producer:
     ) -> TopicPublishInfo:
         """After a retryable failure: the topic's route again when it may have changed
         (broker gone, topic created), within `deadline`; else `info`."""
-        if is_transport_error(exc) or getattr(exc, "code", None) == 17:
+        if is_transport_error(exc) or getattr(exc, "code", None) == ResponseCode.TOPIC_NOT_EXIST:
             try:
                 with trio.move_on_at(deadline):
                     await instance.update_topic_route(topic)
@@ -577,80 +509,19 @@ class Producer:
             if queue is None and selector is None and sharding_key is None
             else self._fixed_chooser(msg, queue, selector, arg, sharding_key)
         )
-        instance = self._instance
-        if instance is not None and instance.running:
-            topic = msg.topic
-            info = instance.publish_info.get(topic)
-            if info is not None and info.queues:
-                timeout_s = (timeout_ms or self.config.send_timeout_ms) / 1000
-                fault = self.fault
-                if (
-                    fixed is not None
-                    or timeout_s <= 0
-                    or (fault.enabled and not fault.tolerance.all_available())
-                ):
-                    return await self._attempts(
-                        instance,
-                        info,
-                        topic,
-                        body,
-                        sys_flag,
-                        msg.flag,
-                        properties,
-                        uniq,
-                        False,
-                        timeout_s,
-                        fixed,
-                        self.config.retry_times_when_send_failed,
-                    )
-                # The common case: `_attempts`' first attempt, in this frame (round robin:
-                # no broker is isolated); a failure goes on in `_attempts` from the second.
-                now = self._now
-                begin = now()
-                mq = info.select_one()
-                try:
-                    addr = await instance.find_master_addr(mq.broker_name, topic)
-                    cmd = send_request(
-                        self._fields(topic, mq, sys_flag, msg.flag, properties, False), body
-                    )
-                    resp = await instance.api.transport.invoke(
-                        addr, cmd, max(1, int(timeout_s * 1000))
-                    )
-                    result = send_result(resp, mq, uniq)
-                except BaseException as exc:
-                    self._record_failure(exc, topic, mq.broker_name, (now() - begin) * 1000, 0)
-                    failed = (exc, mq.broker_name)
-                else:
-                    if fault.enabled:
-                        fault.update_fault_item(mq.broker_name, (now() - begin) * 1000, False)
-                    return result
-                return await self._attempts(
-                    instance,
-                    info,
-                    topic,
-                    body,
-                    sys_flag,
-                    msg.flag,
-                    properties,
-                    uniq,
-                    False,
-                    timeout_s,
-                    None,
-                    self.config.retry_times_when_send_failed,
-                    begin,
-                    failed,
-                )
         return await self._send_with_retries(
-            msg.topic,
-            body,
-            sys_flag,
-            msg.flag,
-            properties,
-            uniq,
-            False,
-            timeout_ms,
-            fixed,
-            self.config.retry_times_when_send_failed,
+            _Send(
+                msg.topic,
+                body,
+                sys_flag,
+                msg.flag,
+                properties,
+                uniq,
+                False,
+                (timeout_ms or self.config.send_timeout_ms) / 1000,
+                fixed,
+                self.config.retry_times_when_send_failed,
+            )
         )
 
     def _fixed_chooser(
@@ -709,16 +580,18 @@ class Producer:
             error: BaseException | None = None
             try:
                 result = await self._send_with_retries(
-                    msg.topic,
-                    body,
-                    sys_flag,
-                    msg.flag,
-                    properties,
-                    uniq,
-                    False,
-                    timeout_ms,
-                    fixed,
-                    self.config.retry_times_when_send_async_failed,
+                    _Send(
+                        msg.topic,
+                        body,
+                        sys_flag,
+                        msg.flag,
+                        properties,
+                        uniq,
+                        False,
+                        (timeout_ms or self.config.send_timeout_ms) / 1000,
+                        fixed,
+                        self.config.retry_times_when_send_async_failed,
+                    )
                 )
             except Exception as exc:
                 error = exc
@@ -869,20 +742,23 @@ class Producer:
         wait = msgs[0].wait_store_msg_ok
         props = encode_properties({PROPERTY_WAIT_STORE_MSG_OK: "true" if wait else "false"})
         fixed = self._fixed_chooser(msgs[0], queue, None, None, None)
+        timeout_s = (timeout_ms or self.config.send_timeout_ms) / 1000
         results = []
         for body, ids in chunks:
             results.append(
                 await self._send_with_retries(
-                    topic,
-                    body,
-                    0,
-                    0,
-                    props,
-                    ids,
-                    True,
-                    timeout_ms,
-                    fixed,
-                    self.config.retry_times_when_send_failed,
+                    _Send(
+                        topic,
+                        body,
+                        0,
+                        0,
+                        props,
+                        ids,
+                        True,
+                        timeout_s,
+                        fixed,
+                        self.config.retry_times_when_send_failed,
+                    )
                 )
             )
         return results
