@@ -53,11 +53,10 @@ async def _serve(config: BrokerConfig) -> None:
 def freeze_startup_heap() -> None:
     """Collect once, then move every object alive now out of the garbage collector's reach.
 
-    The start-up heap (imports, configuration, topic tables: ~50,000 objects) lives as long as
-    the process, but every full (generation 2) collection rescans it: measured in a W4 run
-    (bench/peers), three of them stalled the event loop for 190 ms in all, 100 ms at most.
-    Frozen, later collections scan only what serving allocates. A process entry point's
-    decision, not the controller's: embedded brokers (tests) leave their host's heap alone.
+    The start-up heap (imports, configuration, topic tables) lives as long as the process, yet
+    every full collection would rescan it on the event loop; frozen, collections scan only what
+    serving allocates. A process entry point's decision, not the controller's: embedded brokers
+    (tests) leave their host's heap alone (docs/design-notes.md, "Start-up heap freeze").
     """
     gc.collect()
     gc.freeze()

@@ -269,11 +269,10 @@ class BrokerConfig(BaseModel):
         Under ASYNC_FLUSH the default is 2 ms, not Python's 5 ms. The broker's worker threads
         (flushes, the checkpoint, page pre-faulting) wake while the event loop is busy and
         wait for the GIL; Python makes the loop hand it over only after the interval, and the
-        loop then waits its turn behind them. W4 (end-to-end latency at 2,000 msgs/s) p99 was
-        lower with 0.5 or 2 ms than with 5 ms in 20 of 24 interleaved pairs (bench/HISTORY.md);
-        W1 and W2 throughput did not move. Under SYNC_FLUSH the group commit's thread wants the
-        GIL at every round, and a shorter interval cost W1 8-11% (more forced hand-offs):
-        Python's default stays.
+        loop then waits its turn behind them, so a shorter interval shortens the latency tail.
+        Under SYNC_FLUSH the group commit's thread wants the GIL at every round, and a shorter
+        interval forces more hand-offs and costs throughput: Python's default stays.
+        (docs/design-notes.md, "GIL switch interval")
         """
         if self.gil_switch_interval_ms is not None:
             return self.gil_switch_interval_ms / 1000

@@ -170,6 +170,7 @@ class BrokerController:
         # Inline handlers: called by the connection's reader itself, no task per request (a
         # task plus the writer's wake-up cost more CPU than a whole send); they return the
         # answer, or a coroutine for their slow path (SYNC_FLUSH wait, long-poll hold).
+        # (docs/design-notes.md, "Inline send handling")
         # send
         s.register_processor(R.SEND_MESSAGE, self.send.send_message, inline=True)
         s.register_processor(R.SEND_MESSAGE_V2, self.send.send_message, inline=True)
@@ -235,7 +236,8 @@ class BrokerController:
     def _prepare_new_topics(self) -> None:
         """Create the consume-queue files of topics new since the last change, off the send
         path (`MessageStore.prepare_queues`): a producer's first burst to a fresh topic
-        otherwise waits 1-2 ms per queue for each new file's first page."""
+        otherwise waits, queue by queue, for each new file's first page (ext4 block allocation
+        in the page fault) (docs/design-notes.md, "Consume queues prepared ahead")."""
         current = {cfg.topic_name: cfg for cfg in self.topics}
         new = current.keys() - self._known_topics
         self._known_topics = set(current)

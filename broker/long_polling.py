@@ -11,7 +11,8 @@ timer task (`run`) calls `resume(pull, final=True)` for the pulls whose deadline
 final resume always answers. `wake_all` finishes every parked pull the same way (shutdown).
 
 Answering from the put path saves a task switch per pull and writes the answer before the
-producer's own answer leaves: W4 end-to-end latency is the sum of these hops.
+producer's own answer leaves: a message's end-to-end latency is the sum of these hops
+(docs/design-notes.md, "Held pulls answered from the put path").
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ log = structlog.get_logger()
 
 # Heap entries of pulls that left (a tuple and the `ParkedPull`) are dropped once there are
 # this many and they outnumber the parked pulls 4:1. Kept small so that they die before the
-# garbage collector's young generation is collected: at 1,024 they made the broker's ~18 young
-# collections (~0.2 ms each) in an 8 s W4 run, at 64 one (bench/HISTORY.md).
+# garbage collector's young generation is collected, instead of being rescanned by every
+# collection (docs/design-notes.md, "Deadlines that die young").
 _COMPACT_MIN = 64
 
 Resume = Callable[["ParkedPull", bool], bool]
@@ -107,10 +108,9 @@ class LongPollingService:
         if len(heap) > _COMPACT_MIN and len(heap) > 4 * self._count:
             # Mostly pulls that left (answered before their deadline): keep the parked ones
             # only, amortised O(1) per park. Here and not in the timer: that one sleeps until
-            # the earliest deadline (the suspend timeout, ~15 s), and meanwhile a queue
-            # answering 2,000 pulls a second would pile up 30,000 entries for the garbage
-            # collector to scan (measured: full collections of 20-60 ms in a W4 run). From
-            # `_COMPACT_MIN` entries on, so that they die young (see there).
+            # the earliest deadline (the suspend timeout, ~15 s), and meanwhile a busy queue
+            # would pile up entries for every garbage collection to scan. From `_COMPACT_MIN`
+            # entries on, so that they die young (see there).
             heap[:] = [e for e in heap if not e[2].done]
             heapq.heapify(heap)
         heapq.heappush(heap, (deadline, next(self._seq), p))

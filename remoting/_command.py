@@ -13,8 +13,8 @@ from remoting.codes import (
 )
 from remoting.errors import RemoteError
 
-# The MQVersion ordinal trimq reports (V4_9_8); nothing in trimq depends on the
-# peer's version (reference section 11).
+# The MQVersion ordinal trimq reports (V4_9_8); nothing in trimq branches on the peer's
+# version (it is only recorded, for the consumer and producer connection lists).
 DEFAULT_VERSION = 409
 
 Body = bytes | bytearray | memoryview
@@ -188,8 +188,8 @@ def new_command(
 ) -> RemotingCommand:
     """A RemotingCommand from positional values, for the codecs' per-frame paths.
 
-    Same result as the keyword constructor, at about a third of its cost (no keyword
-    binding through `type.__call__`).
+    Same result as the keyword constructor, cheaper: no keyword binding through
+    `type.__call__` (docs/design-notes.md, "Send path shortcuts").
     """
     cmd: RemotingCommand = _new(RemotingCommand)
     cmd.code = code

@@ -15,38 +15,37 @@ go to their processor in one of two ways:
   commit's callback), and no task is spawned; the request counts in flight until then.
   Inline processors must never block.
   They run without the per-request log context (peer, code, opaque) that spawned handlers get
-  bound: binding and resetting it costs 2-4 us, 5-10% of a whole send; a failure is logged
-  with those fields explicitly.
+  bound: binding and resetting it would be a sizeable share of a whole send; a failure is
+  logged with those fields explicitly (docs/design-notes.md, "Inline send handling").
 
 The answers produced inline while handling one `receive_some` batch leave together, in one
 write per `_ANSWER_CHUNK` answers (and at the end of the batch): written straight to the socket
 by the reader when the writer task is idle (nothing queued, not inside a write), which saves
 waking the writer, or queued to the writer as one item otherwise. A task per request plus the
-writer's wake-up cost more CPU than the work of a single send (bench/HISTORY.md); the reader's
-batch is the natural unit to coalesce. It is cut into chunks so that both ends work at once:
-a pipelining client sends its whole window in one write, and answering it only at the end
-would leave the client idle while the broker works through the window and the broker idle
-while the client works through the answers (W1 measured 1.16 of 2 cores busy, 15.5k sends/s;
-answering every 4-32 requests keeps both busy: 23-24k/s, p50 3.9 -> 2.4 ms). Answers may
-leave in another order than their requests arrived: RocketMQ clients match them by opaque.
+writer's wake-up cost more CPU than the work of a single send; the reader's batch is the
+natural unit to coalesce. It is cut into chunks so that both ends work at once: a pipelining
+client sends its whole window in one write, and answering it only at the end would leave the
+client idle while the broker works through the window and the broker idle while the client
+works through the answers (docs/design-notes.md, "Answer chunks"). Answers may leave in
+another order than their requests arrived: RocketMQ clients match them by opaque.
 
 The same holds for responses arriving in one batch: the reader yields to the scheduler after
 waking every `_RESPONSE_CHUNK` waiting requesters, so that they run (and a pipelining caller's
 next requests leave) while the rest of the batch is still to be handed out. Without it, a
 window of answers released together (a SYNC_FLUSH group commit answers a whole window at once)
 comes back as a window of requests only after the caller worked through all of it, and the
-peer waits meanwhile: SYNC_FLUSH W1 ran in lock-step waves of 64 sends, one fsync each, and
-went 32% faster with chunks of 8 (bench/HISTORY.md).
+peer waits meanwhile: client and broker would take turns, one fsync per whole window
+(docs/design-notes.md, "Response chunks").
 
 A request is written by its caller straight to the socket when the writer is idle and at most
 `_DIRECT_MAX_OTHERS` other requests are in flight, not counting long polls (`invoke(...,
 long_poll=True)`: pulls the peer parks until messages arrive; a push consumer keeps one parked
 per queue). With a few requests in flight, at most a few can be issued together, and joining
-them saves little, while waking the writer puts a task switch on the way of every request: W2
-(4 batches in flight) ran 40% faster writing directly, in 4 of 4 interleaved pairs. With many
-(W1's 64), the writer joins the requests issued together into one write. The writer writes with
+them saves little, while waking the writer puts a task switch on the way of every request.
+With many, the writer joins the requests issued together into one write. The writer writes with
 `os.write` and waits for writability only when the socket buffer is full
 (`SocketStream.send_all` yields once more after every successful send).
+(docs/design-notes.md, "Direct request writes")
 """
 
 from __future__ import annotations
@@ -203,16 +202,16 @@ _ABORT_SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
 
 # The deadline heap keeps an answered request's entry (a tuple and its `_Waiter`) until the heap
 # is compacted: from this many entries on, once they outnumber the pending requests 4:1. Kept
-# small so that the entries die young: with 1,024, ~1,000 of them at a time outlived the
-# garbage collector's young generation, and with the consumer's listener scopes they made a
-# W4 client's ~50 young collections of ~0.2 ms in 8 s (bench/HISTORY.md).
+# small so that the entries die before the garbage collector's young generation is collected
+# (docs/design-notes.md, "Deadlines that die young").
 _DEADLINES_COMPACT_MIN = 64
 
 
 class _Waiter:
     """One request waiting for its response: the invoking task parks itself on it directly
-    (`trio.lowlevel.wait_task_rescheduled`), without a `trio.Event` per request (~1.7 us less
-    per request; what `Event.wait`/`set` do, minus the object and its task set).
+    (`trio.lowlevel.wait_task_rescheduled`), without a `trio.Event` per request (what
+    `Event.wait`/`set` do, minus the object and its task set).
+    (docs/design-notes.md, "Request waiters and timers")
 
     `done` is set once by whoever finishes it (the reader with the response, the timer, the
     connection's end with an error) or by the task's own cancellation; only then is the task
@@ -355,9 +354,9 @@ class Connection:
         self._long_polls = 0
         # While the reader runs an inline handler: where the answers it releases collect.
         self._joining: list[bytes | Body] | None = None
-        # Request timeouts without a cancel scope per request (a scope's enter/exit was ~1/4
-        # of a producer's CPU per send): (deadline, opaque, waiter) in a heap, expired by one
-        # timer task. Entries of answered requests are dropped lazily (see `_timer`).
+        # Request timeouts without a cancel scope per request (a scope's enter/exit was a large
+        # share of a producer's CPU per send): (deadline, opaque, waiter) in a heap, expired by
+        # one timer task. Entries of answered requests are dropped lazily (see `_timer`).
         self._deadlines: list[tuple[float, int, _Waiter]] = []
         self._timer_at = math.inf
         self._timer_kick = trio.Event()
@@ -605,8 +604,8 @@ class Connection:
         # connection, takes a failing recv (an exception) before waiting, then yields twice
         # around the recv that succeeds. Here: after a short read (the socket was drained),
         # wait until readable, then one recv that succeeds; after a full buffer, read again
-        # at once (after a checkpoint, for fairness). At 1 request in flight (W5) that was
-        # ~10% less broker CPU per request and ~10% more requests/s; W4's broker CPU -17%.
+        # at once (after a checkpoint, for fairness): no failing recv and no extra yields per
+        # wake-up (docs/design-notes.md, "Socket reads in the reader").
         # `fileno()` is -1 once the socket is closed: the read fails (EBADF), never reads
         # another file that took the number.
         sock = stream.socket
@@ -851,10 +850,8 @@ class Connection:
         and they hold their records already (read from the file or the run's staging
         buffer), so nothing of the run has to be complete for them. Ending the run (a
         commitlog write, index entries) and answering its own requests come after, off the
-        consumer's way: W4's end-to-end p50 and p99 were lower in 11 of 12 interleaved pairs
-        each (and in one set of 3 pairs kept as medians only, the p99 was higher;
-        bench/HISTORY.md). Written at once from the handler instead, the write (which wakes
-        the peer) landed in the middle of the send and the p99 rose.
+        consumer's way. Not from the handler itself: that write wakes the peer in the middle
+        of the send (docs/design-notes.md, "Released answers before the run ends").
         """
         self._write_now(released)
         released.clear()

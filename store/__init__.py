@@ -5,8 +5,8 @@ result types of `store.results` and the record codec of `store.message`.
 
 The names below are imported on first use (PEP 562): clients import only the record codec
 (`store.message`), and importing a submodule runs this file first, so eager imports here would
-load the whole engine (pydantic config, trio, structlog; ~150 ms) into every client process and
-every Spark Python worker.
+load the whole engine (pydantic config, trio, structlog: a slow import) into every client
+process and every Spark Python worker.
 """
 
 from __future__ import annotations

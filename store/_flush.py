@@ -8,7 +8,7 @@ callback with `on_flushed(end, callback)`, no task needed); one flusher task tak
 appended so far, runs one fsync round in a thread, and wakes every waiter (calls every callback)
 whose end is now durable. Puts that arrive during the fsync share the next round, which goes to
 the thread as soon as the previous one ends, before its waiters are answered. The group commit's
-fsync rounds go to one long-lived thread: a hand-off costs about half the CPU of a
+fsync rounds go to one long-lived thread: a hand-off to it is cheaper than a
 `trio.to_thread.run_sync` call, and a sequential SYNC_FLUSH producer pays one per message. That
 thread is native (`_NativeFsyncThread`, a C thread that never takes the GIL) when the store's
 accelerators are built, else a Python thread (`_FsyncThread`).
@@ -142,8 +142,8 @@ class _FsyncThread:
 
     The thread takes the next queued round as soon as it has synced the previous one, without
     waiting for the event loop to see that one end: under load the loop notices an end only
-    after the run of sends it is handling (a median 0.3 ms, a tenth of the rounds over 2 ms),
-    and the disk would sit idle meanwhile."""
+    after the run of sends it is handling, and the disk would sit idle meanwhile
+    (docs/design-notes.md, "Pipelined group commit")."""
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[_Round | None] = queue.SimpleQueue()
@@ -239,10 +239,10 @@ class _NativeFsyncThread:
 
     A Python thread needs the GIL after every msync and again to hand the end to trio; the
     event loop holds it while it works through a read of sends and lets go only at its next
-    system call, so a round's end reached the loop late, and the next round started late (see
-    bench/HISTORY.md). Same interface and guarantees: rounds are synced one at a time, in
-    submission order; a queued round may be extended until the thread takes it; `stop` lets
-    the thread finish the rounds queued before it.
+    system call, so a round's end reaches the loop late, and the next round starts late
+    (docs/design-notes.md, "Native fsync thread"). Same interface and guarantees: rounds are
+    synced one at a time, in submission order; a queued round may be extended until the
+    thread takes it; `stop` lets the thread finish the rounds queued before it.
 
     No task delivers the results: whoever waits for a round waits on the eventfd and hands
     every finished round its result. Rounds are waited for under the flush service's
@@ -429,7 +429,8 @@ class FlushService:
 
         Returns False if `sync_flush_timeout_ms` passed first (the data stays written). The
         timeout is enforced by one timer task for all waiters (`_timeout_loop`), not a cancel
-        scope each: a scope's deadline bookkeeping cost ~5.5 us per wait.
+        scope each, whose deadline bookkeeping every put would pay.
+        (docs/design-notes.md, "Request waiters and timers")
         """
         if self._cl.mfq.flushed_where >= end_offset:
             return True
@@ -611,7 +612,7 @@ class FlushService:
         The zeros are written on the event loop, a piece at a time (a page-cache write, as
         the appends), and each piece is synced in a worker thread (msync of its range: it
         waits on the disk) before the next: small syncs delay a concurrent group-commit round
-        less than one large one (figures: bench/HISTORY.md).
+        less than one large one (docs/design-notes.md, "Zeroed blocks ahead").
         """
         cl = self._cl
         most = 2 * ZERO_AHEAD // ZERO_PIECE  # bounded even while appends keep moving ahead

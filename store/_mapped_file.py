@@ -66,8 +66,9 @@ _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 _PAGE = mmap.PAGESIZE
 
 ZERO_PIECE = 256 << 10
-"""Bytes of zeros `MappedFile.zero_ahead` writes per call: ~0.16 ms of the event loop on stop
-27's host (a 16 KiB pwrite into new pages took ~10 us there)."""
+"""Bytes of zeros `MappedFile.zero_ahead` writes per call: written on the event loop and synced
+alone, so small, to keep both the loop's pause and the sync beside a group-commit round short
+(docs/design-notes.md, "Zeroed blocks ahead")."""
 _ZEROS = bytes(ZERO_PIECE)
 
 # madvise through ctypes, not `mmap.madvise`: CPython's keeps the GIL across the system call, so
@@ -114,8 +115,8 @@ def reserve_file(fd: int, start: int, length: int, path: object = None) -> bool:
     ``fallocate`` through ctypes rather than `os.posix_fallocate`: where the filesystem cannot
     allocate, glibc emulates posix_fallocate by writing a byte into every block (262,144 writes
     for a 1 GiB file), and on a copy-on-write filesystem that reserves nothing anyway; the
-    caller instead keeps such a file out of mapped writes. Blocks (filesystem metadata; 0.1 ms
-    for 6 MB, 1.5 ms for 1 GiB on ext4 here): worker threads, or rare calls on the event loop.
+    caller instead keeps such a file out of mapped writes. Blocks (filesystem metadata, longer
+    the larger the range): worker threads, or rare calls on the event loop.
 
     Raises:
         OSError: the allocation failed otherwise (ENOSPC, EDQUOT, EIO).
@@ -323,8 +324,8 @@ class MappedFile:
 
         The caller checks that it fits (`remaining`). Small writes go through the map; from
         `PWRITE_MIN` bytes on, `os.pwrite` into the same page cache is cheaper than faulting
-        the map's pages writable one by one (about half the CPU per byte for a 32-message
-        batch while flushes keep cleaning the pages).
+        the map's pages writable one by one while flushes keep cleaning the pages
+        (docs/design-notes.md, "Commitlog appends through pwrite").
 
         Raises:
             OSError: a write of `PWRITE_MIN` bytes or more failed (e.g. ENOSPC); nothing
@@ -436,9 +437,9 @@ class MappedFile:
         written (a hole, or `fallocate`'s unwritten extents) turn into written extents when
         their first data is written back, and the group commit's ``msync`` must then commit
         that metadata through the ext4 journal each round; blocks that already hold synced
-        zeros take a data write and a cache flush only (about half the time per round: figures
-        in bench/HISTORY.md). The caller syncs the zeros (`sync_range`, in a
-        worker thread) before the appends reach them.
+        zeros take a data write and a cache flush only. The caller syncs the zeros
+        (`sync_range`, in a worker thread) before the appends reach them.
+        (docs/design-notes.md, "Zeroed blocks ahead")
 
         A ``pwrite`` into the page cache on the event loop, like the staged appends, and of
         bytes past everything appended: nothing staged or written there yet (the write
@@ -486,9 +487,9 @@ class MappedFile:
         """A copy of `size` bytes at relative `pos` (clipped to the file).
 
         Bytes that are all still staged are copied from the staging buffer, which stays
-        staged: a pull woken by a send of the same run (W4) reads the record without the
-        run's ``pwrite``, which then happens once, when the run ends, after the pull's answer
-        has left (W4 p50 and p99 lower in 7 of 8 interleaved pairs each). Any other read
+        staged: a pull woken by a send of the same run reads the record without the run's
+        ``pwrite``, which then happens once, when the run ends, after the pull's answer has
+        left (docs/design-notes.md, "Staged commitlog writes"). Any other read
         writes the staged bytes first. Should the run's write then fail, that pull delivered a
         record the file does not keep while the run's sends are refused (see
         `CommitLog.end_staging`): the consumer saw a message before it was durable, as it may
@@ -546,11 +547,11 @@ class MappedFile:
         """Advise random access (no read-ahead) from the write position to the end.
 
         The pages past the write position are holes. A write fault on a hole page makes the
-        kernel "read" it, and read-ahead then zero-fills the whole read-ahead window in the
-        faulting thread: with this machine's 8 MiB `read_ahead_kb`, one append in every ~8 MiB
-        stalled the event loop for ~25 ms of memset (perf: filemap_fault -> page_cache_ra_order
-        -> zero_user_segments), which was W1's p99. With the advice each fault fills its own
+        kernel "read" it, and read-ahead then zero-fills the whole read-ahead window
+        (`read_ahead_kb`) in the faulting thread, the event loop (filemap_fault ->
+        page_cache_ra_order -> zero_user_segments). With the advice each fault fills its own
         page. Cheap (VMA flags only): callable on the event loop.
+        (docs/design-notes.md, "No read-ahead over appended holes")
         """
         start = self.wrote_position - self.wrote_position % _PAGE
         if start >= self.file_size:
@@ -614,8 +615,8 @@ class MappedFile:
         Blocks (it may wait on the filesystem journal): call from a worker thread. A write
         fault on a clean page of a MAP_SHARED file runs the filesystem's page_mkwrite, which on
         ext4 allocates the block and updates the file time inside a journal handle, so it waits
-        whenever any fsync on the filesystem is committing the journal: 15-25 ms on the event
-        loop for the append that first touches the page. Done here ahead of the write position,
+        whenever any fsync on the filesystem is committing the journal, on the event loop for
+        the append that first touches the page. Done here ahead of the write position,
         those appends are plain memory writes. Safe while the event loop appends to the same
         pages (MADV_POPULATE_WRITE never changes the bytes). The pages become dirty, so the
         next fsync also writes the zero pages not yet appended to (same file contents).

@@ -137,7 +137,7 @@ class MappedFileQueue:
         mf = self._take_prepared(start)
         if mf is None:
             # Not prepared ahead (`prepare_next` in a worker thread, `prepare`): created here,
-            # on the caller's thread (fallocate: ~0.1 ms for a consume-queue file).
+            # on the caller's thread (fallocate of a consume-queue file's size is short).
             mf = self._create(start)
         # No read-ahead over the holes being appended to (`MappedFile.advise_append`); the
         # full file goes back to normal read-ahead for the readers.

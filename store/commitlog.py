@@ -115,15 +115,13 @@ class CommitLog:
         self.mfq = MappedFileQueue(commitlog_dir(root), file_size, keep_free=keep_free)
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.last_store_timestamp = 0
-        # Single records go through `os.pwrite` instead of the map (the store sets this under
-        # ASYNC_FLUSH). A periodic flush writes back ~500 ms of appends at once; pages that
-        # were written through the map must each be write-protected first (a reverse-map walk
-        # and a TLB shootdown to the CPU running the event loop), kernel work that preempted
-        # the loop for 3-12 ms per flush. Pages written with pwrite are not mapped writable:
-        # W1 ack p99 5.8-6.3 -> 3.6-4.7 ms, msgs/s unchanged (3 interleaved pairs). Under
-        # SYNC_FLUSH, into blocks never written, the map was cheaper (pwrite cost ~15 us more
-        # broker CPU per send and 10-15% of the msgs/s); into blocks zeroed ahead
-        # (`zero_blocks`, below) pwrite is the cheaper one (figures: bench/HISTORY.md).
+        # Single records go through `os.pwrite` instead of the map (the store sets this in both
+        # modes). Before a flush writes pages back, every page written through the map must be
+        # write-protected (a reverse-map walk and a TLB shootdown to the event loop's CPU),
+        # kernel work that preempts the loop; pages written with pwrite never are. Under
+        # SYNC_FLUSH pwrite pays only into blocks zeroed ahead (`zero_blocks`, below): into
+        # blocks never written the map is the cheaper one.
+        # (docs/design-notes.md, "Commitlog appends through pwrite")
         self._pwrite_appends = pwrite_appends
         # Blocks ahead of the write position are zeroed (`zero_ahead`, SYNC_FLUSH) instead of
         # reserved with fallocate (`reserve_ahead`, ASYNC_FLUSH).

@@ -38,9 +38,9 @@ class StoreConfig(BaseModel):
             writes the pages back on its own.
         warm_mapped_file_enable: Pre-fault the commitlog pages ahead of the write position in a
             worker thread (RocketMQ's name for its page warming, also off by default). Appends
-            then never take the first-write page fault that waits on the ext4 journal (W1 p99
-            7.9 -> 7.1 ms), but pages faulted ahead and written back before they are filled are
-            written twice and faulted again: batch throughput (W2) fell ~15% in the same run.
+            then never take the first-write page fault that waits on the ext4 journal, but pages
+            faulted ahead and written back before they are filled are written twice and faulted
+            again, which costs batch throughput (docs/design-notes.md, "Page pre-faulting").
         sync_flush_timeout_ms: How long a SYNC_FLUSH put waits before FLUSH_DISK_TIMEOUT.
         file_reserved_hours: Age after which commitlog files may be deleted.
         delete_when: Local hour(s) ("04", or "03;04") at which expired files are deleted.

@@ -178,8 +178,8 @@ class IndexFile:
                 os.ftruncate(fd, size)  # sparse: blocks are allocated as entries are written
             self._mm = mmap.mmap(fd, size)
             # No read-ahead: hash slots are hit at random and entries appended into holes, and
-            # a fault on a hole page read-ahead-zeroes the whole window (8 MiB here) in the
-            # faulting thread, the event loop (see MappedFile.advise_append). Lookups are
+            # a fault on a hole page read-ahead-zeroes the whole window in the faulting
+            # thread, the event loop (see MappedFile.advise_append). Lookups are
             # random reads too.
             self._mm.madvise(mmap.MADV_RANDOM)
         except BaseException:
@@ -435,10 +435,10 @@ class IndexFile:
         thread).
 
         `os.fdatasync` on the file, never `mmap.flush()`: CPython's mmap.flush (msync) keeps the
-        GIL for the whole call, so even from a worker thread it froze the broker's event loop for
-        the length of the write-back (measured 120 ms for a 256 MiB dirty mapping, 2-18 ms per
-        flush round in the broker). On Linux the pages of a shared mapping are the file's page
-        cache, so fdatasync writes them back, as it does for the commitlog (`MappedFile.fsync`).
+        GIL for the whole call, so even from a worker thread it would freeze the broker's event
+        loop for the length of the write-back. On Linux the pages of a shared mapping are the
+        file's page cache, so fdatasync writes them back, as it does for the commitlog
+        (`MappedFile.fsync`) (docs/design-notes.md, "Index write-back").
         """
         with self._lock:
             if self._mm.closed or not self._dirty:
@@ -735,10 +735,9 @@ class IndexService:
         when `live` (blocking: run in a worker thread).
 
         The file being written takes its entries at random slot pages: written back every
-        second it costs up to a page per message (3-4 KiB of writes per 1 KiB message at
-        2,000 msgs/s) and a burst of kernel work that showed in the broker's latency. The
-        store writes it back every `flush_interval_index_ms` instead; RocketMQ never does
-        (only when it is full).
+        second it costs up to a page per message and a burst of kernel work on the event
+        loop's CPU. The store writes it back every `flush_interval_index_ms` instead; RocketMQ
+        never does (only when it is full) (docs/design-notes.md, "Index write-back").
 
         Args:
             now_ts: the store timestamp of the newest record indexed before this call (the

@@ -94,8 +94,8 @@ def _fsync_path(path: Path) -> None:
 def _populate_first_pages(paths: Iterable[Path]) -> None:
     """Fault in the first page of each (new, sparse) file for writing, in a worker thread.
 
-    The first write to a fresh file costs 1-2 ms on ext4 (block allocation in the page fault);
-    done here, the store's first append to it is a plain memory write. The contents are not
+    The first write to a fresh file waits for ext4's block allocation in the page fault; done
+    here, the store's first append to it is a plain memory write. The contents are not
     touched, so this is safe while the event loop appends to the same file. Errors are ignored
     (an older kernel, a file deleted meanwhile): the first append then pays as before.
     """
@@ -1172,10 +1172,11 @@ class MessageStore:
         """Create the first consume-queue file of each new queue of `topic` ahead of its first
         message (a topic just created), its first page faulted in by a worker thread.
 
-        Without it the first message of each queue pays 1-2 ms on the event loop for the new
-        file's first page (ext4), which a burst of sends to a fresh topic's queues all wait
-        for. Queues that exist already (or had records) are left alone; the new queues read as
-        empty, exactly as missing ones. Returns how many queues were prepared.
+        Without it the first message of each queue pays for the new file's first page (ext4
+        block allocation) on the event loop, which a burst of sends to a fresh topic's queues
+        all wait for. Queues that exist already (or had records) are left alone; the new
+        queues read as empty, exactly as missing ones. Returns how many queues were prepared.
+        (docs/design-notes.md, "Consume queues prepared ahead")
         """
         self._require_open()
         consume_queues = self.dispatcher.consume_queues

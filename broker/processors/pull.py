@@ -29,7 +29,8 @@ log = structlog.get_logger()
 
 
 def pull_code(status: GetMessageStatus, requested_offset: int) -> int:
-    """The response code for a store status (reference section 7)."""
+    """The response code for a store status, mapped as Apache RocketMQ's PullMessageProcessor
+    maps GetMessageStatus."""
     if status is GetMessageStatus.FOUND:
         return ResponseCode.SUCCESS
     if status in (GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING):

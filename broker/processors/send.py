@@ -107,7 +107,7 @@ def reuse_properties(raw: str, props: Mapping[str, str], suffix: str) -> str | N
 
     `props` is `decode_properties(raw)`. When it holds one entry per separator-split segment
     of `raw`, every segment was a valid, distinct ``name\x01value``, so re-encoding the dict
-    would give `raw` back: the encoding is skipped (~1 us of a ~33 us send).
+    would give `raw` back: the encoding is skipped (docs/design-notes.md, "Send path shortcuts").
     """
     if not raw:
         return suffix
@@ -239,9 +239,7 @@ class SendProcessor:
         rather than given a completion callback of its own; `end_run` registers one for the
         run, and the run's answers leave in one write (`Connection.respond_many`). Per send
         that saves the callbacks, the flush service's waiter entry and the hand-over of each
-        answer to the connection's writer: in SYNC_FLUSH W1 the broker loop thread's user CPU
-        was lower in 11 of 12 interleaved pairs (median -10%), msgs/s higher in 8 of 12
-        (bench/HISTORY.md).
+        answer to the connection's writer (docs/design-notes.md, "Run-held SYNC_FLUSH answers").
         """
         self._in_run = True
 
@@ -406,7 +404,7 @@ class SendProcessor:
         """
         props = msg.properties
         if _SPECIAL_PROPERTIES.isdisjoint(props):
-            return None  # the common case: a plain message (0.2 us instead of ~3)
+            return None  # the common case, a plain message: one set test, no property lookups
         tran_type = msg.sys_flag & TRANSACTION_TYPE_MASK
         if is_transactional(props):
             prepare(msg)

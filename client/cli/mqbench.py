@@ -97,9 +97,9 @@ class Stats:
 
 def freeze_startup_heap() -> None:
     """Collect once, then keep every object alive now (imports, client set-up) out of the
-    collector's reach: the full collections of a run then scan only what the run allocates
-    (18-23 ms pauses with all 64 sends in flight stalled, before). Also the W4 bench client's
-    (`bench.peers.trimq_e2e`)."""
+    collector's reach: the full collections of a run then scan only what the run allocates, and
+    do not stall every send in flight. Also used by `bench.peers.trimq_e2e`'s client
+    (docs/design-notes.md, "Start-up heap freeze")."""
     gc.collect()
     gc.freeze()
 
@@ -288,7 +288,8 @@ def consumer(
                 first_seen[0] = time.monotonic()
                 stats.started = first_seen[0]
             # Comprehensions, not a per-message loop of attribute updates: this bookkeeping
-            # is mqbench's, not the workload's (the peers' W3 clients only count).
+            # is mqbench's, not the workload's (the peers' consume-throughput clients only
+            # count messages).
             stats.latencies += [
                 now_ms - m.store_timestamp if m.store_timestamp < now_ms else 0.0 for m in msgs
             ]

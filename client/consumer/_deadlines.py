@@ -5,9 +5,8 @@ push consumer, `consume_timeout_ms`).
 deadline (nearly every listener call: the default timeout is 15 minutes) leaves its cancel
 scope behind in trio's deadline heap, which trio prunes only once ~1,000 such entries pile up.
 Those scopes outlive the garbage collector's young generation, so every collection scans them
-again: in a W4 run (one listener call per message, 2,000 a second) they and the remoting
-deadline heap's entries made the client's ~50 young collections of ~0.2 ms in 8 s, each a
-pause on some message's way (bench/HISTORY.md). Here a call runs in a cancel scope without a
+again, each a pause on some message's way (docs/design-notes.md, "Deadlines that die young").
+Here a call runs in a cancel scope without a
 deadline (it leaves nothing behind) and is registered with its deadline in an
 insertion-ordered dict. The timeout is fixed, so the oldest call has the earliest deadline:
 `run` sleeps until that one and cancels what is due, exactly at its deadline.

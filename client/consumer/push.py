@@ -184,7 +184,8 @@ class PushConsumer(ConsumerBase):
         self.orderly_listener = orderly_listener
         # Concurrent consumption: batches go to a pool of up to `consume_concurrency` worker
         # tasks (RocketMQ's consume thread pool), started as needed and kept: a task spawned
-        # per pulled batch cost ~1/10 of W4's client CPU.
+        # per pulled batch is a sizeable share of the client's CPU per message.
+        # (docs/design-notes.md, "Push consumer worker pool")
         self._work_send, self._work_receive = trio.open_memory_channel[_Batch](math.inf)
         self._workers = 0
         self._idle_workers = 0  # workers parked on the channel and not yet handed a batch
