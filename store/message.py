@@ -1581,8 +1581,9 @@ class UniqKeyGenerator:
 
     With the wall clock (`time.time`, the default) and the native accelerators, the state and
     `next` / `next_many` are `store._speedups.UniqKeys` (the same keys for the same clock
-    readings; ~0.1 against ~1.7 us a key, a producer's largest single cost per send after
-    the transport): the Python code below is its reference, and runs for any other clock.
+    readings; key generation is a producer's largest single cost per send after the
+    transport): the Python code below is its reference, and runs for any other clock.
+    (docs/design-notes.md, "Native accelerators")
     """
 
     __slots__ = (
@@ -1664,7 +1665,8 @@ class UniqKeyGenerator:
     def next_many(self, n: int) -> list[str]:
         """`n` new UNIQ_KEYs: the same keys as `n` calls of `next()` within one millisecond.
 
-        One clock read, one lock, one format per key (a batch's keys cost ~1/4 of `next()`s).
+        One clock read and one lock per batch, one format per key: cheaper per key than
+        `next()`.
         """
         native_keys = self._native_keys
         if native_keys is not None:

@@ -7,9 +7,9 @@ a daemon thread and exposes the few calls the data source needs as blocking
 methods.
 
 `get_conn(namesrv_addr)` keeps one `Conn` per process and NameServer list.
-This cache is the one documented piece of module-level state in trimq (see
-ARCHITECTURE.md): Spark reuses worker processes, and reconnecting for every
-task would cost a route lookup and a TCP handshake per partition. The cache is
+This cache is trimq's one deliberate piece of module-level state: Spark reuses
+worker processes, and reconnecting for every task would cost a route lookup and
+a TCP handshake per partition. The cache is
 keyed by pid (a forked child never uses its parent's loop thread) and a `Conn`
 whose loop died is replaced.
 """
