@@ -16,6 +16,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from functools import partial
 from types import TracebackType
 from typing import Any, Self
 
@@ -162,6 +163,15 @@ class BrokerController:
         self.store_host: tuple[str, int] = ("127.0.0.1", port)
         self.boot_timestamp_ms = int(time.time() * 1000)
         self._register_processors()
+
+    async def _bound(self, port: int) -> None:
+        """The listening port is known: the advertised address and the store host (written
+        into every record and message id) are set before any request is served."""
+        self.port = port
+        self.addr = self.config.advertise_addr(port)
+        host, aport = parse_host_port(self.addr)
+        # getaddrinfo may block on DNS: a worker thread.
+        self.store_host = (await trio.to_thread.run_sync(_resolve_ip, host), aport)
 
     # -- wiring ----------------------------------------------------------------------------
     def _register_processors(self) -> None:
@@ -373,11 +383,7 @@ class BrokerController:
                 try:
                     async with trio.open_nursery() as nursery:
                         self._nursery = nursery
-                        port = await nursery.start(self.server.run)
-                        self.port = port
-                        self.addr = cfg.advertise_addr(port)
-                        host, aport = parse_host_port(self.addr)
-                        self.store_host = (await trio.to_thread.run_sync(_resolve_ip, host), aport)
+                        port = await nursery.start(partial(self.server.run, on_bound=self._bound))
                         if self.topics.dirty:
                             await self.persist_topics()
                         registered = await self.registration.register_all()

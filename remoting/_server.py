@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Literal, cast, overload
 
@@ -143,10 +143,28 @@ class RemotingServer:
         return list(self._connections.values())
 
     # -- running --------------------------------------------------------------
-    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        """Listen and serve until cancelled; `task_status.started(port)` once listening."""
+    async def run(
+        self,
+        *,
+        on_bound: Callable[[int], Awaitable[None]] | None = None,
+        task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Listen and serve until cancelled; `task_status.started(port)` once listening.
+
+        Args:
+            on_bound: awaited with the bound port before the first connection is accepted
+                (state a handler needs that depends on the port, e.g. the address stored in
+                message ids); connections that arrive meanwhile wait in the listen backlog.
+        """
         listeners = await trio.open_tcp_listeners(self.port, host=self.host)
         self.port = int(listeners[0].socket.getsockname()[1])
+        if on_bound is not None:
+            try:
+                await on_bound(self.port)
+            except BaseException:
+                for listener in listeners:
+                    await listener.aclose()
+                raise
         log.info("remoting_server_listening", host=self.host, port=self.port)
         try:
             async with trio.open_nursery() as nursery:

@@ -7,10 +7,12 @@ import struct
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 
 import pytest
 import trio
+import trio.lowlevel
 
 from remoting import (
     Connection,
@@ -506,3 +508,58 @@ async def test_inline_batch_of_the_server_brackets_inline_handlers() -> None:
             assert resp.body == b"x"
         nursery.cancel_scope.cancel()
     assert events == ["begin", "h", "end"]
+
+
+async def test_no_request_is_served_before_on_bound_returns() -> None:
+    server = RemotingServer()
+    ready = False
+    served: list[bool] = []
+    answered = trio.Event()
+
+    async def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        served.append(ready)
+        return cmd.make_response()
+
+    server.register_processor(ECHO, echo)
+    sent = trio.Event()
+
+    async def call(port: int) -> None:
+        # A raw client: the kernel completes the connect from the listen backlog, so the
+        # request is written before the server accepts anything.
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            await stream.send_all(bytes(encode_frame(RemotingCommand.request(ECHO))))
+            sent.set()
+            decoder = FrameDecoder()
+            while not decoder.feed(await stream.receive_some(65536)):
+                pass
+            answered.set()
+
+    async def bound(port: int) -> None:
+        nonlocal ready
+        outer.start_soon(call, port)
+        await sent.wait()
+        for _ in range(50):
+            await trio.lowlevel.checkpoint()  # room for a premature accept to serve it
+        assert served == []
+        ready = True
+
+    async with trio.open_nursery() as outer:
+        port = await outer.start(partial(server.run, on_bound=bound))
+        assert port == server.port
+        with trio.fail_after(10):
+            await answered.wait()
+        outer.cancel_scope.cancel()
+    assert served == [True]
+
+
+async def test_a_failing_on_bound_stops_the_server_before_it_serves() -> None:
+    server = RemotingServer()
+
+    async def bound(port: int) -> None:
+        raise OSError("cannot resolve the advertised host")
+
+    with pytest.raises(OSError, match="cannot resolve"):
+        await server.run(on_bound=bound)
+    with pytest.raises(OSError):  # the listener was closed: nothing accepts any more
+        await trio.open_tcp_stream("127.0.0.1", server.port)
