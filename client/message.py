@@ -19,15 +19,11 @@ from client.errors import MessageValidationError
 from common.message_queue import MessageQueue as MessageQueue
 from common.schedule import SCHEDULE_TOPIC
 from store.message import (
-    BORNHOST_V6_FLAG,
     COMPRESSED_FLAG,
     COMPRESSION_TYPE_MASK,
     COMPRESSION_ZLIB,
     KEY_SEPARATOR,
     MAX_PROPERTIES_SIZE,
-    MESSAGE_MAGIC_CODE,
-    MESSAGE_MAGIC_CODE_V2,
-    MIN_RECORD_SIZE,
     PROPERTY_CONSUME_START_TIMESTAMP,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
@@ -43,13 +39,9 @@ from store.message import (
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
-    RECORD_FIXED_STRUCTS,
-    STOREHOSTADDRESS_V6_FLAG,
-    MessageDecodeError,
     decode_properties,
     decode_records,
     decode_records_into,
-    decompress_record_body,
 )
 from store.message import MessageExt as StoreMessageExt
 
@@ -518,139 +510,30 @@ def put_properties_lazily(msgs: Iterable[MessageExt], items: tuple[tuple[str, st
             m._pending = merged
 
 
-class _Fallback(Exception):
-    """The fast decoder met something unusual; the reference decoder takes over."""
-
-
-_HOST_MASK = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
-_FIXED_V4 = RECORD_FIXED_STRUCTS[0]
-_I16 = struct.Struct(">h")
-_U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 
 
 def decode_pull_body(
     body: bytes | bytearray | memoryview, broker_name: str = ""
 ) -> list[MessageExt]:
-    """The records of a pull/query/view body as consumer messages, in one pass.
+    """The records of a pull/query/view body as consumer messages.
 
     Same result as ``[MessageExt.from_store(e, broker_name) for e in decode_records(body)]``
-    (bodies inflated, same checks, same errors), but each record becomes a `MessageExt`
-    directly: no intermediate store object, and properties, hosts and the offset id are
-    decoded only when read.
+    (bodies inflated, same checks, same errors); natively, each record becomes a `MessageExt`
+    directly (no intermediate store object; properties, hosts and the offset id decoded only
+    when read).
 
     Raises:
         store.message.MessageDecodeError: malformed records or a bad compressed body.
     """
     if type(body) is not bytes:
-        body = bytes(body)  # slices of bytes are bytes: one copy here, none per field
-    # The common case natively (None: IPv6 hosts, compressed bodies, anything odd).
+        body = bytes(body)
+    # The common case natively (None: no accelerators, IPv6 hosts, compressed bodies,
+    # anything odd); otherwise the reference decoder, which also raises the exact errors.
     msgs = decode_records_into(body, MessageExt, broker_name)
     if msgs is not None:
         return msgs
-    try:
-        return _decode_fast(body, broker_name)
-    except (_Fallback, MessageDecodeError, struct.error, IndexError, UnicodeDecodeError):
-        # Rare (corrupt data, non-UTF-8 text): the reference decoder raises the exact error.
-        return [MessageExt.from_store(e, broker_name) for e in decode_records(body)]
-
-
-def _decode_fast(buf: bytes, broker_name: str) -> list[MessageExt]:
-    """`decode_pull_body`'s loop (over bytes: slices of bytes are bytes, no copy per field);
-    raises `_Fallback` (or a codec error) on anything odd."""
-    end = len(buf)
-    offset = 0
-    out: list[MessageExt] = []
-    append = out.append
-    topics: dict[bytes, str] = {}
-    new = object.__new__
-    cls = MessageExt
-    unpack_v4 = _FIXED_V4.unpack_from
-    unpack_i16 = _I16.unpack_from
-    while offset < end:
-        if end - offset < MIN_RECORD_SIZE:
-            raise _Fallback
-        fields = unpack_v4(buf, offset)
-        sys_flag = fields[7]
-        if sys_flag & _HOST_MASK:
-            fixed = RECORD_FIXED_STRUCTS[sys_flag & _HOST_MASK]
-            if end - offset < fixed.size + 3:
-                raise _Fallback
-            fields = fixed.unpack_from(buf, offset)
-            pos = offset + fixed.size
-        else:
-            pos = offset + 88
-        (
-            total,
-            magic,
-            _crc,
-            queue_id,
-            flag,
-            queue_offset,
-            phy_offset,
-            _,
-            born_ts,
-            born_ip,
-            born_port,
-            store_ts,
-            store_ip,
-            store_port,
-            reconsume,
-            prepared,
-            body_len,
-        ) = fields
-        rec_end = offset + total
-        body_end = pos + body_len
-        if total < MIN_RECORD_SIZE or rec_end > end or body_len < 0 or body_end + 3 > rec_end:
-            raise _Fallback
-        if magic == MESSAGE_MAGIC_CODE:
-            topic_start = body_end + 1
-            topic_end = topic_start + buf[body_end]
-        elif magic == MESSAGE_MAGIC_CODE_V2:
-            topic_start = body_end + 2
-            topic_end = topic_start + _U16.unpack_from(buf, body_end)[0]
-        else:
-            raise _Fallback
-        props_start = topic_end + 2
-        if props_start > rec_end or unpack_i16(buf, topic_end)[0] != rec_end - props_start:
-            raise _Fallback
-        raw_topic = buf[topic_start:topic_end]
-        topic = topics.get(raw_topic)
-        if topic is None:
-            topic = topics[raw_topic] = raw_topic.decode()
-        raw_props = buf[props_start:rec_end]
-        if not raw_props.isascii():
-            raw_props.decode()  # UTF-8 errors surface now, as with an eager parse
-        body = buf[pos:body_end]
-        if sys_flag & COMPRESSED_FLAG:
-            body = decompress_record_body(body, sys_flag)
-        m = new(cls)
-        m.topic = topic
-        m.body = body
-        m.flag = flag
-        m._props = None
-        m._props_raw = raw_props
-        m._pending = None
-        m.queue_id = queue_id
-        m.queue_offset = queue_offset
-        m.commit_log_offset = phy_offset
-        m.sys_flag = sys_flag
-        m.born_timestamp = born_ts
-        m._born_host = None
-        m._born_ip = born_ip
-        m._born_port = born_port
-        m.store_timestamp = store_ts
-        m._store_host = None
-        m._store_ip = store_ip
-        m._store_port = store_port
-        m.reconsume_times = reconsume
-        m.prepared_transaction_offset = prepared
-        m.store_size = total
-        m._offset_msg_id = None
-        m.broker_name = broker_name
-        append(m)
-        offset = rec_end
-    return out
+    return [MessageExt.from_store(e, broker_name) for e in decode_records(body)]
 
 
 @functools.lru_cache(maxsize=1024)
