@@ -30,7 +30,7 @@ from tests.integration.test_broker_process import (
     pull_request,
     send_request,
 )
-from tests.unit.test_store_staging import record_pwrites
+from tests.unit.store.test_staged_appends import record_pwrites
 
 
 def config(tmp_path: Path, flush: Literal["ASYNC_FLUSH", "SYNC_FLUSH"]) -> BrokerConfig:

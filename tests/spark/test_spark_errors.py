@@ -1,7 +1,7 @@
 """Clear errors for bad options, overwrite mode and a missing body.
 
 Each case costs a Spark planning round trip; the full option matrix is in
-tests/unit/test_spark_options.py.
+tests/unit/client/test_spark_options.py.
 """
 
 from __future__ import annotations

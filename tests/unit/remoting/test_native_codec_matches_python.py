@@ -43,7 +43,7 @@ pytestmark = pytest.mark.unit
 _speedups = pytest.importorskip("remoting._speedups")
 NATIVE: types.ModuleType = _header_codec.native or _header_codec.setup_native(_speedups)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SLOTS = RemotingCommand.__slots__
 MSGPACK = int(SerializeType.MSGPACK)
 

@@ -19,8 +19,8 @@ import store._flush as flush_module
 from store import MessageStore, PutMessageStatus, StoreConfig
 from store._mapped_file import MappedFile
 from store.paths import offset_to_file_name
-from tests.unit.test_flush_thread import cfg as flush_cfg
-from tests.unit.test_flush_thread import msg
+from tests.unit.store.test_sync_flush_group_commit import cfg as flush_cfg
+from tests.unit.store.test_sync_flush_group_commit import msg
 
 pytestmark = pytest.mark.skipif(
     flush_module._native is None or not hasattr(flush_module._native, "FsyncWorker"),

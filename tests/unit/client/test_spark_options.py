@@ -156,7 +156,7 @@ def test_only_client_spark_imports_pyspark_and_pyarrow() -> None:
     import ast
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     allowed = {"client/spark/source.py", "client/spark/sink.py", "client/spark/arrow.py"}
     offenders: list[str] = []
     for path in sorted((root / "client").rglob("*.py")):

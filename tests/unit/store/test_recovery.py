@@ -198,7 +198,7 @@ async def test_garbage_tail(tmp_path: Path) -> None:
 
 async def test_flipped_body_byte_in_the_last_record(tmp_path: Path) -> None:
     """Nothing valid follows the damaged record: a torn tail, truncated. (Damage followed by
-    valid records costs only itself: tests/unit/test_recovery_damage.py.)"""
+    valid records costs only itself: tests/unit/store/test_recovery_damage.py.)"""
     back = 1
     recs = await write(tmp_path, N)
     victim = recs[-back]

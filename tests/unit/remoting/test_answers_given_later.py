@@ -12,7 +12,7 @@ import trio.testing
 from remoting import FLAG_ONEWAY, Connection, InlineHandler, RemotingCommand
 from store import MessageStore, PutMessageResult, PutMessageStatus, StoreConfig
 from store.message import MessageInner
-from tests.unit.test_inline_remoting import (
+from tests.unit.remoting.test_reader_answers_inline import (
     INLINE,
     SLOW_INLINE,
     park,

@@ -13,8 +13,9 @@ deletions, duplicated slices) and fed to:
 Native and Python must agree (the same command, header or exception type and message).
 A segfault in the native code fails `test_native_decoders_survive_a_mutation_campaign`, which
 runs a seeded campaign over every native decoder in a child process (run this module as
-`python -m tests.unit.test_codec_fuzz SEED COUNT` to replay one); the in-process tests run under
-pytest's faulthandler, so a crash there also ends the run with a traceback and a failure.
+`python -m tests.unit.remoting.test_hostile_bytes SEED COUNT` to replay one); the in-process
+tests run under pytest's faulthandler, so a crash there also ends the run with a traceback and
+a failure.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ from remoting import FrameError, HeaderError, RemotingCommand, SerializeType
 from remoting._frame import py_parse_frames
 from remoting._header_codec import py_decode_header, py_encode_header
 from remoting.protocol import bodies, route
-from tests.unit import test_bodies, test_bodies_apache5, test_route_bodies
-from tests.unit.test_remoting_native import (
+from tests.unit.remoting import test_answer_bodies_apache5, test_json_bodies, test_route_bodies
+from tests.unit.remoting.test_native_codec_matches_python import (
     NATIVE,
     ROOT,
     _feed_all,
@@ -44,8 +45,8 @@ from tests.unit.test_remoting_native import (
     _same_command_outcome,
     valid_commands,
 )
-from tests.unit.test_remoting_native_headers import TABLES, field_maps
-from tests.unit.test_remoting_native_headers import _outcome as _header_outcome
+from tests.unit.remoting.test_native_header_fields_match_python import TABLES, field_maps
+from tests.unit.remoting.test_native_header_fields_match_python import _outcome as _header_outcome
 
 pytestmark = pytest.mark.unit
 
@@ -215,14 +216,14 @@ def _body_classes() -> list[type[Any]]:
 BODY_CLASSES = _body_classes()
 _REGISTER = route.RegisterBrokerBody.from_json(test_route_bodies.REGISTER_JSON)
 BODY_SEEDS = [
-    test_bodies.JAVA_HEARTBEAT,
+    test_json_bodies.JAVA_HEARTBEAT,
     test_route_bodies.ROUTE_JSON,
     test_route_bodies.REGISTER_JSON,
-    test_bodies_apache5.APACHE_ROUTE_FASTJSON,
-    test_bodies_apache5.APACHE_STATIC_ROUTE,
-    test_bodies_apache5.APACHE_CLUSTER_INFO,
-    test_bodies_apache5.APACHE_CONSUME_STATS,
-    test_bodies_apache5.APACHE_GROUP,
+    test_answer_bodies_apache5.APACHE_ROUTE_FASTJSON,
+    test_answer_bodies_apache5.APACHE_STATIC_ROUTE,
+    test_answer_bodies_apache5.APACHE_CLUSTER_INFO,
+    test_answer_bodies_apache5.APACHE_CONSUME_STATS,
+    test_answer_bodies_apache5.APACHE_GROUP,
     b'{"consumerIdList":["a@1","b@2"]}',
     b'{"offsetTable":{0:12,"1":13},"topicList":["T"],"table":{"k":"v"}}',
     b"[]",
@@ -319,7 +320,7 @@ def test_native_decoders_survive_a_mutation_campaign() -> None:
             "-X",
             "faulthandler",
             "-m",
-            "tests.unit.test_codec_fuzz",
+            "tests.unit.remoting.test_hostile_bytes",
             str(seed),
             str(_CAMPAIGN),
         ],
@@ -331,7 +332,8 @@ def test_native_decoders_survive_a_mutation_campaign() -> None:
     )
     assert proc.returncode == 0, (
         f"native decoders failed (exit {proc.returncode}) on campaign seed {seed}; replay with "
-        f"`python -m tests.unit.test_codec_fuzz {seed} {_CAMPAIGN}`\n{proc.stderr[-3000:]}"
+        f"`python -m tests.unit.remoting.test_hostile_bytes {seed} {_CAMPAIGN}`\n"
+        f"{proc.stderr[-3000:]}"
     )
     assert proc.stdout.startswith("inputs "), proc.stdout
     assert time.monotonic() - started < 60

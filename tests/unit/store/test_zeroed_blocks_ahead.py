@@ -15,8 +15,8 @@ from store import MessageStore, PutMessageStatus
 from store._mapped_file import MappedFile
 from store.commitlog import CommitLog
 from store.paths import offset_to_file_name
-from tests.unit.test_store_batch_fast_path import COMMITLOG_FILE, NOW
-from tests.unit.test_store_staging import _cfg, _msg, _staged
+from tests.unit.store.test_batch_append import COMMITLOG_FILE, NOW
+from tests.unit.store.test_staged_appends import _cfg, _msg, _staged
 
 pytestmark = pytest.mark.unit
 

@@ -3,7 +3,7 @@
 The tests that hold or fail a round from inside the thread (by patching `_sync_ranges`) run
 the Python thread (`store._flush._FsyncThread`, used when the native accelerators are not);
 the group commit logic around it is the same for the native one, which
-`test_native_fsync.py` covers."""
+`test_native_fsync_thread.py` covers."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from store.consume_queue import CQ_UNIT_SIZE
 from store.message import MessageInner, decode_record
 from store.paths import offset_to_file_name
 from store.results import AppendMessageResult
-from tests.unit.test_store_batch_fast_path import COMMITLOG_FILE, NOW, _tree
+from tests.unit.store.test_batch_append import COMMITLOG_FILE, NOW, _tree
 
 pytestmark = pytest.mark.unit
 

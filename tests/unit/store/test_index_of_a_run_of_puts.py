@@ -15,8 +15,8 @@ from store import MessageStore, PutMessageStatus
 from store._mapped_file import MappedFile
 from store.index_file import IndexService
 from store.message import MessageInner
-from tests.unit.test_store_batch_fast_path import NOW, _index_contents
-from tests.unit.test_store_staging import _cfg
+from tests.unit.store.test_batch_append import NOW, _index_contents
+from tests.unit.store.test_staged_appends import _cfg
 
 pytestmark = pytest.mark.unit
 
