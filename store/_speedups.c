@@ -1517,6 +1517,57 @@ static inline int64_t get_be64s(const unsigned char *p) {
 #define RECORD_V4_FIXED 88
 #define MIN_RECORD_SIZE 91
 
+/* The layout of one record in a pull body, as the native decoders read it. */
+typedef struct {
+    const unsigned char *r; /* the record's first byte */
+    int32_t total, sys_flag, body_len;
+    Py_ssize_t rec_end, body_start, topic_start, topic_end, props_start;
+} record_view;
+
+/* Fill `v` with the record at `offset` when it is the plain case the native decoders handle:
+ * IPv4 hosts, not compressed, V1 or V2 magic, sizes that agree with each other and fit in
+ * `end`. 0 when it is; -1 (nothing raised) when the Python decoder must take the body. */
+static int plain_record(const unsigned char *b, Py_ssize_t offset, Py_ssize_t end,
+                        record_view *v) {
+    if (end - offset < MIN_RECORD_SIZE) return -1;
+    const unsigned char *r = b + offset;
+    int32_t total = (int32_t)get_be32(r);
+    uint32_t magic = get_be32(r + 4);
+    int32_t sys_flag = (int32_t)get_be32(r + 36);
+    int32_t body_len = (int32_t)get_be32(r + 84);
+    if (sys_flag & (HOST_MASK | COMPRESSED_FLAG)) return -1;
+    if (total < MIN_RECORD_SIZE || total > end - offset || body_len < 0 ||
+        body_len > total - RECORD_V4_FIXED - 3)
+        return -1;
+    Py_ssize_t rec_end = offset + total;
+    Py_ssize_t body_start = offset + RECORD_V4_FIXED;
+    Py_ssize_t body_end = body_start + body_len;
+    Py_ssize_t topic_start, topic_end;
+    if (magic == MESSAGE_MAGIC_CODE) {
+        topic_start = body_end + 1;
+        topic_end = topic_start + b[body_end];
+    } else if (magic == MESSAGE_MAGIC_CODE_V2) {
+        topic_start = body_end + 2;
+        topic_end = topic_start + get_be16(b + body_end);
+    } else {
+        return -1;
+    }
+    Py_ssize_t props_start = topic_end + 2;
+    if (props_start > rec_end ||
+        (int16_t)get_be16(b + topic_end) != (Py_ssize_t)(rec_end - props_start))
+        return -1;
+    v->r = r;
+    v->total = total;
+    v->sys_flag = sys_flag;
+    v->body_len = body_len;
+    v->rec_end = rec_end;
+    v->body_start = body_start;
+    v->topic_start = topic_start;
+    v->topic_end = topic_end;
+    v->props_start = props_start;
+    return 0;
+}
+
 /*
  * decode_records_into(buf: bytes, cls: type, broker_name: str) -> list | None
  * The records of a pull body as new `cls` objects (not initialised: every slot named in
@@ -1547,33 +1598,13 @@ static PyObject *sp_decode_records_into(PyObject *self, PyObject *const *args,
     if (out == NULL || empty == NULL) goto fail;
     Py_ssize_t offset = 0;
     while (offset < end) {
-        if (end - offset < MIN_RECORD_SIZE) goto fallback;
-        const unsigned char *r = b + offset;
-        int32_t total = (int32_t)get_be32(r);
-        uint32_t magic = get_be32(r + 4);
-        int32_t sys_flag = (int32_t)get_be32(r + 36);
-        int32_t body_len = (int32_t)get_be32(r + 84);
-        if (sys_flag & (HOST_MASK | COMPRESSED_FLAG)) goto fallback;
-        if (total < MIN_RECORD_SIZE || total > end - offset || body_len < 0 ||
-            body_len > total - RECORD_V4_FIXED - 3)
-            goto fallback;
-        Py_ssize_t rec_end = offset + total;
-        Py_ssize_t pos = offset + RECORD_V4_FIXED;
-        Py_ssize_t body_end = pos + body_len;
-        Py_ssize_t topic_start, topic_end;
-        if (magic == MESSAGE_MAGIC_CODE) {
-            topic_start = body_end + 1;
-            topic_end = topic_start + b[body_end];
-        } else if (magic == MESSAGE_MAGIC_CODE_V2) {
-            topic_start = body_end + 2;
-            topic_end = topic_start + get_be16(b + body_end);
-        } else {
-            goto fallback;
-        }
-        Py_ssize_t props_start = topic_end + 2;
-        if (props_start > rec_end ||
-            (int16_t)get_be16(b + topic_end) != (Py_ssize_t)(rec_end - props_start))
-            goto fallback;
+        record_view rv;
+        if (plain_record(b, offset, end, &rv) < 0) goto fallback;
+        const unsigned char *r = rv.r;
+        int32_t total = rv.total, sys_flag = rv.sys_flag, body_len = rv.body_len;
+        Py_ssize_t rec_end = rv.rec_end, pos = rv.body_start;
+        Py_ssize_t topic_start = rv.topic_start, topic_end = rv.topic_end;
+        Py_ssize_t props_start = rv.props_start;
         for (Py_ssize_t k = props_start; k < rec_end; k++)
             if (b[k] & 0x80) goto fallback; /* non-ASCII: the Python path checks the UTF-8 */
         Py_ssize_t tlen = topic_end - topic_start;
@@ -2233,32 +2264,13 @@ static PyObject *sp_decode_records_columns(PyObject *self, PyObject *const *args
         goto done;
     Py_ssize_t offset = 0;
     while (offset < end) {
-        if (end - offset < MIN_RECORD_SIZE) goto fall;
-        const unsigned char *r = b + offset;
-        int32_t total = (int32_t)get_be32(r);
-        uint32_t magic = get_be32(r + 4);
-        int32_t sys_flag = (int32_t)get_be32(r + 36);
-        int32_t body_len = (int32_t)get_be32(r + 84);
-        if (sys_flag & (HOST_MASK | COMPRESSED_FLAG)) goto fall;
-        if (total < MIN_RECORD_SIZE || total > end - offset || body_len < 0 ||
-            body_len > total - RECORD_V4_FIXED - 3)
-            goto fall;
+        record_view rv;
+        if (plain_record(b, offset, end, &rv) < 0) goto fall;
+        const unsigned char *r = rv.r;
         int64_t qoff = get_be64s(r + 20);
         if (qoff >= end_offset) break;
-        Py_ssize_t rec_end = offset + total;
-        Py_ssize_t pos = offset + RECORD_V4_FIXED;
-        Py_ssize_t body_end = pos + body_len;
-        Py_ssize_t topic_end;
-        if (magic == MESSAGE_MAGIC_CODE)
-            topic_end = body_end + 1 + b[body_end];
-        else if (magic == MESSAGE_MAGIC_CODE_V2)
-            topic_end = body_end + 2 + get_be16(b + body_end);
-        else
-            goto fall;
-        Py_ssize_t props_start = topic_end + 2;
-        if (props_start > rec_end ||
-            (int16_t)get_be16(b + topic_end) != (Py_ssize_t)(rec_end - props_start))
-            goto fall;
+        int32_t body_len = rv.body_len;
+        Py_ssize_t rec_end = rv.rec_end, pos = rv.body_start, props_start = rv.props_start;
         /* Properties: "name\x01value\x02...", segments without a name or value skipped (as
          * decode_properties). Up to 64 per record are checked for a repeated name. */
         const unsigned char *uniq = NULL, *keys = NULL, *tags = NULL;
