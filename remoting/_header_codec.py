@@ -107,12 +107,20 @@ def _json_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
+def _int_literal(value: str, key: str) -> int:
+    # Header fields are Java ints: a literal longer than any 64-bit number is refused here
+    # (int() would raise ValueError past 4,300 digits, and that must stay a FrameError).
+    if len(value) > 20:
+        raise FrameError(f"JSON header field {key!r} is out of range: {value:.40}...")
+    return int(value)
+
+
 def _json_int(obj: dict[str, Any], key: str, default: int) -> int:
     value = obj.get(key)
     if value is None:
         return default
     if type(value) is _JsonInt:
-        return int(value)
+        return _int_literal(value, key)
     if type(value) is str and _DIGITS.fullmatch(value):
         # fastjson reads "12" into an int field too.
         return int(value)
@@ -125,7 +133,7 @@ def _json_language(value: object) -> int:
     if type(value) is str:
         return _LANG_BY_NAME.get(value, _LANG_OTHER)
     if type(value) is _JsonInt:
-        number = int(value)
+        number = _int_literal(value, "language")
         return number if number in _LANG_VALID else _LANG_OTHER
     raise FrameError(f"JSON header field 'language' is neither a name nor a number: {value!r:.40}")
 

@@ -563,3 +563,35 @@ async def test_a_failing_on_bound_stops_the_server_before_it_serves() -> None:
         await server.run(on_bound=bound)
     with pytest.raises(OSError):  # the listener was closed: nothing accepts any more
         await trio.open_tcp_stream("127.0.0.1", server.port)
+
+
+async def test_a_decoder_defect_costs_one_connection_not_the_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Any exception but FrameError out of the decoder is a defect; the bytes that trigger one
+    # are unknown by definition, so one is injected for frames carrying a marker.
+    class Defective(FrameDecoder):
+        def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
+            if b"DEFECT" in bytes(data):
+                raise ValueError("decoder defect")
+            return super().feed(data)
+
+    monkeypatch.setattr("remoting._connection.FrameDecoder", Defective)
+    server = RemotingServer()
+
+    async def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response()
+
+    server.register_processor(ECHO, echo)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(server.run)
+        hostile = await trio.open_tcp_stream("127.0.0.1", port)
+        async with hostile:
+            bad = RemotingCommand.request(ECHO, {"x": "DEFECT"})
+            await hostile.send_all(bytes(encode_frame(bad)))
+            with trio.fail_after(5):
+                assert await hostile.receive_some(1024) == b""  # closed by the server
+        async with RemotingClient() as client:  # the server still serves others
+            resp = await client.invoke(f"127.0.0.1:{port}", RemotingCommand.request(ECHO), 5000)
+            assert resp.code == ResponseCode.SUCCESS
+        nursery.cancel_scope.cancel()

@@ -168,6 +168,10 @@ def test_json_missing_fields_default_and_unknown_fields_are_ignored() -> None:
         b'{"code":1,"language":[]}',
         b"\xff\xfe",
         b"[" * 100000,
+        # Integers past int()'s 4,300-digit limit in every int field (not a ValueError).
+        *(b'{"%s":%s}' % (k, b"9" * 5000) for k in (b"code", b"opaque", b"flag", b"version")),
+        b'{"code":1,"language":%s}' % (b"1" * 5000),
+        b'{"code":-%s}' % (b"1" * 21),
     ],
 )
 def test_json_malformed_headers_raise_frame_error(text: bytes) -> None:
