@@ -503,25 +503,18 @@ class Producer:
             SendFailedError: every attempt failed; `__cause__` is the last error.
             remoting.RemoteError: the broker refused the message (not retryable).
         """
+        req = self._single(msg, timeout_ms, self.config.retry_times_when_send_failed)
+        if queue is not None or selector is not None or sharding_key is not None:
+            req.fixed = self._fixed_chooser(msg, queue, selector, arg, sharding_key)
+        return await self._send_with_retries(req)
+
+    def _single(self, msg: Message, timeout_ms: int | None, retries: int) -> _Send:
+        """One message validated and encoded for sending, to any queue (set `fixed` after);
+        raises what `_prepare` raises."""
         body, sys_flag, properties, uniq = self._prepare(msg)
-        fixed = (
-            None
-            if queue is None and selector is None and sharding_key is None
-            else self._fixed_chooser(msg, queue, selector, arg, sharding_key)
-        )
-        return await self._send_with_retries(
-            _Send(
-                msg.topic,
-                body,
-                sys_flag,
-                msg.flag,
-                properties,
-                uniq,
-                False,
-                (timeout_ms or self.config.send_timeout_ms) / 1000,
-                fixed,
-                self.config.retry_times_when_send_failed,
-            )
+        timeout_s = (timeout_ms or self.config.send_timeout_ms) / 1000
+        return _Send(
+            msg.topic, body, sys_flag, msg.flag, properties, uniq, False, timeout_s, None, retries
         )
 
     def _fixed_chooser(
@@ -569,8 +562,8 @@ class Producer:
         """
         if self._nursery is None:
             raise ClientClosedError("producer is not started")
-        body, sys_flag, properties, uniq = self._prepare(msg)
-        fixed = self._fixed_chooser(msg, queue, None, None, sharding_key)
+        req = self._single(msg, timeout_ms, self.config.retry_times_when_send_async_failed)
+        req.fixed = self._fixed_chooser(msg, queue, None, None, sharding_key)
         fut = SendFuture()
         self._pending_async += 1
         self._idle = trio.Event() if self._idle.is_set() else self._idle
@@ -579,20 +572,7 @@ class Producer:
             result: SendResult | None = None
             error: BaseException | None = None
             try:
-                result = await self._send_with_retries(
-                    _Send(
-                        msg.topic,
-                        body,
-                        sys_flag,
-                        msg.flag,
-                        properties,
-                        uniq,
-                        False,
-                        (timeout_ms or self.config.send_timeout_ms) / 1000,
-                        fixed,
-                        self.config.retry_times_when_send_async_failed,
-                    )
-                )
+                result = await self._send_with_retries(req)
             except Exception as exc:
                 error = exc
             finally:
