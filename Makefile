@@ -17,9 +17,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# The C accelerators (store/_speedups.c, remoting/_speedups.c) are built in place by the
+# The C accelerators (common/speedups.c, remoting/_speedups.c) are built in place by the
 # editable install: a changed .c file reinstalls too.
-NATIVE_SOURCES := $(wildcard store/_speedups.c remoting/_speedups.c)
+NATIVE_SOURCES := $(wildcard common/speedups.c remoting/_speedups.c)
 
 $(RUN_STAMP): pyproject.toml $(NATIVE_SOURCES) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .

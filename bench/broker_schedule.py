@@ -21,8 +21,8 @@ from pathlib import Path
 import trio
 
 from broker.schedule import ScheduleService, parse_delay_levels, wall_ms
+from common.message import MessageInner, decode_records
 from store import MessageStore, StoreConfig
-from store.message import MessageInner, decode_records
 
 HOST = ("127.0.0.1", 10911)
 

@@ -22,9 +22,9 @@ import trio
 from rich.console import Console
 from rich.table import Table
 
+from common.message import BatchItem, encode_batch_body, encode_properties
 from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from remoting.protocol.headers import PullMessageRequestHeader, SendMessageRequestHeader
-from store.message import BatchItem, encode_batch_body, encode_properties
 
 BIN = Path(sys.executable).parent
 

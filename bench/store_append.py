@@ -27,8 +27,8 @@ import trio
 from rich.console import Console
 from rich.table import Table
 
+from common.message import MessageInner, encode_record
 from store import MessageStore, PutMessageStatus, StoreConfig
-from store.message import MessageInner, encode_record
 
 BODY = b"x" * 1024
 TOPIC = "Bench"

@@ -43,10 +43,10 @@ from broker.schedule import ScheduleService, parse_delay_levels
 from broker.subscription_manager import SubscriptionManager
 from broker.topic_manager import SCHEDULE_TOPIC, TopicManager
 from broker.transaction import TransactionService
+from common.message import NATIVE as _STORE_NATIVE
 from remoting import NATIVE_CODEC, Connection, RemotingClient, RemotingServer, SerializeType
 from remoting.codes import RequestCode as R
 from store import MessageStore, StoreClosedError
-from store.message import NATIVE as _STORE_NATIVE
 
 log = structlog.get_logger()
 

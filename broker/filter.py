@@ -11,8 +11,8 @@ from common.filter import (
     parse_tag_expression,
 )
 from common.hashing import to_int32
+from common.message import java_string_hash
 from remoting.protocol.bodies import SubscriptionData
-from store.message import java_string_hash
 
 __all__ = [
     "SUB_ALL",

@@ -46,10 +46,7 @@ import trio
 
 from broker._persist import CONFIG_DIR, read_json_file, write_atomically
 from broker.topic_manager import TIMER_TOPIC
-from common.schedule import SCHEDULE_TOPIC, clamp_level
-from common.schedule import parse_delay_levels as parse_delay_levels  # re-exported
-from remoting.protocol.bodies import dumps
-from store.message import (
+from common.message import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
@@ -58,6 +55,9 @@ from store.message import (
     MessageInner,
     decode_record,
 )
+from common.schedule import SCHEDULE_TOPIC, clamp_level
+from common.schedule import parse_delay_levels as parse_delay_levels  # re-exported
+from remoting.protocol.bodies import dumps
 from store.results import GetMessageStatus
 
 if TYPE_CHECKING:

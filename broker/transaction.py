@@ -31,9 +31,7 @@ import trio
 from broker.consumer_manager import ClientChannelInfo
 from broker.schedule import real_message
 from broker.topic_manager import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from remoting import RemotingCommand, RequestCode, SerializeType
-from remoting.protocol.headers import CheckTransactionStateRequestHeader
-from store.message import (
+from common.message import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QID,
@@ -51,6 +49,8 @@ from store.message import (
     decode_record,
     encode_record,
 )
+from remoting import RemotingCommand, RequestCode, SerializeType
+from remoting.protocol.headers import CheckTransactionStateRequestHeader
 from store.results import GetMessageStatus, PutMessageResult
 
 if TYPE_CHECKING:

@@ -25,6 +25,7 @@ from client.message import (
     decode_pull_body,
     new_send_result,
 )
+from common.message import MessageDecodeError
 
 # The pull sys flags are common.pull's, re-exported: client.consumer, client.admin and
 # client.spark import them from here.
@@ -42,7 +43,6 @@ from remoting.errors import (
 )
 from remoting.protocol import bodies, headers
 from remoting.protocol.route import ClusterInfo, TopicRouteData
-from store.message import MessageDecodeError
 
 log = structlog.get_logger()
 

@@ -24,12 +24,7 @@ from client.message import (
 )
 from client.producer import Producer
 from client.route import MASTER_ID, master_addr, subscribe_queues
-from remoting.codes import ResponseCode
-from remoting.errors import RemoteError
-from remoting.protocol import bodies
-from remoting.protocol.headers import PullMessageRequestHeader
-from remoting.protocol.route import ClusterInfo, TopicRouteData
-from store.message import (
+from common.message import (
     PROPERTY_CONSUME_START_TIMESTAMP,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_MAX_OFFSET,
@@ -45,6 +40,11 @@ from store.message import (
     MessageDecodeError,
     decode_offset_msg_id,
 )
+from remoting.codes import ResponseCode
+from remoting.errors import RemoteError
+from remoting.protocol import bodies
+from remoting.protocol.headers import PullMessageRequestHeader
+from remoting.protocol.route import ClusterInfo, TopicRouteData
 
 log = structlog.get_logger()
 

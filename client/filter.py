@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from common.filter import EXPRESSION_TYPE_TAG, SUB_ALL, SubscriptionParseError, parse_tag_expression
 
 # Native when built: the producer's hash selector hashes a key on every send.
-from store.message import java_string_hash
+from common.message import java_string_hash
 
 __all__ = [
     "EXPRESSION_TYPE_TAG",

@@ -32,12 +32,12 @@ from client.route import (
     broker_addr_table,
     subscribe_queues,
 )
+from common.message import PROPERTY_PRODUCER_GROUP
 from remoting import RemotingClient, RemotingCommand
 from remoting.codes import RequestCode, ResponseCode, SerializeType
 from remoting.logs import configure_logging_if_unset
 from remoting.protocol import bodies, headers
 from remoting.protocol.route import TopicRouteData
-from store.message import PROPERTY_PRODUCER_GROUP
 
 if TYPE_CHECKING:
     from client.producer import Producer

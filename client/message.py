@@ -16,9 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from client.errors import MessageValidationError
-from common.message_queue import MessageQueue as MessageQueue
-from common.schedule import SCHEDULE_TOPIC
-from store.message import (
+from common.message import (
     COMPRESSED_FLAG,
     COMPRESSION_TYPE_MASK,
     COMPRESSION_ZLIB,
@@ -43,7 +41,9 @@ from store.message import (
     decode_records,
     decode_records_into,
 )
-from store.message import MessageExt as StoreMessageExt
+from common.message import MessageExt as StoreMessageExt
+from common.message_queue import MessageQueue as MessageQueue
+from common.schedule import SCHEDULE_TOPIC
 
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
 
@@ -389,7 +389,7 @@ class MessageExt(Message):
         """The consumer view of a decoded record (body inflated if compressed).
 
         Raises:
-            store.message.MessageDecodeError: corrupt or unsupported compressed body.
+            common.message.MessageDecodeError: corrupt or unsupported compressed body.
         """
         born_ip, born_port = ext.born_host
         store_ip, store_port = ext.store_host
@@ -524,7 +524,7 @@ def decode_pull_body(
     when read).
 
     Raises:
-        store.message.MessageDecodeError: malformed records or a bad compressed body.
+        common.message.MessageDecodeError: malformed records or a bad compressed body.
     """
     if type(body) is not bytes:
         body = bytes(body)

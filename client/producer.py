@@ -33,10 +33,7 @@ from client.message import (
     validate_message,
 )
 from client.route import TopicPublishInfo
-from remoting.codes import ResponseCode
-from remoting.errors import RemotingTimeoutError
-from remoting.protocol.headers import SendMessageRequestHeader, send_request_fields_v2
-from store.message import (
+from common.message import (
     COMPRESSED_FLAG,
     COMPRESSION_ZLIB,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -52,6 +49,9 @@ from store.message import (
     encode_batch_body,
     encode_properties,
 )
+from remoting.codes import ResponseCode
+from remoting.errors import RemotingTimeoutError
+from remoting.protocol.headers import SendMessageRequestHeader, send_request_fields_v2
 
 log = structlog.get_logger()
 

@@ -23,13 +23,7 @@ from client.errors import MQClientError
 from client.instance import ClientInstance
 from client.message import Message, MessageExt, SendResult, SendStatus
 from client.producer import DEFAULT_PRODUCER_GROUP, Producer
-from remoting import RemotingCommand
-from remoting.codes import RequestCode
-from remoting.protocol.headers import (
-    CheckTransactionStateRequestHeader,
-    EndTransactionRequestHeader,
-)
-from store.message import (
+from common.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_TRANSACTION_PREPARED,
@@ -37,6 +31,12 @@ from store.message import (
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     decode_offset_msg_id,
+)
+from remoting import RemotingCommand
+from remoting.codes import RequestCode
+from remoting.protocol.headers import (
+    CheckTransactionStateRequestHeader,
+    EndTransactionRequestHeader,
 )
 
 log = structlog.get_logger()

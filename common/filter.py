@@ -65,7 +65,7 @@ def parse_tag_expression(
     Args:
         expression: the expression, e.g. "TagA || TagB".
         hash_tag: computes a tag's code; it must equal Java's ``String.hashCode()``. Callers that
-            may import the store pass its native `store.message.java_string_hash`.
+            may import the store pass its native `common.message.java_string_hash`.
 
     Returns:
         The expression's `TagExpression`.

@@ -3,8 +3,8 @@
 RocketMQ stores and compares these values (consume-queue tag codes, index slots, queue
 selection by key), so a Python peer must compute exactly what the JVM computes.
 
-This is the pure-Python reference. `store.message.java_string_hash` is the same function, native
-when `store._speedups` is built; code that may import the store and hashes per message uses that.
+This is the pure-Python reference. `common.message.java_string_hash` is the same function, native
+when `common.speedups` is built; code that may import the store and hashes per message uses that.
 """
 
 from __future__ import annotations

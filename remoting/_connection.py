@@ -646,12 +646,7 @@ class Connection:
             except Exception as exc:
                 # A decoder defect: it costs this connection, never the server's other ones.
                 self._close_reason = f"undecodable frame: {type(exc).__name__}: {exc}"
-                log.error(
-                    "remoting_decoder_error",
-                    peer=self.remote_address,
-                    conn=self.id,
-                    error=f"{type(exc).__name__}: {exc}",
-                )
+                log.exception("remoting_decoder_error", peer=self.remote_address, conn=self.id)
                 return
             if partial is not None and decoder.buffered != self._partial_held:
                 held = decoder.buffered

@@ -1,12 +1,11 @@
 """trimq's message store: commitlog, consume queues, index, recovery, flush and cleanup.
 
 The broker uses `MessageStore` (``async with MessageStore(StoreConfig(...)) as store``), the
-result types of `store.results` and the record codec of `store.message`.
+result types of `store.results` and the record codec of `common.message`.
 
-The names below are imported on first use (PEP 562): clients import only the record codec
-(`store.message`), and importing a submodule runs this file first, so eager imports here would
-load the whole engine (pydantic config, trio, structlog: a slow import) into every client
-process and every Spark Python worker.
+The names below are imported on first use (PEP 562): importing a submodule runs this file
+first, so eager imports here would load the whole engine (pydantic config, trio, structlog: a
+slow import) into every tool that needs one store module.
 """
 
 from __future__ import annotations

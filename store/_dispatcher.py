@@ -15,11 +15,11 @@ from pathlib import Path
 
 import structlog
 
+from common.message import PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, DispatchRequest
 from common.schedule import SCHEDULE_TOPIC, level_delivery_ms, parse_delay_levels
 from store.commitlog import DispatchBatch, is_not_queued
 from store.consume_queue import ConsumeQueue
 from store.index_file import IndexService
-from store.message import PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, DispatchRequest
 
 # parse_delay_levels is common.schedule's, re-exported: store.message_store imports it from here.
 __all__ = ["SCHEDULE_TOPIC", "ArrivalListener", "Dispatcher", "parse_delay_levels"]

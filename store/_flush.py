@@ -27,19 +27,19 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import trio
 
+from common.message import NATIVE
 from store._mapped_file import ZERO_PIECE, MappedFile, is_out_of_space
 from store._mapped_file_queue import MappedFileQueue
 from store.commitlog import CommitLog
 from store.config import StoreConfig
 from store.consume_queue import ConsumeQueue
-from store.message import NATIVE
 
 if TYPE_CHECKING:
-    from store._speedups import FsyncWorker
+    from common.speedups import FsyncWorker
 
-_native: Any = None  # store._speedups when in use (its FsyncWorker is Linux only)
+_native: Any = None  # common.speedups when in use (its FsyncWorker is Linux only)
 if NATIVE:
-    import store._speedups as _native
+    import common.speedups as _native
 
 __all__ = ["FlushService"]
 
@@ -234,7 +234,7 @@ class _NativeRound(_Round):
 
 
 class _NativeFsyncThread:
-    """`_FsyncThread` with the thread in C (`store._speedups.FsyncWorker`): it syncs a round's
+    """`_FsyncThread` with the thread in C (`common.speedups.FsyncWorker`): it syncs a round's
     ranges, and signals an eventfd, without ever taking the GIL.
 
     A Python thread needs the GIL after every msync and again to hand the end to trio; the

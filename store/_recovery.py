@@ -26,10 +26,7 @@ from pathlib import Path
 
 import structlog
 
-from store._mapped_file import MappedFile
-from store.commitlog import CommitLog
-from store.index_file import IndexFile, IndexService, key_hash, uniq_key_hash
-from store.message import (
+from common.message import (
     BLANK_MAGIC_CODE,
     BLANK_RECORD_SIZE,
     BORNHOST_V6_FLAG,
@@ -43,6 +40,9 @@ from store.message import (
     DispatchStatus,
     check_record,
 )
+from store._mapped_file import MappedFile
+from store.commitlog import CommitLog
+from store.index_file import IndexFile, IndexService, key_hash, uniq_key_hash
 from store.paths import offset_to_file_name
 
 __all__ = [

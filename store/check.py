@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from common.message import DEFAULT_MAX_RECORD_SIZE
 from store._recovery import REBUILD_MARKER, DamagedRegion, scan_commitlog
 from store.consume_queue import CQ_UNIT_SIZE, GAP_UNIT_SIZE
 from store.index_file import HEADER_SIZE
-from store.message import DEFAULT_MAX_RECORD_SIZE
 from store.paths import (
     abort_path,
     commitlog_dir,

@@ -14,9 +14,7 @@ from pathlib import Path
 
 import structlog
 
-from store._mapped_file import MappedFile
-from store._mapped_file_queue import MappedFileQueue
-from store.message import (
+from common.message import (
     BLANK_RECORD_SIZE,
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_SIZE,
@@ -38,11 +36,13 @@ from store.message import (
     patch_records,
     store_timestamp_pos,
 )
+from store._mapped_file import MappedFile
+from store._mapped_file_queue import MappedFileQueue
 from store.paths import commitlog_dir
 from store.results import AppendMessageResult
 
 if NATIVE:
-    import store._speedups as _sp
+    import common.speedups as _sp
 
 __all__ = ["CommitLog", "DispatchBatch", "is_not_queued"]
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import structlog
 
+from common.message import NATIVE
 from store._mapped_file import MappedFile
 from store._mapped_file_queue import MappedFileQueue
-from store.message import NATIVE
 from store.paths import consume_queue_dir
 
 if NATIVE:
-    import store._speedups as _sp
+    import common.speedups as _sp
 
 __all__ = ["CQ_UNIT_SIZE", "GAP_UNIT_SIZE", "ConsumeQueue"]
 

@@ -33,11 +33,11 @@ from pathlib import Path
 
 import structlog
 
-from store.message import NATIVE, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, DispatchRequest
-from store.message import java_string_hash as _java_hash
+from common.message import NATIVE, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, DispatchRequest
+from common.message import java_string_hash as _java_hash
 
 if NATIVE:
-    import store._speedups as _sp
+    import common.speedups as _sp
 
 __all__ = [
     "ENTRY_SIZE",

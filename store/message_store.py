@@ -29,6 +29,16 @@ from types import TracebackType
 import structlog
 import trio
 
+from common.message import (
+    PROPERTY_WAIT,
+    DispatchRequest,
+    MessageDecodeError,
+    MessageEncodeError,
+    MessageExt,
+    MessageInner,
+    PropertiesSizeExceededError,
+    decode_record,
+)
 from store._cleanup import CleanupService, Clock, DiskUsage, NeededOffset
 from store._disk import METADATA_HEADROOM, DiskMonitor
 from store._dispatcher import ArrivalListener, Dispatcher, parse_delay_levels
@@ -50,16 +60,6 @@ from store.config import StoreConfig
 from store.consume_queue import CQ_UNIT_SIZE, GAP_UNIT_SIZE, ConsumeQueue
 from store.errors import StoreClosedError, StoreLockedError, StorePathError
 from store.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexService
-from store.message import (
-    PROPERTY_WAIT,
-    DispatchRequest,
-    MessageDecodeError,
-    MessageEncodeError,
-    MessageExt,
-    MessageInner,
-    PropertiesSizeExceededError,
-    decode_record,
-)
 from store.paths import (
     abort_path,
     checkpoint_path,

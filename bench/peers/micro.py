@@ -11,19 +11,19 @@ running the peers harness. Cases:
   java_string_hash    `topic#<32-hex UNIQ_KEY>` hash
   build_index         IndexService.build_index of a record with a UNIQ_KEY
   encode_record       encode_record_template of a 1 KiB message with TAGS/UNIQ_KEY/WAIT
-  encode_records32    store.message.encode_records of 32 such messages, properties string
+  encode_records32    common.message.encode_records of 32 such messages, properties string
                       already set as the broker sets it (cost per message)
   build_index32       IndexService.build_index_batch of 32 records with a UNIQ_KEY (per message)
-  decode_batch32      store.message.decode_batch_body of a 32-message SEND_BATCH body (per msg)
+  decode_batch32      common.message.decode_batch_body of a 32-message SEND_BATCH body (per msg)
   batch_messages32    broker.processors.send.build_batch_messages: the send_batch loop that turns
                       the 32 decoded items into MessageInner objects (per message)
-  patch_records32     store.message.patch_records of 32 encoded records (per record)
-  body_crc1k          store.message.body_crc of a 1 KiB body
+  patch_records32     common.message.patch_records of 32 encoded records (per record)
+  body_crc1k          common.message.body_crc of a 1 KiB body
   (The store's native versions are used unless TRIMQ_NO_NATIVE=1: run both for an A/B.)
   put_single          MessageStore.put_messages of one message (ASYNC_FLUSH, index on)
   put_batch32         the same, 32 messages per call (cost per message)
   get_message32       MessageStore.get_message, 32 per call (cost per message)
-  decode_records32    store.message.decode_records of a 32-message pull body (client side)
+  decode_records32    common.message.decode_records of a 32-message pull body (client side)
   client_decode32     client._api.decode_messages of the same body (consumer MessageExt objects,
                       body and store timestamp read, as a listener would)
   process_queue32     ProcessQueue put + span/commit + remove of 32-message batches, 512 in flight
@@ -58,11 +58,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import trio
 
-from remoting import FrameDecoder, RemotingCommand, RequestCode, encode_frame
-from remoting.protocol.headers import SendMessageRequestHeader
-from store import MessageStore, StoreConfig
-from store.index_file import IndexService
-from store.message import (
+from common.message import (
     MessageInner,
     UniqKeyGenerator,
     decode_records,
@@ -70,6 +66,10 @@ from store.message import (
     encode_record_template,
     java_string_hash,
 )
+from remoting import FrameDecoder, RemotingCommand, RequestCode, encode_frame
+from remoting.protocol.headers import SendMessageRequestHeader
+from store import MessageStore, StoreConfig
+from store.index_file import IndexService
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
@@ -166,7 +166,7 @@ def case_encode_record(n: int) -> None:
 
 
 def case_encode_records32(n: int) -> None:
-    from store.message import encode_records
+    from common.message import encode_records
 
     groups = [[_msg() for _ in range(32)] for _ in range(32)]
     for group in groups:
@@ -192,7 +192,7 @@ def case_build_index32(root: Path, n: int) -> float:
 
 
 def case_decode_batch32(n: int) -> None:
-    from store.message import BatchItem, decode_batch_body, encode_batch_body
+    from common.message import BatchItem, decode_batch_body, encode_batch_body
 
     body = encode_batch_body(BatchItem(0, BODY, encode_properties(_props())) for _ in range(32))
     for _ in range(n // 32):
@@ -201,7 +201,7 @@ def case_decode_batch32(n: int) -> None:
 
 def case_batch_messages32(n: int) -> None:
     from broker.processors.send import build_batch_messages, reuse_properties
-    from store.message import BatchItem, decode_batch_body, encode_batch_body
+    from common.message import BatchItem, decode_batch_body, encode_batch_body
 
     body = encode_batch_body(
         BatchItem(0, BODY, encode_properties({"TAGS": "TagA", "UNIQ_KEY": UNIQ.next()}))
@@ -232,7 +232,7 @@ def case_batch_messages32(n: int) -> None:
 
 
 def case_patch_records32(n: int) -> None:
-    from store.message import encode_records, patch_records
+    from common.message import encode_records, patch_records
 
     records = encode_records([_msg() for _ in range(32)])
     for i in range(n // 32):
@@ -240,7 +240,7 @@ def case_patch_records32(n: int) -> None:
 
 
 def case_body_crc1k(n: int) -> None:
-    from store.message import body_crc
+    from common.message import body_crc
 
     for _ in range(n):
         body_crc(BODY)
@@ -304,7 +304,7 @@ def case_build_index(root: Path, n: int) -> float:
                     reqs.append(res.append.phy_offsets[0])
 
         trio.run(make)
-    from store.message import DispatchRequest, DispatchStatus
+    from common.message import DispatchRequest, DispatchStatus
 
     base = [
         DispatchRequest(
@@ -335,7 +335,7 @@ def case_build_index(root: Path, n: int) -> float:
 
 
 def case_decode_records(n: int) -> None:
-    from store.message import encode_record
+    from common.message import encode_record
 
     body = b"".join(bytes(encode_record(_msg(), i, i * 1200, 1)) for i in range(32))
     for _ in range(n // 32):
@@ -344,7 +344,7 @@ def case_decode_records(n: int) -> None:
 
 
 def _pull_body32() -> bytes:
-    from store.message import encode_record
+    from common.message import encode_record
 
     return b"".join(bytes(encode_record(_msg(), i, i * 1200, 1)) for i in range(32))
 
@@ -598,7 +598,7 @@ async def _send_run16(root: Path, n: int) -> float:
 
 
 def _send_batch_request() -> RemotingCommand:
-    from store.message import BatchItem, encode_batch_body
+    from common.message import BatchItem, encode_batch_body
 
     hdr = SendMessageRequestHeader(
         producer_group="PG",

@@ -16,14 +16,14 @@ import structlog
 
 from broker.processors._common import error, guarded
 from broker.transaction import committed_message
-from remoting import Connection, RemotingCommand, ResponseCode
-from remoting.protocol.headers import EndTransactionRequestHeader
-from store.message import (
+from common.message import (
     PROPERTY_PRODUCER_GROUP,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
 )
+from remoting import Connection, RemotingCommand, ResponseCode
+from remoting.protocol.headers import EndTransactionRequestHeader
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController

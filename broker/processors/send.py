@@ -30,10 +30,7 @@ from broker.topic_manager import (
     validate_topic,
 )
 from broker.transaction import is_transactional, prepare
-from remoting import Connection, RemotingCommand, RequestCode, ResponseCode
-from remoting.protocol.headers import SendMessageRequestHeader
-from remoting.protocol.route import TopicConfig
-from store.message import (
+from common.message import (
     MULTI_TAGS_FLAG,
     NAME_VALUE_SEPARATOR,
     PROPERTY_CLUSTER,
@@ -50,6 +47,9 @@ from store.message import (
     encode_properties,
     native_build_batch_messages,
 )
+from remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+from remoting.protocol.headers import SendMessageRequestHeader
+from remoting.protocol.route import TopicConfig
 from store.results import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:

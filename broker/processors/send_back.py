@@ -25,15 +25,15 @@ from broker.topic_manager import (
     RETRY_GROUP_TOPIC_PREFIX,
     is_writeable,
 )
-from remoting import Connection, RemotingCommand, ResponseCode
-from remoting.protocol.headers import ConsumerSendMsgBackRequestHeader
-from store.message import (
+from common.message import (
     PROPERTY_DELAY,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_WAIT,
     MessageInner,
 )
+from remoting import Connection, RemotingCommand, ResponseCode
+from remoting.protocol.headers import ConsumerSendMsgBackRequestHeader
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController

@@ -52,11 +52,11 @@ from client.message import (
     check_topic,
     put_properties_lazily,
 )
+from common.message import PROPERTY_MAX_OFFSET, PROPERTY_MIN_OFFSET
 from remoting.codes import ResponseCode
 from remoting.errors import RemoteError
 from remoting.protocol import bodies
 from remoting.protocol.headers import PullMessageRequestHeader
-from store.message import PROPERTY_MAX_OFFSET, PROPERTY_MIN_OFFSET
 
 log = structlog.get_logger()
 

@@ -34,7 +34,7 @@ from client.errors import MQClientError
 from client.filter import parse_subscription
 from client.instance import ClientInstance
 from client.message import Message, MessageExt, MessageQueue, put_properties_lazily
-from store.message import (
+from common.message import (
     PROPERTY_CONSUME_START_TIMESTAMP,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_MAX_RECONSUME_TIMES,

@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 
 from client.message import SYSTEM_PROPERTIES, Message
-from store.message import (
+from common.message import (
     COMPRESSED_FLAG,
     PROPERTY_KEYS,
     PROPERTY_TAGS,

@@ -46,7 +46,7 @@ from client import (
     PullConsumer,
     SendStatus,
 )
-from store.message import decode_batch_body
+from common.message import decode_batch_body
 from tests.compat.conftest import Cluster, CppClient
 from tests.integration.client_support import create_topic, fast_config
 

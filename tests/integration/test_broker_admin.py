@@ -10,6 +10,7 @@ import trio
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
+from common.message import decode_offset_msg_id, decode_records
 from remoting import (
     Connection,
     RemotingClient,
@@ -30,7 +31,6 @@ from remoting.protocol.bodies import (
     TopicStatsTable,
 )
 from remoting.protocol.route import TopicConfigSerializeWrapper, TopicRouteData
-from store.message import decode_offset_msg_id, decode_records
 from tests.helpers import free_port, json_request, wait_until
 from tests.integration.procs import BrokerProc, NamesrvProc
 from tests.integration.test_broker_process import (

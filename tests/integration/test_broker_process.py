@@ -12,6 +12,15 @@ from typing import Any
 import pytest
 import trio
 
+from common.message import (
+    BatchItem,
+    create_offset_msg_id,
+    decode_offset_msg_id,
+    decode_records,
+    encode_batch_body,
+    encode_properties,
+    java_string_hash,
+)
 from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, SerializeType
 from remoting.protocol.bodies import (
     ConsumerData,
@@ -23,15 +32,6 @@ from remoting.protocol.bodies import (
 )
 from remoting.protocol.headers import PullMessageRequestHeader, SendMessageRequestHeader
 from remoting.protocol.route import TopicRouteData
-from store.message import (
-    BatchItem,
-    create_offset_msg_id,
-    decode_offset_msg_id,
-    decode_records,
-    encode_batch_body,
-    encode_properties,
-    java_string_hash,
-)
 from tests.integration.procs import BrokerProc, NamesrvProc
 
 # Small files so tests stay light (the store rolls files at these sizes).

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import pytest
 import trio
 
+from common.message import MessageExt, decode_offset_msg_id, decode_records, encode_properties
 from remoting import Connection, RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from remoting.protocol.bodies import (
     HeartbeatData,
@@ -26,7 +27,6 @@ from remoting.protocol.headers import (
     PullMessageRequestHeader,
     SendMessageRequestHeader,
 )
-from store.message import MessageExt, decode_offset_msg_id, decode_records, encode_properties
 from tests.helpers import wait_until
 from tests.integration.procs import BrokerProc, NamesrvProc
 

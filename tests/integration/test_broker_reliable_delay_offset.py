@@ -10,9 +10,9 @@ from collections.abc import Callable
 import pytest
 import trio
 
+from common.message import encode_properties
 from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from remoting.protocol.headers import SendMessageRequestHeader
-from store.message import encode_properties
 from tests.helpers import wait_until
 from tests.integration.procs import BrokerProc, NamesrvProc
 

@@ -11,14 +11,14 @@ import trio
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
-from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
-from store.message import (
+from common.message import (
     BatchItem,
     decode_properties,
     decode_records,
     encode_batch_body,
     encode_properties,
 )
+from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from store.paths import consume_queue_dir
 from tests.helpers import free_port, wait_until
 from tests.integration.test_broker_process import send_request

@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 import trio
 
+from common.message import BatchItem, decode_records, encode_batch_body
 from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, SerializeType
 from remoting.errors import RemotingError
-from store.message import BatchItem, decode_records, encode_batch_body
 from tests.integration.procs import BrokerProc
 from tests.integration.test_broker_process import PULL_SUBSCRIPTION, pull_request, send_request
 

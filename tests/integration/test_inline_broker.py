@@ -12,6 +12,7 @@ import trio
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
+from common.message import decode_records
 from remoting import (
     Connection,
     FrameDecoder,
@@ -21,7 +22,6 @@ from remoting import (
     ResponseCode,
     encode_frame,
 )
-from store.message import decode_records
 from tests.helpers import free_port
 from tests.integration.test_broker_process import (
     PULL_COMMIT,

@@ -1,4 +1,4 @@
-"""The native accelerators (store._speedups, remoting._speedups) and the pure-Python reference
+"""The native accelerators (common.speedups, remoting._speedups) and the pure-Python reference
 (TRIMQ_NO_NATIVE=1) against each other over real processes: a pure-Python broker serves a
 native client, a native broker serves a pure-Python client (mqbench in a subprocess), and a
 store written by one is recovered, read and searched by the other."""
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import trio
 
+import common.message as store_message
 import remoting._header_codec as header_codec
-import store.message as store_message
 from client import (
     Admin,
     ConsumeFromWhere,
@@ -47,7 +47,7 @@ def test_native_accelerators_are_built_and_selected() -> None:
         assert not store_message.NATIVE
         assert header_codec.native is None
         return
-    assert store_message.NATIVE, "store._speedups was not built (no C compiler?)"
+    assert store_message.NATIVE, "common.speedups was not built (no C compiler?)"
     assert header_codec.native is not None, "remoting._speedups was not built (no C compiler?)"
 
 

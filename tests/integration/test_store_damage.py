@@ -20,8 +20,8 @@ import pytest
 import trio
 
 from client import Admin
+from common.message import decode_records
 from remoting import RemotingClient, ResponseCode
-from store.message import decode_records
 from store.paths import commitlog_dir, index_dir
 from tests.integration.client_support import create_topic, fast_config
 from tests.integration.procs import BrokerProc, NamesrvProc

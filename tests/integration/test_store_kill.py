@@ -15,8 +15,8 @@ from pathlib import Path
 
 import trio
 
+from common.message import decode_records
 from store import GetMessageStatus, MessageStore, StoreConfig
-from store.message import decode_records
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -25,7 +25,7 @@ CHILD = textwrap.dedent(
     import sys
     import trio
     from store import MessageStore, PutMessageStatus, StoreConfig
-    from store.message import MessageInner
+    from common.message import MessageInner
 
     def body(seq):
         return (b"%d|" % seq) * (1 + seq % 50)

@@ -17,7 +17,7 @@ ALLOWED: dict[str, set[str]] = {
     "store": {"common"},
     "namesrv": {"common", "remoting"},
     "broker": {"common", "remoting", "store"},
-    "client": {"common", "remoting", "store"},  # store.message only, checked below
+    "client": {"common", "remoting"},
 }
 THIRD_PARTY: dict[str, set[str]] = {
     "common": {"trio", "pydantic", "structlog"},
@@ -64,8 +64,6 @@ def test_package_imports_respect_layers(package: str) -> None:
                 # Cross-package imports use public modules and names only.
                 if any(p.startswith("_") and p != "__init__" for p in parts[1:]):
                     problems.append(f"{rel}:{line} imports private {name}")
-                if package == "client" and top == "store" and parts[1:2] != ["message"]:
-                    problems.append(f"{rel}:{line}: client may import store.message only")
             elif package in THIRD_PARTY and top not in stdlib and top not in THIRD_PARTY[package]:
                 problems.append(f"{rel}:{line} imports third-party {top}")
             if top == "pydantic" and package == "store" and path.name != "config.py":

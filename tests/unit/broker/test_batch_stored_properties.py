@@ -13,9 +13,7 @@ import trio
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
-from remoting import RemotingCommand, RequestCode, ResponseCode
-from remoting.protocol.headers import SendMessageRequestHeader
-from store.message import (
+from common.message import (
     _BATCH_HEAD,
     BatchItem,
     decode_batch_body,
@@ -24,6 +22,8 @@ from store.message import (
     encode_batch_body,
     encode_properties,
 )
+from remoting import RemotingCommand, RequestCode, ResponseCode
+from remoting.protocol.headers import SendMessageRequestHeader
 from tests.helpers import free_port
 
 # Each a message's own properties text, as a producer may send it.

@@ -20,9 +20,7 @@ from broker.schedule import (
     parse_delay_levels,
 )
 from broker.topic_manager import SCHEDULE_TOPIC, TIMER_TOPIC
-from common.schedule import clamp_level, level_delivery_ms
-from store import GetMessageStatus, MessageStore, StoreConfig
-from store.message import (
+from common.message import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
@@ -30,6 +28,8 @@ from store.message import (
     MessageInner,
     decode_records,
 )
+from common.schedule import clamp_level, level_delivery_ms
+from store import GetMessageStatus, MessageStore, StoreConfig
 from tests.helpers import wait_until
 
 BASE_S = 1_700_000_000.0

@@ -25,8 +25,8 @@ from broker.schedule import (
     parse_delay_levels,
 )
 from broker.topic_manager import TIMER_TOPIC
+from common.message import PROPERTY_REAL_TOPIC, MessageExt, MessageInner, decode_records
 from store import GetMessageStatus, MessageStore, StoreConfig
-from store.message import PROPERTY_REAL_TOPIC, MessageExt, MessageInner, decode_records
 from tests.helpers import wait_until
 
 HOST = ("127.0.0.1", 10911)

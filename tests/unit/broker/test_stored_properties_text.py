@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from broker.processors.send import reuse_properties
-from store.message import PROPERTY_WAIT, decode_properties, encode_properties
+from common.message import PROPERTY_WAIT, decode_properties, encode_properties
 
 SUFFIX = "CLUSTER\x01DefaultCluster"
 ADDED = {"CLUSTER": "DefaultCluster"}

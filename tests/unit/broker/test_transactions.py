@@ -22,10 +22,7 @@ from broker.transaction import (
     op_message,
     prepare,
 )
-from remoting import RemotingCommand, RequestCode, SerializeType
-from remoting.protocol.headers import CheckTransactionStateRequestHeader
-from store import GetMessageStatus, MessageStore, StoreConfig
-from store.message import (
+from common.message import (
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TRANSACTION_CHECK_TIMES,
@@ -37,6 +34,9 @@ from store.message import (
     decode_record,
     decode_records,
 )
+from remoting import RemotingCommand, RequestCode, SerializeType
+from remoting.protocol.headers import CheckTransactionStateRequestHeader
+from store import GetMessageStatus, MessageStore, StoreConfig
 
 BASE_S = 1_700_000_000.0
 HOST = ("127.0.0.1", 10911)

@@ -8,12 +8,12 @@ import pytest
 
 from client._api import MQClientAPI, PullStatus
 from client.message import MessageQueue, SendStatus
+from common.message import MessageInner, encode_record
 from remoting import RemotingCommand
 from remoting.codes import RequestCode, ResponseCode
 from remoting.errors import RemoteError, RemotingConnectError
 from remoting.protocol.headers import PullMessageRequestHeader, SendMessageRequestHeader
 from remoting.protocol.route import BrokerData, QueueData, TopicRouteData
-from store.message import MessageInner, encode_record
 
 Reply = Callable[[str, RemotingCommand], RemotingCommand]
 

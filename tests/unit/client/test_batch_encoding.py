@@ -13,7 +13,7 @@ from client.config import ClientConfig
 from client.errors import MessageValidationError
 from client.message import Message, encode_batch_chunks
 from client.producer import Producer
-from store.message import (
+from common.message import (
     PropertiesSizeExceededError,
     UniqKeyGenerator,
     decode_batch_body,

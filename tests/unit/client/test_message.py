@@ -125,7 +125,7 @@ def test_parse_subscription() -> None:
 
 
 def test_message_ext_from_store_record() -> None:
-    from store.message import MessageInner, decode_records, encode_record
+    from common.message import MessageInner, decode_records, encode_record
 
     raw = b"payload " * 1000
     inner = MessageInner(

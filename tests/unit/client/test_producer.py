@@ -10,7 +10,7 @@ from client.config import ClientConfig
 from client.errors import ClientClosedError, MessageValidationError
 from client.message import Message, MessageQueue
 from client.producer import Producer, select_by_hash
-from store.message import decode_batch_body, decode_properties
+from common.message import decode_batch_body, decode_properties
 
 
 def _producer(**cfg: object) -> Producer:
@@ -119,7 +119,7 @@ def test_batch_split_by_size() -> None:
     assert [len(c) for c in chunks] == [2, 2, 2, 1]
     flat = [m for c in chunks for m, _ in c]
     assert flat == msgs
-    from store.message import encode_batch_body
+    from common.message import encode_batch_body
 
     for chunk in chunks:
         body = encode_batch_body(item for _, item in chunk)

@@ -2,7 +2,7 @@
 properties, process queue.
 
 `decode_pull_body` must give exactly what the reference path gives
-(`MessageExt.from_store` over `store.message.decode_records`) on every field, and raise the
+(`MessageExt.from_store` over `common.message.decode_records`) on every field, and raise the
 same errors; the process queue must keep "commit the smallest offset in flight".
 """
 
@@ -31,7 +31,7 @@ from client.message import (
     decode_pull_body,
     put_properties_lazily,
 )
-from store.message import (
+from common.message import (
     COMPRESSED_FLAG,
     COMPRESSION_LZ4,
     COMPRESSION_ZLIB,

@@ -18,7 +18,7 @@ from client.consumer.offset_store import RemoteOffsetStore
 from client.consumer.process_queue import ProcessQueue
 from client.consumer.push import ConsumeStatus, PushConsumer
 from client.message import MessageExt, MessageQueue, decode_pull_body
-from store.message import MessageInner, encode_record
+from common.message import MessageInner, encode_record
 
 MQ = MessageQueue("T", "broker-a", 0)
 

@@ -15,11 +15,11 @@ from client.fault import FaultStrategy
 from client.message import Message, MessageQueue, SendResult, SendStatus, new_send_result
 from client.producer import Producer
 from client.route import TopicPublishInfo
+from common.message import UniqKeyGenerator, decode_uniq_key
 from remoting import RemotingCommand, encode_frame
 from remoting.codes import RequestCode, ResponseCode, SerializeType
 from remoting.errors import HeaderError, RemoteError
 from remoting.protocol.headers import SendMessageRequestHeader, send_request_fields_v2
-from store.message import UniqKeyGenerator, decode_uniq_key
 
 SERIALIZE_TYPES = (SerializeType.JSON, SerializeType.ROCKETMQ, SerializeType.MSGPACK)
 

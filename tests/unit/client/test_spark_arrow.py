@@ -18,7 +18,7 @@ from client.spark.arrow import (  # noqa: E402
     records_to_batch,
     rows_to_messages,
 )
-from store.message import (  # noqa: E402
+from common.message import (  # noqa: E402
     COMPRESSED_FLAG,
     NATIVE,
     MessageDecodeError,

@@ -74,7 +74,7 @@ def test_matches_utf16_definition(s: str) -> None:
 
 
 def test_store_uses_this_or_an_equal_native_one() -> None:
-    from store import message
+    from common import message
 
     if not message.NATIVE:
         assert message.java_string_hash is java_string_hash

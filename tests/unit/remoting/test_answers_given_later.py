@@ -9,9 +9,9 @@ import pytest
 import trio
 import trio.testing
 
+from common.message import MessageInner
 from remoting import FLAG_ONEWAY, Connection, InlineHandler, RemotingCommand
 from store import MessageStore, PutMessageResult, PutMessageStatus, StoreConfig
-from store.message import MessageInner
 from tests.unit.remoting.test_reader_answers_inline import (
     INLINE,
     SLOW_INLINE,

@@ -9,12 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from store import MessageStore, PutMessageStatus, StoreConfig
-from store._mapped_file import MappedFile
-from store._mapped_file_queue import MappedFileQueue
-from store.commitlog import CommitLog, DispatchBatch
-from store.consume_queue import CQ_UNIT_SIZE, ConsumeQueue
-from store.message import (
+from common.message import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_PREPARED_TYPE,
     MessageEncodeError,
@@ -26,6 +21,11 @@ from store.message import (
     encode_records,
     patch_records,
 )
+from store import MessageStore, PutMessageStatus, StoreConfig
+from store._mapped_file import MappedFile
+from store._mapped_file_queue import MappedFileQueue
+from store.commitlog import CommitLog, DispatchBatch
+from store.consume_queue import CQ_UNIT_SIZE, ConsumeQueue
 from store.paths import commitlog_dir, consume_queue_root, offset_to_file_name
 
 NOW = 1_700_000_000_123

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from common.message import MessageInner
 from store import GetMessageStatus, MessageStore, PutMessageStatus, StoreConfig
-from store.message import MessageInner
 from store.paths import commitlog_dir, consume_queue_dir
 
 

@@ -13,10 +13,10 @@ import pytest
 import trio
 
 import store._flush as flush_module
+from common.message import MessageInner
 from store import MessageStore, PutMessageStatus, StoreConfig
 from store._mapped_file import MappedFile
 from store._mapped_file_queue import MappedFileQueue
-from store.message import MessageInner
 from store.paths import offset_to_file_name
 
 SIZE = 64 * 1024

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import store._mapped_file as mapped_module
+from common.message import MessageInner
 from store import MessageStore, PutMessageStatus, StoreConfig
 from store._mapped_file import MappedFile
-from store.message import MessageInner
 from store.paths import commitlog_dir, offset_to_file_name
 
 SIZE = 64 * 1024

@@ -9,6 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from common.message import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    DispatchRequest,
+    DispatchStatus,
+    java_string_hash,
+)
 from store.index_file import (
     ENTRY_SIZE,
     HEADER_SIZE,
@@ -17,14 +25,6 @@ from store.index_file import (
     IndexService,
     index_file_name,
     key_hash,
-)
-from store.message import (
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_PREPARED_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
-    DispatchRequest,
-    DispatchStatus,
-    java_string_hash,
 )
 
 T0 = 1_700_000_000_000

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from common.message import UniqKeyGenerator
 from store.index_file import key_hash, uniq_key_hash
-from store.message import UniqKeyGenerator
 
 
 def test_uniq_keys_of_a_producer() -> None:

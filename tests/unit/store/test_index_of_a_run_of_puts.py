@@ -11,10 +11,10 @@ from typing import Literal
 import pytest
 import trio
 
+from common.message import MessageInner
 from store import MessageStore, PutMessageStatus
 from store._mapped_file import MappedFile
 from store.index_file import IndexService
-from store.message import MessageInner
 from tests.unit.store.test_batch_append import NOW, _index_contents
 from tests.unit.store.test_staged_appends import _cfg
 

@@ -7,6 +7,14 @@ from pathlib import Path
 import pytest
 import trio
 
+from common.message import (
+    BLANK_MAGIC_CODE,
+    TRANSACTION_PREPARED_TYPE,
+    MessageInner,
+    decode_record,
+    decode_records,
+    tags_code,
+)
 from store import (
     GetMessageStatus,
     MessageStore,
@@ -14,14 +22,6 @@ from store import (
     StoreClosedError,
     StoreConfig,
     StoreLockedError,
-)
-from store.message import (
-    BLANK_MAGIC_CODE,
-    TRANSACTION_PREPARED_TYPE,
-    MessageInner,
-    decode_record,
-    decode_records,
-    tags_code,
 )
 from store.paths import commitlog_dir, offset_to_file_name
 

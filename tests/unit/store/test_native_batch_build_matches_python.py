@@ -1,4 +1,4 @@
-"""store._speedups.build_batch_messages against broker.processors.send's Python loop.
+"""common.speedups.build_batch_messages against broker.processors.send's Python loop.
 
 Every slot of every message built must be equal (and the stored properties byte-equal), the
 stop index and kind too. Skipped when the extension is not built.
@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.processors import send
-from store.message import BatchItem, MessageInner, encode_properties
+from common.message import BatchItem, MessageInner, encode_properties
 
-sp = pytest.importorskip("store._speedups")
+sp = pytest.importorskip("common.speedups")
 
 pytestmark = pytest.mark.unit
 

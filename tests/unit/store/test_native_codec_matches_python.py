@@ -1,4 +1,4 @@
-"""store._speedups against the pure-Python reference in store.message, byte for byte.
+"""common.speedups against the pure-Python reference in common.message, byte for byte.
 
 Skipped when the extension is not built. Both implementations are called directly (whatever
 TRIMQ_NO_NATIVE says), so these tests run the same with and without it.
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store import message as m
-from store.message import (
+from common import message as m
+from common.message import (
     BatchItem,
     EncodedRecords,
     MessageDecodeError,
@@ -25,7 +25,7 @@ from store.message import (
     PropertiesSizeExceededError,
 )
 
-sp = pytest.importorskip("store._speedups")
+sp = pytest.importorskip("common.speedups")
 
 pytestmark = pytest.mark.unit
 

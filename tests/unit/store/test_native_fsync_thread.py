@@ -1,4 +1,4 @@
-"""The native fsync worker (`store._speedups.FsyncWorker`) and SYNC_FLUSH group commit on it
+"""The native fsync worker (`common.speedups.FsyncWorker`) and SYNC_FLUSH group commit on it
 (`store._flush._NativeFsyncThread`): the thread that syncs rounds without the GIL."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The native index helpers (store._speedups) against store.index_file's Python reference.
+"""The native index helpers (common.speedups) against store.index_file's Python reference.
 
 Hashes and the bytes of whole index files are compared; skipped when the extension is not
 built.
@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from common.message import UniqKeyGenerator
 from store import index_file as ix
-from store.message import UniqKeyGenerator
 
-sp = pytest.importorskip("store._speedups")
+sp = pytest.importorskip("common.speedups")
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""store._speedups.UniqKeys against UniqKeyGenerator's Python code (its reference).
+"""common.speedups.UniqKeys against UniqKeyGenerator's Python code (its reference).
 
 Skipped when the extension is not built. The native state reads the wall clock itself, so the
 reference is given the millisecond the native keys carry.
@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from store import message as m
-from store.message import UniqKeyGenerator, decode_uniq_key, month_start_ms
+from common import message as m
+from common.message import UniqKeyGenerator, decode_uniq_key, month_start_ms
 
-sp = pytest.importorskip("store._speedups")
+sp = pytest.importorskip("common.speedups")
 
 pytestmark = pytest.mark.unit
 

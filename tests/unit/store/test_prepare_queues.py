@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from common.message import MessageInner, decode_records
 from store import GetMessageStatus, MessageStore, StoreConfig
-from store.message import MessageInner, decode_records
 from store.paths import consume_queue_dir
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from common.message import MessageInner
 from store import GetMessageStatus, MessageStore, PutMessageStatus, StoreConfig
-from store.message import MessageInner
 
 
 def cfg(root: Path, **kw: object) -> StoreConfig:

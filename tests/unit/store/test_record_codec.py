@@ -1,4 +1,4 @@
-"""store.message: the RocketMQ V1 record codec, property strings, ids and batch bodies."""
+"""common.message: the RocketMQ V1 record codec, property strings, ids and batch bodies."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.message import (
+from common.message import (
     BLANK_MAGIC_CODE,
     BORNHOST_V6_FLAG,
     COMPRESSED_FLAG,

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import structlog.testing
 
+from common.message import DispatchStatus, MessageInner, decode_records, encode_record
 from store import GetMessageStatus, MessageStore, PutMessageStatus, StoreConfig
 from store._recovery import RecordScanner, RecoveryReport
 from store.index_file import HEADER_SIZE
-from store.message import DispatchStatus, MessageInner, decode_records, encode_record
 from store.paths import abort_path, commitlog_dir, consume_queue_root, offset_to_file_name
 
 FILE = 4096
@@ -301,8 +301,8 @@ def test_scanner_statuses() -> None:
 
 
 def test_light_check_agrees_with_check_record() -> None:
+    from common.message import check_record
     from store._recovery import has_torn_tail, light_check
-    from store.message import check_record
 
     m = mk(3)
     rec = bytes(encode_record(m, 7, 4096, 5))

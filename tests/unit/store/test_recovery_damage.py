@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from common.message import MessageInner, decode_records, encode_blank, encode_record
 from store import GetMessageStatus, MessageStore, PutMessageStatus, StoreConfig
 from store._recovery import (
     DamagedRegion,
@@ -30,7 +31,6 @@ from store._recovery import (
     scan_commitlog,
 )
 from store.check import main as check_main
-from store.message import MessageInner, decode_records, encode_blank, encode_record
 from store.paths import abort_path, commitlog_dir, consume_queue_root, index_dir
 
 FILE = 4096

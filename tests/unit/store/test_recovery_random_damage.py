@@ -13,8 +13,8 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from common.message import MessageInner
 from store import GetMessageStatus, MessageStore, PutMessageStatus, StoreConfig
-from store.message import MessageInner
 from store.paths import commitlog_dir, offset_to_file_name
 
 FILE = 4096

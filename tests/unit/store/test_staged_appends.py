@@ -12,11 +12,11 @@ from typing import Literal
 import pytest
 import trio
 
+from common.message import MessageInner, decode_record
 from store import MessageStore, PutMessageStatus, StoreConfig
 from store._mapped_file import MappedFile
 from store.commitlog import RESERVE_AHEAD
 from store.consume_queue import CQ_UNIT_SIZE
-from store.message import MessageInner, decode_record
 from store.paths import offset_to_file_name
 from store.results import AppendMessageResult
 from tests.unit.store.test_batch_append import COMMITLOG_FILE, NOW, _tree

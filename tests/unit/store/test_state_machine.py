@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from common.message import MessageInner, decode_records
 from store import GetMessageStatus, MessageStore, PutMessageStatus, StoreConfig
-from store.message import MessageInner, decode_records
 from store.paths import file_name_to_offset
 
 T = TypeVar("T")

@@ -14,9 +14,9 @@ import pytest
 import trio
 
 import store._flush as flush_module
+from common.message import MessageInner
 from store import MessageStore, PutMessageStatus, StoreConfig
 from store._mapped_file import MappedFile
-from store.message import MessageInner
 
 
 def cfg(root: Path, flush: str) -> StoreConfig:

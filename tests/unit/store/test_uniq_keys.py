@@ -1,4 +1,4 @@
-"""store.message.UniqKeyGenerator: RocketMQ's UNIQ_KEY layout and uniqueness."""
+"""common.message.UniqKeyGenerator: RocketMQ's UNIQ_KEY layout and uniqueness."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from store.message import MessageDecodeError, UniqKeyGenerator, decode_uniq_key, month_start_ms
+from common.message import MessageDecodeError, UniqKeyGenerator, decode_uniq_key, month_start_ms
 
 
 def test_layout_ipv4() -> None:

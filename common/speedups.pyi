@@ -1,7 +1,7 @@
-"""Native versions of the store's per-message loops (store/_speedups.c).
+"""Native versions of the store's per-message loops (common/speedups.c).
 
 The pure-Python functions named in each docstring are the reference; callers go through
-`store.message.load_native`, which honours TRIMQ_NO_NATIVE.
+`common.message.load_native`, which honours TRIMQ_NO_NATIVE.
 """
 
 from collections.abc import Callable, Sequence
@@ -13,13 +13,13 @@ def crc32(data: bytes | bytearray | memoryview, value: int = 0, /) -> int:
     """`zlib.crc32` (IEEE polynomial), with carry-less multiplication when the CPU has it."""
 
 def java_string_hash(s: str, /) -> int:
-    """`store.message._py_java_string_hash`."""
+    """`common.message._py_java_string_hash`."""
 
 def key_hash2(prefix: str, key: str, /) -> int:
     """`store.index_file.key_hash(prefix + key)` without building the string."""
 
 def decode_properties(text: str, /) -> dict[str, str]:
-    """`store.message._py_decode_properties`."""
+    """`common.message._py_decode_properties`."""
 
 def encode_records(
     msgs: Sequence[Any],
@@ -28,7 +28,7 @@ def encode_records(
     size_error: type[Exception],
     /,
 ) -> tuple[bytearray, list[int], list[int] | None, tuple[str, int] | None]:
-    """`store.message._py_encode_records` as the fields of an `EncodedRecords`."""
+    """`common.message._py_encode_records` as the fields of an `EncodedRecords`."""
 
 def patch_records(
     buf: bytearray,
@@ -43,7 +43,7 @@ def patch_records(
     phy_out: list[int],
     /,
 ) -> None:
-    """`store.message._py_patch_records` on the fields of an `EncodedRecords`."""
+    """`common.message._py_patch_records` on the fields of an `EncodedRecords`."""
 
 def offset_msg_ids(host_hex: str, phys: Sequence[int], /) -> list[str]:
     """``[f"{host_hex}{p:016X}" for p in phys]`` (offsets must be >= 0)."""
@@ -79,7 +79,7 @@ def index_put_hashes(
 def decode_batch_body(
     body: bytes | bytearray | memoryview, item_type: type[_T], decode_error: type[Exception], /
 ) -> list[_T]:
-    """`store.message._py_decode_batch_body`, items built as `item_type`."""
+    """`common.message._py_decode_batch_body`, items built as `item_type`."""
 
 def build_batch_messages(
     items: Sequence[tuple[int, bytes, str]],
@@ -101,7 +101,7 @@ def build_batch_messages(
 
 def decode_records_into(buf: bytes, cls: type[_T], broker_name: str, /) -> list[_T] | None:
     """The records of a pull body as new `cls` objects (slots set, `__init__` not run), or
-    None when the body needs the Python decoder (see `store.message.decode_records_into`)."""
+    None when the body needs the Python decoder (see `common.message.decode_records_into`)."""
 
 def decode_records_columns(
     buf: bytes, end: int, /
@@ -130,7 +130,7 @@ def decode_records_columns(
     | None
 ):
     """The records below queue offset `end` as Arrow column buffers, or None when the body
-    needs the Python decoder (see `store.message.decode_records_columns`)."""
+    needs the Python decoder (see `common.message.decode_records_columns`)."""
 
 class FsyncWorker:
     """The SYNC_FLUSH group commit's fsync thread, in C (Linux only): syncs rounds of
@@ -145,7 +145,7 @@ class FsyncWorker:
     def stop(self) -> None: ...
 
 class UniqKeys:
-    """`store.message.UniqKeyGenerator`'s state with the wall clock (CLOCK_REALTIME ms):
+    """`common.message.UniqKeyGenerator`'s state with the wall clock (CLOCK_REALTIME ms):
     `next` / `next_many` return None when the clock left [month_start, month_end); the caller
     passes the new local month to `set_month` and calls again."""
 

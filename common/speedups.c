@@ -1,4 +1,4 @@
-/* store._speedups: native versions of the store's per-message loops.
+/* common.speedups: native versions of the store's per-message loops.
  *
  * Every function here has a pure-Python reference in store/ (the module that imports it says
  * which); the Python code picks these only when this module imports and TRIMQ_NO_NATIVE is not
@@ -6,7 +6,7 @@
  * the module holds no state besides the CRC table (computed once at import, never written
  * again). Two types hold state of their own: `FsyncWorker` (Linux), the group commit's fsync
  * thread (its Python counterpart is store._flush._FsyncThread), and `UniqKeys`, the state of
- * store.message.UniqKeyGenerator.
+ * common.message.UniqKeyGenerator.
  *
  * Byte order: every record field is big-endian (RocketMQ's format).
  */
@@ -538,7 +538,7 @@ static int host_port(PyObject *host, PyObject *err, const char *what, long long 
 /*
  * encode_records(msgs, pack_ip, encode_error, size_error)
  *   -> (bytearray, sizes, ts_positions | None, store_host | None)
- * The fields of `store.message.EncodedRecords`; queue offset, physical offset and store
+ * The fields of `common.message.EncodedRecords`; queue offset, physical offset and store
  * timestamp are left 0.
  */
 static PyObject *sp_encode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -1682,7 +1682,7 @@ fail:
 }
 
 /* ------------------------------------------------------------------ UNIQ_KEY generator */
-/* UniqKeys(prefix, month_start, month_end, counter): the state of store.message.UniqKeyGenerator
+/* UniqKeys(prefix, month_start, month_end, counter): the state of common.message.UniqKeyGenerator
  * (its reference, the same keys for the same clock readings). Each call holds the GIL from start
  * to end and calls no Python code, so no lock is needed for threads. The clock is
  * CLOCK_REALTIME in whole ms, as int(time.time() * 1000). When the reading leaves
@@ -1838,10 +1838,10 @@ static PyMethodDef uk_methods[] = {
 };
 
 static PyTypeObject UniqKeysType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "store._speedups.UniqKeys",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "common.speedups.UniqKeys",
     .tp_basicsize = sizeof(UniqKeys),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "UniqKeyGenerator's state and its next() / next_many() (see store.message).",
+    .tp_doc = "UniqKeyGenerator's state and its next() / next_many() (see common.message).",
     .tp_new = uk_new,
     .tp_dealloc = (destructor)uk_dealloc,
     .tp_methods = uk_methods,
@@ -2159,7 +2159,7 @@ static PyMethodDef fw_methods[] = {
 };
 
 static PyTypeObject FsyncWorkerType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "store._speedups.FsyncWorker",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "common.speedups.FsyncWorker",
     .tp_basicsize = sizeof(FsyncWorker),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "The group commit's fsync thread (no GIL while it syncs or signals).",
@@ -2236,7 +2236,7 @@ static int put_opt_str(gbuf *c, Py_ssize_t row, const unsigned char *v, Py_ssize
 /*
  * decode_records_columns(buf: bytes, end: int) -> tuple | None
  * The records of a pull body whose queue offset is below `end`, as Arrow buffers (see
- * store.message.decode_records_columns). None, with nothing raised, when the body needs the
+ * common.message.decode_records_columns). None, with nothing raised, when the body needs the
  * Python decoder: a record that fails a check, IPv6 hosts, a compressed body, properties that
  * are not ASCII or name a key twice.
  */
@@ -2377,9 +2377,9 @@ static PyMethodDef methods[] = {
      "key_hash2(prefix, key): the index hash of prefix + key."},
     {"decode_properties", sp_decode_properties, METH_O, "RocketMQ properties string -> dict."},
     {"encode_records", (PyCFunction)(void (*)(void))sp_encode_records, METH_FASTCALL,
-     "Encode messages back to back (see store.message.encode_records)."},
+     "Encode messages back to back (see common.message.encode_records)."},
     {"patch_records", (PyCFunction)(void (*)(void))sp_patch_records, METH_FASTCALL,
-     "Write queue offsets, physical offsets and store timestamps (store.message)."},
+     "Write queue offsets, physical offsets and store timestamps (common.message)."},
     {"offset_msg_ids", (PyCFunction)(void (*)(void))sp_offset_msg_ids, METH_FASTCALL,
      "Offset message ids of commitlog offsets on one store host."},
     {"pack_cq_units", (PyCFunction)(void (*)(void))sp_pack_cq_units, METH_FASTCALL,
@@ -2389,7 +2389,7 @@ static PyMethodDef methods[] = {
     {"index_put_hashes", (PyCFunction)(void (*)(void))sp_index_put_hashes, METH_FASTCALL,
      "Write index entries and slots into a mapped index file."},
     {"decode_batch_body", (PyCFunction)(void (*)(void))sp_decode_batch_body, METH_FASTCALL,
-     "Split a SEND_BATCH_MESSAGE body (store.message.decode_batch_body)."},
+     "Split a SEND_BATCH_MESSAGE body (common.message.decode_batch_body)."},
     {"build_batch_messages", (PyCFunction)(void (*)(void))sp_build_batch_messages,
      METH_FASTCALL, "The per-message loop of SendProcessor.send_batch."},
     {"decode_records_into", (PyCFunction)(void (*)(void))sp_decode_records_into, METH_FASTCALL,
@@ -2400,11 +2400,11 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "store._speedups", "Native accelerators of the store's hot loops.", 0,
-    methods, NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT, "common.speedups",
+    "Native accelerators of the message codec and the store.", 0, methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__speedups(void) {
+PyMODINIT_FUNC PyInit_speedups(void) {
     crc_init();
 #ifdef HAVE_CLMUL_CRC
     __builtin_cpu_init();

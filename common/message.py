@@ -273,7 +273,7 @@ _PATCH_V4 = struct.Struct(">qq")  # queue offset, physical offset (contiguous at
 
 
 def _native_wanted() -> bool:
-    """Whether to try `store._speedups` (native versions of the store's loops): unless the
+    """Whether to try `common.speedups` (native versions of the store's loops): unless the
     environment variable TRIMQ_NO_NATIVE is set to anything but "" or "0"."""
     flag = os.environ.get("TRIMQ_NO_NATIVE", "")
     return not flag or flag == "0"
@@ -281,10 +281,10 @@ def _native_wanted() -> bool:
 
 NATIVE = _native_wanted()
 """Whether the native accelerators are in use: wanted (see `_native_wanted`) and built. The
-store's modules use `store._speedups` only when this is true."""
+store's modules use `common.speedups` only when this is true."""
 if NATIVE:
     try:
-        import store._speedups as _native
+        import common.speedups as _native
     except ImportError:
         NATIVE = False
 _crc32: Callable[..., int] = _native.crc32 if NATIVE else zlib.crc32
@@ -1580,7 +1580,7 @@ class UniqKeyGenerator:
     Thread safe.
 
     With the wall clock (`time.time`, the default) and the native accelerators, the state and
-    `next` / `next_many` are `store._speedups.UniqKeys` (the same keys for the same clock
+    `next` / `next_many` are `common.speedups.UniqKeys` (the same keys for the same clock
     readings; key generation is a producer's largest single cost per send after the
     transport): the Python code below is its reference, and runs for any other clock.
     (docs/design-notes.md, "Native accelerators")
