@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import trio
+
+from tests.helpers import StagingGuard
 
 _MARKER_BY_DIR = {
     "unit": "unit",
@@ -25,3 +29,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         marker = _MARKER_BY_DIR.get(rel.parts[0]) if rel.parts else None
         if marker is not None:
             item.add_marker(getattr(pytest.mark, marker))
+
+
+@pytest.fixture
+async def staging_guard(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[StagingGuard]:
+    """Every in-process store of the test keeps the staging rule (`tests.helpers.StagingGuard`);
+    the test fails at teardown otherwise."""
+    guard = StagingGuard()
+    guard.watch(monkeypatch)
+    trio.lowlevel.add_instrument(guard)
+    try:
+        yield guard
+    finally:
+        trio.lowlevel.remove_instrument(guard)
+    assert guard.violations == [], guard.violations[:5]

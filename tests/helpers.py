@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import trio
 
@@ -58,3 +59,36 @@ def json_request(
 ) -> RemotingCommand:
     """A request with a JSON header, as an Apache client sends it."""
     return RemotingCommand.request(code, fields, body, serialize_type=SerializeType.JSON)
+
+
+class StagingGuard(trio.abc.Instrument):
+    """Checks the store's staging rule from the outside: between `MessageStore.begin_staging`
+    and `end_staging` no task may yield to the event loop (the run's records are in memory
+    only, and no answer, flush plan or other task may see them). `watch` wraps the two
+    methods; every task step that ends while a run is open is recorded in `violations`."""
+
+    def __init__(self) -> None:
+        self.open_runs = 0
+        self.runs = 0
+        self.violations: list[str] = []
+
+    def watch(self, monkeypatch: Any) -> None:
+        from store.message_store import MessageStore
+
+        begin, end = MessageStore.begin_staging, MessageStore.end_staging
+
+        def begin_staging(store: MessageStore) -> None:
+            self.open_runs += 1
+            self.runs += 1
+            begin(store)
+
+        def end_staging(store: MessageStore) -> None:
+            self.open_runs -= 1
+            end(store)
+
+        monkeypatch.setattr(MessageStore, "begin_staging", begin_staging)
+        monkeypatch.setattr(MessageStore, "end_staging", end_staging)
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        if self.open_runs:
+            self.violations.append(f"task {task.name} yielded with a staging run open")

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import trio
 
 from broker.config import BrokerConfig
@@ -39,6 +40,9 @@ from tests.integration.test_broker_process import (
     pull_request,
     send_request,
 )
+
+# Every in-process store here keeps the staging rule (the test fails otherwise).
+pytestmark = pytest.mark.usefixtures("staging_guard")
 
 
 async def test_admin_topic_lifecycle_and_queries(

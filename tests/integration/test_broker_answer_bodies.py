@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from remoting import RemotingClient, RequestCode, ResponseCode, SerializeType
@@ -16,6 +18,9 @@ from remoting.protocol.bodies import (
 )
 from tests.helpers import free_port, json_request
 from tests.integration.test_broker_process import send_request
+
+# Every in-process store here keeps the staging rule (the test fails otherwise).
+pytestmark = pytest.mark.usefixtures("staging_guard")
 
 # A Java 5.x client's full heartbeat (v2 fingerprint set), then its v2 heartbeat without
 # subscriptions: the broker must keep the subscriptions of the first.

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+import pytest
 import trio
 
 from broker.config import BrokerConfig
@@ -22,6 +23,9 @@ from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from store.paths import consume_queue_dir
 from tests.helpers import free_port, wait_until
 from tests.integration.test_broker_process import send_request
+
+# Every in-process store here keeps the staging rule (the test fails otherwise).
+pytestmark = pytest.mark.usefixtures("staging_guard")
 
 
 def config(

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 import pytest
 import trio
+import trio.lowlevel
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
@@ -22,7 +23,7 @@ from remoting import (
     ResponseCode,
     encode_frame,
 )
-from tests.helpers import free_port
+from tests.helpers import StagingGuard, free_port
 from tests.integration.test_broker_process import (
     PULL_COMMIT,
     PULL_SUBSCRIPTION,
@@ -31,6 +32,9 @@ from tests.integration.test_broker_process import (
     send_request,
 )
 from tests.unit.store.test_staged_appends import record_pwrites
+
+# Every in-process store here keeps the staging rule (the test fails otherwise).
+pytestmark = pytest.mark.usefixtures("staging_guard")
 
 
 def config(tmp_path: Path, flush: Literal["ASYNC_FLUSH", "SYNC_FLUSH"]) -> BrokerConfig:
@@ -281,3 +285,22 @@ async def test_held_pulls_skip_filtered_arrivals_time_out_and_survive_their_peer
             assert ctrl.long_polling.parked_count == 0
             found = await client.invoke(addr, pull_request("HoldT", 3))
             assert [m.body for m in decode_records(found.body_bytes())] == [b"three"]
+
+
+async def test_the_staging_guard_sees_the_runs_and_catches_a_yield(
+    tmp_path: Path, staging_guard: StagingGuard
+) -> None:
+    async with BrokerController(config(tmp_path, "ASYNC_FLUSH")) as ctrl:
+        addr = f"127.0.0.1:{ctrl.port}"
+        async with RemotingClient() as client:
+            for i in range(3):
+                resp = await client.invoke(addr, send_request("GuardT", b"m%d" % i))
+                assert resp.code == ResponseCode.SUCCESS
+        assert staging_guard.runs > 0  # the broker's runs went through the guard
+        assert staging_guard.violations == []
+        # A run that yields is caught (the check can fail).
+        ctrl.store.begin_staging()
+        await trio.lowlevel.checkpoint()
+        ctrl.store.end_staging()
+        assert staging_guard.violations
+        staging_guard.violations.clear()
