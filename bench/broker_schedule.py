@@ -20,8 +20,9 @@ from pathlib import Path
 
 import trio
 
-from broker.schedule import ScheduleService, parse_delay_levels, wall_ms
+from broker.schedule import ScheduleService, wall_ms
 from common.message import MessageInner, decode_records
+from common.schedule import parse_delay_levels
 from store import MessageStore, StoreConfig
 
 HOST = ("127.0.0.1", 10911)

@@ -39,11 +39,12 @@ from broker.processors.send_back import SendBackProcessor
 from broker.producer_manager import ProducerManager
 from broker.queue_locks import QueueLockManager
 from broker.registration import RegistrationService
-from broker.schedule import ScheduleService, parse_delay_levels
+from broker.schedule import ScheduleService
 from broker.subscription_manager import SubscriptionManager
-from broker.topic_manager import SCHEDULE_TOPIC, TopicManager
+from broker.topic_manager import TopicManager
 from broker.transaction import TransactionService
 from common.message import NATIVE as _STORE_NATIVE
+from common.schedule import SCHEDULE_TOPIC, parse_delay_levels
 from remoting import NATIVE_CODEC, Connection, RemotingClient, RemotingServer, SerializeType
 from remoting.codes import RequestCode as R
 from store import MessageStore, StoreClosedError

@@ -14,14 +14,7 @@ from common.hashing import to_int32
 from common.message import java_string_hash
 from remoting.protocol.bodies import SubscriptionData
 
-__all__ = [
-    "SUB_ALL",
-    "SubscriptionParseError",
-    "build_subscription",
-    "java_string_hash",
-    "tag_filter",
-    "to_int32",
-]
+__all__ = ["build_subscription", "tag_filter"]
 
 
 def build_subscription(

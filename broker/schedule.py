@@ -56,7 +56,6 @@ from common.message import (
     decode_record,
 )
 from common.schedule import SCHEDULE_TOPIC, clamp_level
-from common.schedule import parse_delay_levels as parse_delay_levels  # re-exported
 from remoting.protocol.bodies import dumps
 from store.results import GetMessageStatus
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import structlog
 
 from broker._persist import CONFIG_DIR, TOPICS_FILE, read_json_file, write_atomically
-from common.schedule import SCHEDULE_TOPIC as SCHEDULE_TOPIC  # also re-exported from here
+from common.schedule import SCHEDULE_TOPIC
 from remoting.protocol.bodies import dumps
 from remoting.protocol.route import DataVersion, TopicConfig
 

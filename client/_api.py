@@ -29,9 +29,7 @@ from common.message import MessageDecodeError
 
 # The pull sys flags are common.pull's, re-exported: client.consumer, client.admin and
 # client.spark import them from here.
-from common.pull import PULL_FLAG_COMMIT_OFFSET as PULL_FLAG_COMMIT_OFFSET
-from common.pull import PULL_FLAG_SUBSCRIPTION as PULL_FLAG_SUBSCRIPTION
-from common.pull import PULL_FLAG_SUSPEND as PULL_FLAG_SUSPEND
+from common.pull import PULL_FLAG_SUSPEND
 from remoting import RemotingCommand
 from remoting.codes import RequestCode, ResponseCode
 from remoting.errors import (

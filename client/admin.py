@@ -9,7 +9,7 @@ from typing import Self
 
 import structlog
 
-from client._api import PULL_FLAG_SUBSCRIPTION, PullStatus
+from client._api import PullStatus
 from client._util import close_stack
 from client.config import ClientConfig
 from client.errors import ClientClosedError, MQClientError, NoRouteError
@@ -40,6 +40,7 @@ from common.message import (
     MessageDecodeError,
     decode_offset_msg_id,
 )
+from common.pull import PULL_FLAG_SUBSCRIPTION
 from remoting.codes import ResponseCode
 from remoting.errors import RemoteError
 from remoting.protocol import bodies

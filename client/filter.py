@@ -9,19 +9,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from common.filter import EXPRESSION_TYPE_TAG, SUB_ALL, SubscriptionParseError, parse_tag_expression
+from common.filter import EXPRESSION_TYPE_TAG, SUB_ALL, parse_tag_expression
 
 # Native when built: the producer's hash selector hashes a key on every send.
 from common.message import java_string_hash
 
-__all__ = [
-    "EXPRESSION_TYPE_TAG",
-    "SUB_ALL",
-    "Subscription",
-    "SubscriptionParseError",
-    "java_string_hash",
-    "parse_subscription",
-]
+__all__ = ["Subscription", "parse_subscription"]
 
 
 @dataclass(slots=True)

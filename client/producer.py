@@ -18,7 +18,6 @@ from client._util import close_stack
 from client.config import ClientConfig
 from client.errors import ClientClosedError, MessageValidationError, SendFailedError
 from client.fault import FaultStrategy
-from client.filter import java_string_hash
 from client.instance import ClientInstance, client_config, open_instance
 from client.message import (
     DEFAULT_TOPIC,
@@ -48,6 +47,7 @@ from common.message import (
     decode_properties,
     encode_batch_body,
     encode_properties,
+    java_string_hash,
 )
 from remoting.codes import ResponseCode
 from remoting.errors import RemotingTimeoutError

@@ -16,13 +16,12 @@ from pathlib import Path
 import structlog
 
 from common.message import PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, DispatchRequest
-from common.schedule import SCHEDULE_TOPIC, level_delivery_ms, parse_delay_levels
+from common.schedule import SCHEDULE_TOPIC, level_delivery_ms
 from store.commitlog import DispatchBatch, is_not_queued
 from store.consume_queue import ConsumeQueue
 from store.index_file import IndexService
 
-# parse_delay_levels is common.schedule's, re-exported: store.message_store imports it from here.
-__all__ = ["SCHEDULE_TOPIC", "ArrivalListener", "Dispatcher", "parse_delay_levels"]
+__all__ = ["ArrivalListener", "Dispatcher"]
 
 log = structlog.get_logger()
 

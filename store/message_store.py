@@ -39,9 +39,10 @@ from common.message import (
     PropertiesSizeExceededError,
     decode_record,
 )
+from common.schedule import parse_delay_levels
 from store._cleanup import CleanupService, Clock, DiskUsage, NeededOffset
 from store._disk import METADATA_HEADROOM, DiskMonitor
-from store._dispatcher import ArrivalListener, Dispatcher, parse_delay_levels
+from store._dispatcher import ArrivalListener, Dispatcher
 from store._flush import FlushService
 from store._mapped_file import MappedFile, is_out_of_space, populate_for_write
 from store._recovery import (

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING
 import structlog
 import trio
 
-from broker.filter import SubscriptionParseError, build_subscription, tag_filter
+from broker.filter import build_subscription, tag_filter
 from broker.long_polling import ParkedPull
 from broker.processors._common import InlineResult, error, guarded_inline
 from broker.topic_manager import is_readable
+from common.filter import SubscriptionParseError
 from common.pull import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
 from remoting import Connection, RemotingCommand, ResponseCode
 from remoting.protocol.bodies import SubscriptionData

@@ -19,14 +19,7 @@ from typing import Self
 import structlog
 import trio
 
-from client._api import (
-    PULL_FLAG_COMMIT_OFFSET,
-    PULL_FLAG_SUBSCRIPTION,
-    PULL_FLAG_SUSPEND,
-    PullResult,
-    PullStatus,
-    is_transport_error,
-)
+from client._api import PullResult, PullStatus, is_transport_error
 from client._util import close_stack
 from client.config import ClientConfig
 from client.consumer.offset_store import (
@@ -53,6 +46,7 @@ from client.message import (
     put_properties_lazily,
 )
 from common.message import PROPERTY_MAX_OFFSET, PROPERTY_MIN_OFFSET
+from common.pull import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
 from remoting.codes import ResponseCode
 from remoting.errors import RemoteError
 from remoting.protocol import bodies

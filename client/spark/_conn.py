@@ -26,7 +26,7 @@ from typing import Any, TypeVar, cast
 import structlog
 import trio
 
-from client._api import PULL_FLAG_SUBSCRIPTION, PullStatus
+from client._api import PullStatus
 from client.config import ClientConfig, SerializeTypeName
 from client.errors import MQClientError
 from client.instance import ClientInstance, unique_instance_name
@@ -34,6 +34,7 @@ from client.message import Message, MessageQueue
 from client.producer import Producer
 from client.route import subscribe_queues
 from client.spark.offsets import DataLossError, OffsetMap, QueueRange, queue_key
+from common.pull import PULL_FLAG_SUBSCRIPTION
 from common.trio_thread import TrioThread
 from remoting import RemotingCommand
 from remoting.codes import RequestCode, ResponseCode

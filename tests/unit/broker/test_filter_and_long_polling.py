@@ -9,13 +9,10 @@ import pytest
 import trio
 import trio.testing
 
-from broker.filter import (
-    SubscriptionParseError,
-    build_subscription,
-    java_string_hash,
-    tag_filter,
-)
+from broker.filter import build_subscription, tag_filter
 from broker.long_polling import LongPollingService, ParkedPull
+from common.filter import SubscriptionParseError
+from common.message import java_string_hash
 
 
 def test_java_string_hash_known_values() -> None:

@@ -17,9 +17,8 @@ from broker.schedule import (
     PROPERTY_TIMER_DELIVER_MS,
     ScheduleService,
     exact_delivery_ms,
-    parse_delay_levels,
 )
-from broker.topic_manager import SCHEDULE_TOPIC, TIMER_TOPIC
+from broker.topic_manager import TIMER_TOPIC
 from common.message import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
@@ -28,7 +27,7 @@ from common.message import (
     MessageInner,
     decode_records,
 )
-from common.schedule import clamp_level, level_delivery_ms
+from common.schedule import SCHEDULE_TOPIC, clamp_level, level_delivery_ms, parse_delay_levels
 from store import GetMessageStatus, MessageStore, StoreConfig
 from tests.helpers import wait_until
 

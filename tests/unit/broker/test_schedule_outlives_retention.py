@@ -22,10 +22,10 @@ from broker.schedule import (
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TIMER_ORIGIN,
     ScheduleService,
-    parse_delay_levels,
 )
 from broker.topic_manager import TIMER_TOPIC
 from common.message import PROPERTY_REAL_TOPIC, MessageExt, MessageInner, decode_records
+from common.schedule import parse_delay_levels
 from store import GetMessageStatus, MessageStore, StoreConfig
 from tests.helpers import wait_until
 

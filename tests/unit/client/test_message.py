@@ -7,7 +7,7 @@ import zlib
 import pytest
 
 from client.errors import MessageValidationError
-from client.filter import java_string_hash, parse_subscription
+from client.filter import parse_subscription
 from client.message import (
     Message,
     MessageExt,
@@ -16,6 +16,7 @@ from client.message import (
     decompress_body,
     validate_message,
 )
+from common.message import java_string_hash
 
 MAX = 4 * 1024 * 1024
 

@@ -39,14 +39,6 @@ def test_flags_are_plain_ints() -> None:
     assert all(type(v) is int for v in FLAGS.values())
 
 
-def test_client_api_serves_the_flags_its_importers_use() -> None:
-    import client._api
-
-    assert client._api.PULL_FLAG_COMMIT_OFFSET == PULL_FLAG_COMMIT_OFFSET
-    assert client._api.PULL_FLAG_SUSPEND == PULL_FLAG_SUSPEND
-    assert client._api.PULL_FLAG_SUBSCRIPTION == PULL_FLAG_SUBSCRIPTION
-
-
 def test_no_package_defines_its_own_pull_flags() -> None:
     names = set(FLAGS) | {n.removeprefix("PULL_") for n in FLAGS} | {"FLAG_LITE_PULL_MESSAGE"}
     found: list[str] = []

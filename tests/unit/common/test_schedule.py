@@ -57,15 +57,9 @@ def test_bad_items_are_refused_by_name(item: str) -> None:
     assert repr(item) in str(info.value)
 
 
-def test_old_homes_serve_the_same_objects() -> None:
-    import broker.schedule
+def test_producers_may_not_send_to_the_schedule_topic() -> None:
     import broker.topic_manager
-    import store._dispatcher
 
-    assert broker.schedule.parse_delay_levels is parse_delay_levels
-    assert store._dispatcher.parse_delay_levels is parse_delay_levels
-    assert broker.topic_manager.SCHEDULE_TOPIC is SCHEDULE_TOPIC
-    assert store._dispatcher.SCHEDULE_TOPIC is SCHEDULE_TOPIC
     assert SCHEDULE_TOPIC in broker.topic_manager.NOT_ALLOWED_SEND_TOPICS
 
 
