@@ -23,7 +23,7 @@ from client.message import (
     check_topic,
 )
 from client.producer import Producer
-from client.route import MASTER_ID, master_addr, subscribe_queues
+from client.route import master_addr, subscribe_queues
 from common.message import (
     PROPERTY_CONSUME_START_TIMESTAMP,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -45,7 +45,7 @@ from remoting.codes import ResponseCode
 from remoting.errors import RemoteError
 from remoting.protocol import bodies
 from remoting.protocol.headers import PullMessageRequestHeader
-from remoting.protocol.route import ClusterInfo, TopicRouteData
+from remoting.protocol.route import MASTER_ID, ClusterInfo, TopicRouteData
 
 log = structlog.get_logger()
 

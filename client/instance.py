@@ -26,18 +26,13 @@ from client._util import close_stack
 from client.config import ClientConfig
 from client.errors import ClientClosedError, MQClientError, NoRouteError
 from client.message import MessageQueue
-from client.route import (
-    MASTER_ID,
-    TopicPublishInfo,
-    broker_addr_table,
-    subscribe_queues,
-)
+from client.route import TopicPublishInfo, broker_addr_table, subscribe_queues
 from common.message import PROPERTY_PRODUCER_GROUP
 from remoting import RemotingClient, RemotingCommand
 from remoting.codes import RequestCode, ResponseCode, SerializeType
 from remoting.logs import configure_logging_if_unset
 from remoting.protocol import bodies, headers
-from remoting.protocol.route import TopicRouteData
+from remoting.protocol.route import MASTER_ID, TopicRouteData
 
 if TYPE_CHECKING:
     from client.producer import Producer

@@ -12,12 +12,7 @@ from typing import Any, Protocol
 
 from client.fault import FaultStrategy
 from client.message import MessageQueue
-
-PERM_PRIORITY = 0x8
-PERM_READ = 0x4
-PERM_WRITE = 0x2
-PERM_INHERIT = 0x1
-MASTER_ID = 0
+from remoting.protocol.route import MASTER_ID, PERM_READ, PERM_WRITE
 
 
 class QueueDataLike(Protocol):

@@ -10,8 +10,7 @@ integer map keys (`{0:"1.2.3.4:10911"}`; parsed by `_fastjson`, shared with
 `RegisterBrokerBody` also has RocketMQ's compressed form (`compressed=true` on
 REGISTER_BROKER): a zlib stream of length-prefixed parts; see `encode_compressed`.
 
-The queue-list helpers at the end (`producer_queues`, `consumer_queues`) turn a
-route into the queues a producer may write and a consumer may read.
+The queue lists a route gives producers and consumers are the client's (`client.route`).
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from common.message_queue import MessageQueue
 from remoting.protocol import _fastjson
 from remoting.protocol._fastjson import quote_keys as quote_numeric_keys
 
@@ -648,60 +646,6 @@ class TopicList:
 # -- queue lists ------------------------------------------------------------------
 
 
-RouteQueue = MessageQueue
-"""One message queue of a topic, as (topic, broker name, queue id): the common type."""
-
-
-def parse_order_topic_conf(conf: str) -> list[tuple[str, int]]:
-    """`"brokerA:4;brokerB:4"` -> `[("brokerA", 4), ("brokerB", 4)]` (bad items skipped)."""
-    out: list[tuple[str, int]] = []
-    for item in conf.split(";"):
-        name, sep, num = item.partition(":")
-        if not sep or not name:
-            continue
-        try:
-            out.append((name, int(num)))
-        except ValueError:
-            continue
-    return out
-
-
-def producer_queues(topic: str, route: TopicRouteData) -> list[RouteQueue]:
-    """The queues a producer may send to, in RocketMQ's order.
-
-    With an `order_topic_conf`, its brokers and queue counts in order.
-    Otherwise queue datas sorted by broker name, keeping only writable ones
-    whose broker group has a master, each contributing `write_queue_nums` queues.
-    """
-    if route.order_topic_conf:
-        return [
-            RouteQueue(topic, name, i)
-            for name, n in parse_order_topic_conf(route.order_topic_conf)
-            for i in range(n)
-        ]
-    masters = {b.broker_name for b in route.broker_datas if MASTER_ID in b.broker_addrs}
-    out: list[RouteQueue] = []
-    for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
-        if not qd.perm & PERM_WRITE or qd.broker_name not in masters:
-            continue
-        out.extend(RouteQueue(topic, qd.broker_name, i) for i in range(qd.write_queue_nums))
-    return out
-
-
-def consumer_queues(topic: str, route: TopicRouteData) -> list[RouteQueue]:
-    """The queues a consumer may read: readable queue datas, ids 0..read_queue_nums-1."""
-    out: list[RouteQueue] = []
-    for qd in route.queue_datas:
-        if qd.perm & PERM_READ:
-            out.extend(RouteQueue(topic, qd.broker_name, i) for i in range(qd.read_queue_nums))
-    return out
-
-
-def broker_addr_table(route: TopicRouteData) -> dict[str, dict[int, str]]:
-    """Broker name -> {broker id -> address} from a route."""
-    return {b.broker_name: dict(b.broker_addrs) for b in route.broker_datas}
-
-
 __all__ = [
     "MASTER_ID",
     "PERM_INHERIT",
@@ -714,16 +658,11 @@ __all__ = [
     "QueueData",
     "RegisterBrokerBody",
     "RouteDecodeError",
-    "RouteQueue",
     "TopicConfig",
     "TopicConfigSerializeWrapper",
     "TopicList",
     "TopicQueueMappingInfo",
     "TopicRouteData",
-    "broker_addr_table",
-    "consumer_queues",
     "loads_tolerant",
-    "parse_order_topic_conf",
-    "producer_queues",
     "quote_numeric_keys",
 ]

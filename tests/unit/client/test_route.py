@@ -85,6 +85,16 @@ def test_order_topic_conf() -> None:
     ]
 
 
+def test_order_topic_conf_skips_malformed_items() -> None:
+    r = _route()
+    r.order_topic_conf = "bA:2;bB:1;junk;:3;x:y;bC:-1"
+    assert publish_queues("T", r) == [
+        MessageQueue("T", "bA", 0),
+        MessageQueue("T", "bA", 1),
+        MessageQueue("T", "bB", 0),
+    ]
+
+
 def test_string_broker_ids_are_accepted() -> None:
     r = Route([QD("b", 1, 1, 6)], [BD("b", {"0": "x:1"})])  # type: ignore[dict-item]
     assert publish_queues("T", r) == [MessageQueue("T", "b", 0)]

@@ -17,15 +17,11 @@ from remoting.protocol.route import (
     QueueData,
     RegisterBrokerBody,
     RouteDecodeError,
-    RouteQueue,
     TopicConfig,
     TopicConfigSerializeWrapper,
     TopicList,
     TopicRouteData,
-    consumer_queues,
     loads_tolerant,
-    parse_order_topic_conf,
-    producer_queues,
     quote_numeric_keys,
 )
 
@@ -208,43 +204,6 @@ def test_non_ascii_topic_written_as_utf8() -> None:
     tl = TopicList(["tópico"])
     assert tl.to_json() == '{"topicList":["tópico"]}'.encode()
     assert TopicList.from_json(tl.to_json()) == tl
-
-
-def test_producer_queue_list() -> None:
-    route = TopicRouteData(
-        queue_datas=[
-            QueueData("b2", 4, 2, 6),
-            QueueData("b1", 4, 3, 6),
-            QueueData("b3", 4, 4, 4),  # read-only: no producer queues
-            QueueData("b4", 4, 4, 6),  # no master: skipped
-        ],
-        broker_datas=[
-            BrokerData("c", "b1", {0: "a1"}),
-            BrokerData("c", "b2", {0: "a2", 1: "a2s"}),
-            BrokerData("c", "b3", {0: "a3"}),
-            BrokerData("c", "b4", {1: "a4s"}),
-        ],
-    )
-    assert producer_queues("T", route) == [
-        RouteQueue("T", "b1", 0),
-        RouteQueue("T", "b1", 1),
-        RouteQueue("T", "b1", 2),
-        RouteQueue("T", "b2", 0),
-        RouteQueue("T", "b2", 1),
-    ]
-    cq = consumer_queues("T", route)
-    assert len(cq) == 16
-    assert cq[:4] == [RouteQueue("T", "b2", i) for i in range(4)]
-
-
-def test_producer_queue_list_order_topic_conf() -> None:
-    route = TopicRouteData(order_topic_conf="bA:2;bB:1;junk;:3")
-    assert parse_order_topic_conf("bA:2;bB:1;junk;:3;x:y") == [("bA", 2), ("bB", 1)]
-    assert producer_queues("T", route) == [
-        RouteQueue("T", "bA", 0),
-        RouteQueue("T", "bA", 1),
-        RouteQueue("T", "bB", 0),
-    ]
 
 
 _json_values = st.recursive(
