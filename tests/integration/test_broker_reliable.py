@@ -1,4 +1,4 @@
-"""Issue 6 on a real `mqbroker`, driven by a bare RemotingClient: delay levels, exact delivery
+"""Reliability on a real `mqbroker`, driven by a bare RemotingClient: delay levels, exact delivery
 times, send-back to retry/DLQ, transactions with check-back, queue locks; restarts mid-way."""
 
 from __future__ import annotations

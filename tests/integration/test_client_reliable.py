@@ -1,4 +1,4 @@
-"""Issue 6, client side, on real processes: PushConsumer retry through %RETRY%<group>,
+"""Client-side reliability on real processes: PushConsumer retry through %RETRY%<group>,
 dead letters after the max reconsume times, a broker restart mid-way, and the DLQ tools."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A broker whose store fills a small tmpfs (issue 31, defects 5 and 6).
+"""A broker whose store fills a small tmpfs.
 
 Defect 5: the broker died with SIGBUS writing a consume-queue unit into a mapped page of a sparse
 file once the disk was full. Now every mapped file has its space reserved before it is mapped,

@@ -1,5 +1,5 @@
 """Numbers outside their Java type, and numbers in range that mean nothing, are answered with
-a code and a remark by a real broker, which keeps serving (issue 31, defect 9).
+a code and a remark by a real broker, which keeps serving.
 
 A header number wider than its Java field (`Integer` int32, `Long` int64) is a HeaderError:
 MESSAGE_ILLEGAL for the send family, SYSTEM_ERROR elsewhere, the remark naming the field.
@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TOPIC = "RangeT"
 GROUP = "range_group"
-INT32_UNDER = str(-(2**31) - 1)  # -2147483649, issue 31's queueId
+INT32_UNDER = str(-(2**31) - 1)  # -2147483649, a queueId below int32
 INT32_OVER = str(2**31)
 INT64_OVER = str(2**63)
 

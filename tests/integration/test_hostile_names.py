@@ -1,5 +1,5 @@
-"""Names and counts a stranger controls cannot reach outside the store or hang the broker
-(issue 31, defects 1 and 2): group names are checked where they enter, the store refuses any
+"""Names and counts a stranger controls cannot reach outside the store or hang the broker:
+group names are checked where they enter, the store refuses any
 name that is not one plain file name, and queue counts are bounded."""
 
 from __future__ import annotations

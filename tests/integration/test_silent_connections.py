@@ -1,6 +1,6 @@
-"""Silent and half-frame connections are closed by the broker and the NameServer (issue 31,
-defect 4): idle ones after `channel_idle_timeout_ms`, ones stuck inside a frame after
-`channel_read_timeout_ms`, while a client that keeps talking is left alone."""
+"""Silent and half-frame connections are closed by the broker and the NameServer: idle ones
+after `channel_idle_timeout_ms`, ones stuck inside a frame after `channel_read_timeout_ms`,
+while a client that keeps talking is left alone."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A client that pipelines requests and never reads the answers cannot take the broker's memory
-or stall other clients (issue 31, defect 3): unsent answer bytes are bounded per connection
+or stall other clients: unsent answer bytes are bounded per connection
 (the broker stops reading that connection's requests until it drains), and the bytes held for
 incomplete frames are bounded across all connections."""
 

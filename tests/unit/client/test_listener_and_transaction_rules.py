@@ -1,4 +1,4 @@
-"""Small pure pieces of issue 6's client side: listener arity, transaction states, limits."""
+"""Small pure pieces of the client's reliability: listener arity, transaction states, limits."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fuzz of the decoders a peer's bytes reach (issue 31): frames, headers, typed headers, bodies.
+"""Fuzz of the decoders a peer's bytes reach: frames, headers, typed headers, bodies.
 
 Valid input is mutated (bit flips, truncation, length words overwritten, random insertions,
 deletions, duplicated slices) and fed to:

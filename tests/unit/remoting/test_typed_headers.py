@@ -319,7 +319,7 @@ _PULL = {
     "subVersion": "1",
 }
 
-# The values of issue 31 and the edges of both types.
+# Values seen from hostile peers and the edges of both types.
 _OUT_OF_RANGE = [
     ("queueId", "-2147483649"),
     ("queueId", "2147483648"),

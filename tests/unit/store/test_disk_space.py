@@ -1,4 +1,4 @@
-"""Disk space (issue 31, defects 5 and 6), in process: mapped files are reserved before they are
+"""Disk space, in process: mapped files are reserved before they are
 mapped, a file that cannot be reserved is refused with ENOSPC, puts are refused (and nothing is
 written) when a file they need cannot be created and resume once space is back, and cleanup
 under disk pressure keeps the files consumers still need unless forced."""

@@ -1,5 +1,5 @@
 """Names that become paths: the store refuses any that is not one plain file name, and the
-broker's checks follow RocketMQ's rules (issue 31, defect 1)."""
+broker's checks follow RocketMQ's rules."""
 
 from __future__ import annotations
 

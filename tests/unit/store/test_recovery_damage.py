@@ -1,4 +1,4 @@
-"""Issue 31, defects 7 and 8, without processes.
+"""Damaged and torn store files, recovered without processes.
 
 Defect 7: a damaged record in the middle of the commitlog costs only itself. The scanner finds
 the next valid record (magic code, size, layout, its own offset, body CRC), recovery keeps every
