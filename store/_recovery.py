@@ -91,6 +91,10 @@ class _FileScan:
         self._check_crc = check_crc
         self._max_size = max_size
         self._light = light
+        self._begin()
+
+    def _begin(self) -> None:
+        """Set the scanner's own results to their values before a scan."""
 
 
 class RecordScanner(_FileScan):
@@ -113,27 +117,8 @@ class RecordScanner(_FileScan):
 
     __slots__ = ("end", "outcome")
 
-    def __init__(
-        self,
-        read: Callable[[int, int], bytes],
-        file_from_offset: int,
-        file_size: int,
-        start: int = 0,
-        *,
-        check_crc: bool = True,
-        max_size: int = DEFAULT_MAX_RECORD_SIZE,
-        light: bool = False,
-    ) -> None:
-        super().__init__(
-            read,
-            file_from_offset,
-            file_size,
-            start,
-            check_crc=check_crc,
-            max_size=max_size,
-            light=light,
-        )
-        self.end = start
+    def _begin(self) -> None:
+        self.end = self.start
         self.outcome = DispatchStatus.END
 
     def __iter__(self) -> Iterator[DispatchRequest]:
@@ -393,30 +378,11 @@ class FileScanner(_FileScan):
 
     __slots__ = ("complete", "gaps", "last_end", "records", "tail_from")
 
-    def __init__(
-        self,
-        read: Callable[[int, int], bytes],
-        file_from_offset: int,
-        file_size: int,
-        start: int = 0,
-        *,
-        check_crc: bool = True,
-        max_size: int = DEFAULT_MAX_RECORD_SIZE,
-        light: bool = False,
-    ) -> None:
-        super().__init__(
-            read,
-            file_from_offset,
-            file_size,
-            start,
-            check_crc=check_crc,
-            max_size=max_size,
-            light=light,
-        )
+    def _begin(self) -> None:
         self.gaps: list[tuple[int, int]] = []
         self.complete = False
-        self.tail_from = start
-        self.last_end = start
+        self.tail_from = self.start
+        self.last_end = self.start
         self.records = 0
 
     def __iter__(self) -> Iterator[DispatchRequest]:
