@@ -151,35 +151,6 @@ def _columns_to_batch(
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
 
 
-def _plain_rows(
-    body_col: Sequence[Any],
-    keys_col: Sequence[Any] | None,
-    tags_col: Sequence[Any] | None,
-    n: int,
-    topic: str,
-    write_id_prefix: str,
-    first_row: int,
-) -> Iterator[tuple[Message, None]]:
-    """`rows_to_messages` for rows without properties or pinned queues and with the topic
-    option: the same messages, built without `Message.__init__`'s per-property checks (the
-    only property names set here are the write id, TAGS and KEYS)."""
-    new = Message.__new__
-    for i in range(n):
-        body = body_col[i]
-        if type(body) is not bytes:
-            body = _as_bytes(body)
-            if body is None:
-                raise ValueError(f"rocketmq sink: row {first_row + i} has a null body")
-        props = {WRITE_ID_PROPERTY: f"{write_id_prefix}:{first_row + i}"}
-        if tags_col is not None and (tag := tags_col[i]):
-            props[PROPERTY_TAGS] = tag
-        if keys_col is not None and (key := keys_col[i]):
-            props[PROPERTY_KEYS] = key
-        m = new(Message)
-        m.topic, m.body, m.flag, m.properties = topic, body, 0, props
-        yield m, None
-
-
 def _as_bytes(v: Any) -> bytes | None:
     if v is None:
         return None
@@ -217,37 +188,36 @@ def rows_to_messages(
     props_col = columns.get("properties")
     broker_col = columns.get("broker")
     qid_col = columns.get("queue_id")
-    if props_col is None and (broker_col is None or qid_col is None) and default_topic:
-        yield from _plain_rows(body_col, keys_col, tags_col, n, default_topic, write_id_prefix,
-                               first_row)  # fmt: skip
-        return
+    new = Message.__new__
     for i in range(n):
-        body = _as_bytes(body_col[i])
-        if body is None:
-            raise ValueError(f"rocketmq sink: row {first_row + i} has a null body")
+        body = body_col[i]
+        if type(body) is not bytes:
+            body = _as_bytes(body)
+            if body is None:
+                raise ValueError(f"rocketmq sink: row {first_row + i} has a null body")
         topic = default_topic or (topic_col[i] if topic_col is not None else None)
         if not topic:
             raise ValueError(
                 f"rocketmq sink: row {first_row + i} has no topic "
                 "(set the 'topic' option or a non-null 'topic' column)"
             )
-        props: dict[str, str] = {}
-        if props_col is not None and props_col[i] is not None:
-            raw = props_col[i]
+        # Built as `Message(topic, body, tags=, keys=, properties=)` builds it, without
+        # checking the names set here (the write id, TAGS, KEYS); map entries are checked.
+        msg = new(Message)
+        msg.topic, msg.body, msg.flag, msg.properties = topic, body, 0, {}
+        if props_col is not None and (raw := props_col[i]) is not None:
             items = raw.items() if isinstance(raw, Mapping) else raw
             for k, v in items:
                 # System properties (KEYS, TAGS, UNIQ_KEY...) come from columns or the
                 # producer; dropping them lets a read DataFrame be written back as is.
                 if k is not None and v is not None and k not in SYSTEM_PROPERTIES:
-                    props[str(k)] = str(v)
+                    msg.put_user_property(str(k), str(v))
+        props = msg.properties
         props[WRITE_ID_PROPERTY] = f"{write_id_prefix}:{first_row + i}"
-        msg = Message(
-            topic,
-            body,
-            tags=tags_col[i] if tags_col is not None else None,
-            keys=keys_col[i] if keys_col is not None else None,
-            properties=props,
-        )
+        if tags_col is not None and (tag := tags_col[i]):
+            props[PROPERTY_TAGS] = tag
+        if keys_col is not None and (key := keys_col[i]):
+            props[PROPERTY_KEYS] = key
         pinned: tuple[str, int] | None = None
         if broker_col is not None and qid_col is not None:
             b, q = broker_col[i], qid_col[i]
