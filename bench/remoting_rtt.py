@@ -64,7 +64,7 @@ async def _echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
 
 async def _serve() -> None:
     server = RemotingServer(port=0)
-    server.register_processor(CODE, _echo)
+    server.processors.register(CODE, _echo)
     async with trio.open_nursery() as nursery:
         port = await nursery.start(server.run)
         print(port, flush=True)

@@ -24,6 +24,7 @@ import structlog
 import trio
 
 from broker._persist import write_atomically
+from broker.commit import CommitBatcher
 from broker.config import BrokerConfig, parse_host_port
 from broker.consumer_manager import ConsumerManager
 from broker.long_polling import LongPollingService
@@ -152,6 +153,7 @@ class BrokerController:
         self.admin = AdminProcessor(self)
         self.query = QueryProcessor(self)
         self._store: MessageStore | None = None
+        self._commits: CommitBatcher | None = None
         self._nursery: trio.Nursery | None = None
         self._stop = trio.Event()
         self._topics_changed = trio.Event()
@@ -177,29 +179,30 @@ class BrokerController:
     # -- wiring ----------------------------------------------------------------------------
     def _register_processors(self) -> None:
         s = self.server
-        reg = s.register_processor
-        # Inline handlers: called by the connection's reader itself, no task per request (a
-        # task plus the writer's wake-up cost more CPU than a whole send); they return the
-        # answer, or a coroutine for their slow path (SYNC_FLUSH wait, long-poll hold).
+        table = s.processors
+        reg = table.register
+        # Inline processors: run by the connection's reader itself, no task per request (a
+        # task plus the writer's wake-up cost more CPU than a whole send); they never suspend,
+        # and answer later through a responder when they must wait (SYNC_FLUSH, a held pull).
         # (docs/design-notes.md, "Inline send handling")
         # send
-        s.register_processor(R.SEND_MESSAGE, self.send.send_message, inline=True)
-        s.register_processor(R.SEND_MESSAGE_V2, self.send.send_message, inline=True)
-        s.register_processor(R.SEND_BATCH_MESSAGE, self.send.send_batch, inline=True)
+        reg(R.SEND_MESSAGE, self.send.send_message, inline=True)
+        reg(R.SEND_MESSAGE_V2, self.send.send_message, inline=True)
+        reg(R.SEND_BATCH_MESSAGE, self.send.send_batch, inline=True)
         # retry / DLQ and transactions
         reg(R.CONSUMER_SEND_MSG_BACK, self.send_back.consumer_send_msg_back)
         reg(R.END_TRANSACTION, self.end_transaction.end_transaction)
         # pull
-        s.register_processor(R.PULL_MESSAGE, self.pull.pull_message, inline=True)
+        reg(R.PULL_MESSAGE, self.pull.pull_message, inline=True)
         # offsets and consumer lists
         cm = self.consumer_manage
-        s.register_processor(R.QUERY_CONSUMER_OFFSET, cm.query_consumer_offset, inline=True)
-        s.register_processor(R.UPDATE_CONSUMER_OFFSET, cm.update_consumer_offset, inline=True)
+        reg(R.QUERY_CONSUMER_OFFSET, cm.query_consumer_offset, inline=True)
+        reg(R.UPDATE_CONSUMER_OFFSET, cm.update_consumer_offset, inline=True)
         reg(R.GET_CONSUMER_LIST_BY_GROUP, self.consumer_manage.get_consumer_list_by_group)
         reg(R.LOCK_BATCH_MQ, self.consumer_manage.lock_batch_mq)
         reg(R.UNLOCK_BATCH_MQ, self.consumer_manage.unlock_batch_mq)
         # clients
-        s.register_processor(R.HEART_BEAT, self.client_manage.heart_beat, inline=True)
+        reg(R.HEART_BEAT, self.client_manage.heart_beat, inline=True)
         reg(R.UNREGISTER_CLIENT, self.client_manage.unregister_client)
         reg(R.GET_CONSUMER_CONNECTION_LIST, self.client_manage.get_consumer_connection_list)
         reg(R.GET_PRODUCER_CONNECTION_LIST, self.client_manage.get_producer_connection_list)
@@ -231,6 +234,13 @@ class BrokerController:
         if self._store is None:
             raise RuntimeError("the broker's store is not open")
         return self._store
+
+    @property
+    def commits(self) -> CommitBatcher:
+        """The one path of the broker's appends (`broker.commit`)."""
+        if self._commits is None:
+            raise RuntimeError("the broker's store is not open")
+        return self._commits
 
     # -- services used by processors ---------------------------------------------------------
     def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
@@ -353,33 +363,13 @@ class BrokerController:
             cfg.store_config(), needed_offset=self.needed_commitlog_offset
         ) as store:
             self._store = store
-            # The sends of one received chunk are stored as a run, completed before any of
-            # their answers leaves (`MessageStore.begin_staging`): one pwrite for their
-            # records and their index entries written together, in both modes.
-            # Under SYNC_FLUSH the run's answers also wait for one group commit together
-            # (`SendProcessor.begin_run`); under ASYNC_FLUSH no send waits.
-            if store.flush_service.sync:
-                send = self.send
-
-                def begin_run() -> None:
-                    store.begin_staging()
-                    send.begin_run()
-
-                def end_run() -> None:
-                    try:
-                        store.end_staging()
-                    except BaseException:
-                        send.abandon_run()  # not written: none of the run may be acknowledged
-                        raise
-                    send.end_run()
-
-                self.server.set_inline_batch(begin_run, end_run)
-            else:
-                self.server.set_inline_batch(store.begin_staging, store.end_staging)
+            # The inline processors of one received chunk append as one run (`broker.commit`).
+            commits = self._commits = CommitBatcher(store)
+            self.server.processors.set_run_hooks(commits.begin, commits.end)
             self._known_topics = {cfg.topic_name for cfg in self.topics}
             store.add_arrival_listener(self._on_arrival)
             store.add_arrival_listener(self.schedule.on_arrival)
-            self.transactions.attach(store)
+            self.transactions.attach(store, commits.put)
             async with self.client:
                 try:
                     async with trio.open_nursery() as nursery:
@@ -394,7 +384,7 @@ class BrokerController:
                         nursery.start_soon(self._scan_loop)
                         nursery.start_soon(self._stats_loop)
                         nursery.start_soon(self.long_polling.run)
-                        await nursery.start(self.schedule.run, store)
+                        await nursery.start(self.schedule.run, store, commits.put)
                         nursery.start_soon(self.transactions.run)
                         log.info(
                             "broker_started",
@@ -424,6 +414,7 @@ class BrokerController:
                         await self.persist_all()
                         await self.schedule.persist()
             self._store = None
+            self._commits = None
         log.info("broker_stopped", broker_name=cfg.broker_name)
 
     async def __aenter__(self) -> Self:

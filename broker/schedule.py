@@ -45,6 +45,7 @@ import structlog
 import trio
 
 from broker._persist import CONFIG_DIR, read_json_file, write_atomically
+from broker.commit import Put
 from broker.topic_manager import TIMER_TOPIC
 from common.message import (
     PROPERTY_DELAY,
@@ -187,6 +188,7 @@ class ScheduleService:
         self.dirty = False
         self.delivered = 0
         self._store: MessageStore | None = None
+        self._append: Put | None = None
         self._level_wakeups = [_Wakeup() for _ in range(self.levels)]
         self._persist_wakeup = _Wakeup()
         self._persist_lock = trio.Lock()  # one writer at a time (they share the .tmp files)
@@ -337,10 +339,16 @@ class ScheduleService:
             self._timer_wakeup.set()
 
     async def run(
-        self, store: MessageStore, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self,
+        store: MessageStore,
+        put: Put,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Deliver until cancelled (`store.add_arrival_listener(self.on_arrival)` first)."""
+        """Deliver until cancelled (`store.add_arrival_listener(self.on_arrival)` first); `put`
+        appends (the broker's `CommitBatcher.put`), `store` is read."""
         self._store = store
+        self._append = put
         # Half the retention: a record is re-appended while its commitlog file (whose age is
         # its mtime, at or after the store time of the records it holds) still has at least
         # half the retention to live. Delay levels need none of this: RocketMQ's longest is 2 h,
@@ -361,8 +369,8 @@ class ScheduleService:
             task_status.started()
 
     async def _put(self, msg: MessageInner) -> bool:
-        assert self._store is not None
-        result = await self._store.put_message(msg)
+        assert self._append is not None
+        result = await self._append((msg,))
         if not result.ok:
             log.warning("scheduled_delivery_failed", topic=msg.topic, status=result.status.name)
             return False
@@ -605,7 +613,8 @@ class ScheduleService:
             msg.properties_string = None
             msg.tags_code = due
             msg.store_host = self._store_host()
-            result = await store.put_message(msg)
+            assert self._append is not None
+            result = await self._append((msg,))
             if not result.ok:
                 log.warning("timer_refresh_failed", offset=qoff, status=result.status.name)
                 ok = False

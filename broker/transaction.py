@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 import structlog
 import trio
 
+from broker.commit import Put
 from broker.consumer_manager import ClientChannelInfo
 from broker.schedule import real_message
 from broker.topic_manager import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
@@ -177,14 +178,22 @@ class TransactionService:
         self.check_max = check_max
         self.now_ms = now_ms
         self._store: MessageStore | None = None
+        self._append: Put | None = None
         self.resolved: set[int] = set()  # half queue offsets with an op record
         self.checks_sent = 0
         self.discarded = 0
         self._lock = trio.Lock()
         self._kick = trio.Event()
 
-    def attach(self, store: MessageStore) -> None:
+    def attach(self, store: MessageStore, put: Put) -> None:
+        """Read `store`; append with `put` (the broker's `CommitBatcher.put`)."""
         self._store = store
+        self._append = put
+
+    async def _put(self, msg: MessageInner) -> PutMessageResult:
+        if self._append is None:
+            raise RuntimeError("the transaction service has no store")
+        return await self._append((msg,))
 
     @property
     def store(self) -> MessageStore:
@@ -200,9 +209,7 @@ class TransactionService:
         return ext
 
     async def write_op(self, half_queue_offset: int) -> PutMessageResult:
-        result = await self.store.put_message(
-            op_message(half_queue_offset, self._store_host(), self.now_ms())
-        )
+        result = await self._put(op_message(half_queue_offset, self._store_host(), self.now_ms()))
         if result.ok:
             self.resolved.add(half_queue_offset)
         return result
@@ -349,7 +356,7 @@ class TransactionService:
         if count:
             copy.properties[PROPERTY_TRANSACTION_CHECK_TIMES] = str(times + 1)
         copy.properties_string = None
-        result = await self.store.put_message(copy)
+        result = await self._put(copy)
         if not result.ok or result.append is None:
             log.warning("transaction_requeue_failed", status=result.status.name)
             return False
@@ -392,7 +399,7 @@ class TransactionService:
         copy.queue_id = 0
         copy.store_host = host
         copy.properties_string = None
-        result = await self.store.put_message(copy)
+        result = await self._put(copy)
         self.discarded += 1
         log.warning(
             "transaction_check_max_reached",

@@ -217,16 +217,16 @@ class ClientInstance:
             self.remoting = await self._stack.enter_async_context(
                 RemotingClient(serialize_type=serialize, upgrade_to_msgpack=name == "auto")
             )
-            self.remoting.register_processor(
+            self.remoting.processors.register(
                 RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_notify_consumer_ids_changed
             )
-            self.remoting.register_processor(
+            self.remoting.processors.register(
                 RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_consumer_offset
             )
-            self.remoting.register_processor(
+            self.remoting.processors.register(
                 RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT, self._on_get_consumer_status
             )
-            self.remoting.register_processor(
+            self.remoting.processors.register(
                 RequestCode.CHECK_TRANSACTION_STATE, self._on_check_transaction_state
             )
             self._api = MQClientAPI(

@@ -1,7 +1,8 @@
 """NameServer request processors: one handler per request code, over a RouteTable and a KVConfig.
 
-Handlers are `async def (conn, cmd) -> RemotingCommand` as `RemotingServer`
-expects, but never wait: the work is plain dictionary updates. A malformed
+Handlers are `remoting.Processor`s (`async def (conn, cmd) -> RemotingCommand`) that never
+wait: the work is plain dictionary updates, so they are registered inline (the connection's
+reader runs them, no task per request). A malformed
 header or body is answered with SYSTEM_ERROR and a remark naming the problem;
 the connection stays open. Every body written is standard JSON, whatever the
 request's serialize type (the response header follows the request's type).
@@ -10,7 +11,7 @@ request's serialize type (the response header follows the request's type).
 from __future__ import annotations
 
 import zlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import structlog
@@ -18,7 +19,7 @@ import trio
 
 from namesrv.kv_config import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfig
 from namesrv.route_table import RouteTable
-from remoting import RemotingCommand
+from remoting import Connection, Processor, RemotingCommand
 from remoting.codes import RequestCode, ResponseCode
 from remoting.errors import HeaderError
 from remoting.protocol.route import (
@@ -48,7 +49,7 @@ class ConnectionLike(Protocol):
     def attributes(self) -> dict[str, object]: ...
 
 
-Handler = Callable[[Any, RemotingCommand], Awaitable[RemotingCommand | None]]
+Handler = Processor
 
 
 def monotonic_ms() -> int:
@@ -143,7 +144,7 @@ class NamesrvProcessors:
 
     @staticmethod
     def _wrap(fn: Callable[[Any, RemotingCommand], RemotingCommand]) -> Handler:
-        async def handler(conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
+        async def handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
             try:
                 return fn(conn, cmd)
             except HeaderError as exc:

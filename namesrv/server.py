@@ -49,7 +49,7 @@ class NameServer:
             self.route_table, self.kv, order_message_enable=config.order_message_enable
         )
         for code, handler in self.processors.handlers().items():
-            self._server.register_processor(code, handler)
+            self._server.processors.register(code, handler, inline=True)
         self._server.on_disconnect(self._on_disconnect)
         self.port: int = 0
         self._nursery_cm: Any = None

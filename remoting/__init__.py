@@ -5,9 +5,10 @@ This package knows nothing of topics or storage.
 
 from remoting._client import RemotingClient
 from remoting._command import DEFAULT_VERSION, RemotingCommand
-from remoting._connection import Connection, Handler, InlineBatch, InlineHandler
+from remoting._connection import Connection
 from remoting._frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame
 from remoting._header_codec import decode_header, encode_header, native
+from remoting._processor import Processor, ProcessorTable, Responder, RunHooks
 from remoting._server import RemotingServer
 from remoting.codes import (
     FLAG_ONEWAY,
@@ -43,11 +44,10 @@ __all__ = [
     "FrameDecoder",
     "FrameError",
     "FrameTooLargeError",
-    "Handler",
     "HeaderError",
-    "InlineBatch",
-    "InlineHandler",
     "LanguageCode",
+    "Processor",
+    "ProcessorTable",
     "RemoteError",
     "RemotingClient",
     "RemotingCommand",
@@ -58,7 +58,9 @@ __all__ = [
     "RemotingTimeoutError",
     "RemotingTooManyRequestsError",
     "RequestCode",
+    "Responder",
     "ResponseCode",
+    "RunHooks",
     "SerializeType",
     "decode_header",
     "encode_frame",

@@ -5,20 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from contextlib import AsyncExitStack
 from types import TracebackType
-from typing import Any, Literal, Self, cast, overload
+from typing import Any, Self
 
 import structlog
 import trio
 
 from remoting._command import RemotingCommand
-from remoting._connection import (
-    Connection,
-    Handler,
-    InlineHandler,
-    PendingBudget,
-    opaque_counter,
-)
+from remoting._connection import Connection, PendingBudget, opaque_counter
 from remoting._frame import DEFAULT_MAX_FRAME_SIZE
+from remoting._processor import ProcessorTable
 from remoting.codes import LanguageCode, SerializeType
 from remoting.errors import RemotingConnectError, RemotingTimeoutError
 
@@ -55,7 +50,8 @@ class RemotingClient:
 
     One connection per address, opened on first use (concurrent first calls share one connect)
     and opened again after it is lost. Requests the server sends on a connection (for example
-    CHECK_TRANSACTION_STATE) go to the processors registered here.
+    CHECK_TRANSACTION_STATE) go to the processors registered in `processors`
+    (`remoting._processor`).
 
     Args:
         serialize_type: header codec of every request sent (responses come back in it).
@@ -91,8 +87,7 @@ class RemotingClient:
         self._max_inflight = max_inflight
         self._budget = PendingBudget(max_pending)
         self._next_opaque = opaque_counter()
-        self._processors: dict[int, Handler] = {}
-        self._inline: dict[int, InlineHandler] = {}
+        self.processors = ProcessorTable()
         self._on_disconnect: list[Callable[[str], None]] = []
         self._connections: dict[str, Connection] = {}
         self._connecting: dict[str, _ConnectAttempt] = {}
@@ -119,33 +114,6 @@ class RemotingClient:
         return await self._stack.__aexit__(exc_type, exc, tb)
 
     # -- configuration ------------------------------------------------------------
-    @overload
-    def register_processor(self, code: int, handler: Handler) -> None: ...
-    @overload
-    def register_processor(
-        self, code: int, handler: InlineHandler, *, inline: Literal[True]
-    ) -> None: ...
-    @overload
-    def register_processor(
-        self, code: int, handler: Handler, *, inline: Literal[False]
-    ) -> None: ...
-    def register_processor(
-        self, code: int, handler: Handler | InlineHandler, *, inline: bool = False
-    ) -> None:
-        """Handle server-sent requests with `code` (e.g. CHECK_TRANSACTION_STATE).
-
-        With `inline=True`, `handler` is an `InlineHandler`: the connection's reader calls it
-        directly and answers at once when it returns a command (or None); an awaitable it
-        returns is awaited in a spawned task like a plain handler. It must never block.
-        """
-        code = int(code)
-        if inline:
-            self._inline[code] = handler
-            self._processors.pop(code, None)
-        else:
-            self._processors[code] = cast(Handler, handler)
-            self._inline.pop(code, None)
-
     def on_disconnect(self, cb: Callable[[str], None]) -> None:
         """Call `cb(addr)` when the connection to `addr` closes."""
         self._on_disconnect.append(cb)
@@ -264,13 +232,12 @@ class RemotingClient:
             return
         conn = Connection(
             stream,
-            self._processors,
+            self.processors,
             max_frame_size=self._max_frame_size,
             outbound_queue_size=self._outbound_queue_size,
             max_inflight=self._max_inflight,
             next_opaque=self._next_opaque,
             pending_budget=self._budget,
-            inline_processors=self._inline,
             serialize_type=self.serialize_type,
             upgrade_to_msgpack=self._upgrade and self.serialize_type != SerializeType.MSGPACK,
         )

@@ -3,20 +3,13 @@
 A `Connection` runs a reader task and a writer task inside its own nursery. The writer drains a
 bounded memory channel of encoded frames, joining whatever is queued into one write. The
 reader decodes frames: responses complete the matching pending request (by opaque); requests
-go to their processor in one of two ways:
-
-- A plain (`Handler`) processor runs in its own task, at most `max_inflight` at once (the reader
-  stops reading while the limit is reached, which pushes back on the peer through TCP).
-- An inline (`InlineHandler`) processor is a plain function the reader calls directly. When it
-  returns a `RemotingCommand` (or None) that is the answer, with no task spawned; when it
-  returns an awaitable (a slow path: a SYNC_FLUSH wait, a long-poll park) that is awaited in a
-  spawned task exactly like a plain processor's call. When it returns `Connection.DEFERRED`
-  the handler answers later itself, with `respond_nowait` (e.g. from a SYNC_FLUSH group
-  commit's callback), and no task is spawned; the request counts in flight until then.
-  Inline processors must never block.
-  They run without the per-request log context (peer, code, opaque) that spawned handlers get
-  bound: binding and resetting it would be a sizeable share of a whole send; a failure is
-  logged with those fields explicitly (docs/design-notes.md, "Inline send handling").
+go to their processor from the `ProcessorTable` (`remoting._processor`: the contract, the two
+modes, deferred answers and the run hooks). At most `max_inflight` requests of the peer are in
+flight at once (running in a task, or deferred and not yet answered): at the limit the reader
+stops reading, which pushes back on the peer through TCP. Inline processors run without the
+per-request log context (peer, code, opaque) that task processors get bound: binding and
+resetting it would be a sizeable share of a whole send; a failure is logged with those fields
+explicitly (docs/design-notes.md, "Inline send handling").
 
 The answers produced inline while handling one `receive_some` batch leave together, in one
 write per `_ANSWER_CHUNK` answers (and at the end of the batch): written straight to the socket
@@ -55,14 +48,15 @@ import itertools
 import math
 import os
 import socket
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import ClassVar, NamedTuple, TypeAlias, cast
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, NoReturn
 
 import structlog
 import trio
 
 from remoting._command import Body, RemotingCommand
 from remoting._frame import FrameDecoder, encode_frame_parts
+from remoting._processor import Processor, ProcessorTable, Responder, RunHooks
 from remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, LanguageCode, ResponseCode, SerializeType
 from remoting.errors import (
     FrameError,
@@ -71,28 +65,10 @@ from remoting.errors import (
     RemotingTooManyRequestsError,
 )
 
-__all__ = ["Connection", "Handler", "InlineBatch", "InlineHandler"]
+__all__ = ["Connection"]
 
 log = structlog.get_logger()
 _bind_contextvars = structlog.contextvars.bind_contextvars
-
-Handler: TypeAlias = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
-# Called by the reader itself: returns the answer now (a command, or None for no answer), or an
-# awaitable that a spawned task awaits for it. Must not block. Any `Handler` is also one (its
-# coroutine is always awaited in a task).
-# `Connection.DEFERRED`: the handler answers later with `Connection.respond_nowait`.
-InlineHandler: TypeAlias = Callable[
-    ["Connection", RemotingCommand],
-    "RemotingCommand | Awaitable[RemotingCommand | None] | Connection.Deferred | None",
-]
-
-
-class InlineBatch(NamedTuple):
-    """Callbacks around each run of inline handlers (`RemotingServer.set_inline_batch`)."""
-
-    begin: Callable[[], None]
-    end: Callable[[], None]
-
 
 _RECEIVE_SIZE = 256 * 1024
 # Inline answers leave at least every this many requests of one receive batch, or once this
@@ -274,33 +250,18 @@ class Connection:
         local_address: our end as "ip:port".
         closed: True once the connection is shut (or shutting) down.
         attributes: free slots for the owner (client id, broker address, ...).
-        DEFERRED: what an inline handler returns when it will answer later with
-            `respond_nowait` (exactly once per such request).
     """
-
-    class Deferred:
-        """The type of `Connection.DEFERRED`."""
-
-        __slots__ = ()
-
-        def __repr__(self) -> str:
-            return "Connection.DEFERRED"
-
-    DEFERRED: ClassVar[Connection.Deferred]
 
     def __init__(
         self,
         stream: trio.SocketStream,
-        processors: Mapping[int, Handler],
+        processors: ProcessorTable,
         *,
-        default_processor: Callable[[], Handler | None] | None = None,
         max_frame_size: int,
         outbound_queue_size: int,
         max_inflight: int,
         next_opaque: Callable[[], int] | None = None,
         pending_budget: PendingBudget | None = None,
-        inline_processors: Mapping[int, InlineHandler] | None = None,
-        inline_batch: InlineBatch | None = None,
         msgpack: bool = True,
         advertise_msgpack: bool = False,
         serialize_type: int = SerializeType.MSGPACK,
@@ -334,9 +295,6 @@ class Connection:
         self.closed = False
         self.attributes: dict[str, object] = {}
         self._processors = processors
-        self._inline_processors: Mapping[int, InlineHandler] = inline_processors or {}
-        self._inline_batch = inline_batch
-        self._default_processor = default_processor
         self._max_frame_size = max_frame_size
         self._send_channel, self._receive_channel = trio.open_memory_channel[
             tuple[bytes, Body | None]
@@ -345,15 +303,16 @@ class Connection:
         # a write): only then may the reader write to the socket itself. Whoever queues a
         # frame clears it before the writer runs again.
         self._writer_idle = False
-        self._inflight = trio.Semaphore(max_inflight)
+        # Requests of the peer in flight (in a task, or deferred and not yet answered), and
+        # the event the reader waits on while they are at the limit.
+        self._busy = 0
+        self._room: trio.Event | None = None
         self._max_inflight = max_inflight
         self._next_opaque = next_opaque or opaque_counter()
         self._budget = pending_budget or PendingBudget(65536)
         self._pending: dict[int, _Waiter] = {}
         # Of those, requests the peer may hold until it has an answer (long polls).
         self._long_polls = 0
-        # While the reader runs an inline handler: where the answers it releases collect.
-        self._joining: list[bytes | Body] | None = None
         # Request timeouts without a cancel scope per request (a scope's enter/exit was a large
         # share of a producer's CPU per send): (deadline, opaque, waiter) in a heap, expired by
         # one timer task. Entries of answered requests are dropped lazily (see `_timer`).
@@ -378,7 +337,29 @@ class Connection:
     @property
     def busy(self) -> bool:
         """A request of the peer is being handled (or its answer is held, as a parked pull's)."""
-        return self._inflight.value < self._max_inflight
+        return self._busy > 0
+
+    def defer(self, cmd: RemotingCommand) -> Responder:
+        """Answer the request `cmd` later: its processor returns None and the `Responder`
+        sends the answer (see `remoting._processor`). The request counts as in flight until
+        then."""
+        self._busy += 1
+        return Responder(self, cmd)
+
+    def _release(self) -> None:
+        """A request of the peer left the in-flight count."""
+        self._busy -= 1
+        room = self._room
+        if room is not None and self._busy < self._max_inflight:
+            self._room = None
+            room.set()
+
+    async def _wait_room(self) -> None:
+        """Until fewer than `max_inflight` requests of the peer are in flight."""
+        while self._busy >= self._max_inflight:
+            if self._room is None:
+                self._room = trio.Event()
+            await self._room.wait()
 
     def close_with_reason(self, reason: str) -> None:
         """`close`, recording `reason` as the close reason."""
@@ -590,16 +571,12 @@ class Connection:
         decoder = self._decoder = FrameDecoder(self._max_frame_size, msgpack=self._msgpack)
         stream = self._stream
         pending = self._pending
-        inflight = self._inflight
-        inline_get = self._inline_processors.get
-        batch = self._inline_batch
-        # Encoded answers of inline handlers, written together per chunk of a batch.
+        table = self._processors
+        lookup = table.get
+        max_inflight = self._max_inflight
+        # Encoded answers of inline processors, written together per chunk of a run.
         out: list[bytes | Body] = []
         out_count = out_bytes = 0
-        # Answers to earlier requests of this connection that its inline handlers released
-        # (`respond_nowait`: a send waking a pull the same client parked here), written
-        # together before the run ends (see `_write_released`).
-        released: list[bytes | Body] = []
         # Reads bypass `SocketStream.receive_some`, which tries the recv first and, on an idle
         # connection, takes a failing recv (an exception) before waiting, then yields twice
         # around the recv that succeeds. Here: after a short read (the socket was drained),
@@ -653,11 +630,12 @@ class Connection:
                 partial.adjust(held - self._partial_held)
                 self._partial_held = held
             woken = 0
-            # The inline handlers of this chunk run inside the server's batch callbacks, if
-            # any (`RemotingServer.set_inline_batch`): `end` before every await below (a write
-            # of answers, a yield) and at the end of the chunk, `begin` again after an await.
-            if batch is not None:
-                batch.begin()
+            # The inline processors of this chunk run inside the table's run hooks, if any:
+            # `end` before every await below (a write of answers, a yield) and at the end of
+            # the chunk, `begin` again after an await (`remoting._processor`).
+            hooks = table.run_hooks
+            if hooks is not None:
+                hooks.begin()
             for cmd in commands:
                 if cmd.flag & FLAG_RESPONSE:
                     if self._upgrade and cmd.ext_fields is not None:
@@ -678,75 +656,48 @@ class Connection:
                         # Let the requesters run (and their next requests leave) before
                         # the rest of the batch: see the module docstring.
                         woken = 0
-                        if not await self._pause(out, released, batch):
+                        if not await self._pause(out, hooks):
                             return
                         out_count = out_bytes = 0
                     continue
-                if self._unsent > _UNSENT_HIGH:
-                    # The peer is not reading its answers: take no more of its requests until
-                    # the writer has written most of what is queued (send what is ready first).
-                    if not await self._pause(out, released, batch, drain=True):
+                if self._unsent > _UNSENT_HIGH or self._busy >= max_inflight:
+                    # The peer is not reading its answers, or has as many requests in flight
+                    # as allowed: take no more of its requests until the writer has written
+                    # most of what is queued, or one of them is answered (send what is
+                    # ready first).
+                    if not await self._pause(out, hooks, wait=True):
                         return
                     out_count = out_bytes = 0
-                awaitable: Awaitable[RemotingCommand | None] | None = None
-                handler = inline_get(cmd.code)
-                if handler is not None:
-                    # Answers this handler releases on this connection (`respond_nowait`: a
-                    # send waking a pull parked here) leave together before the run ends.
-                    self._joining = released
-                    try:
-                        result = handler(self, cmd)
-                    except Exception as exc:
-                        result = self._handler_failed(cmd, exc)
-                    finally:
-                        self._joining = None
-                    if result is None or isinstance(result, RemotingCommand):
-                        if result is not None and not cmd.flag & FLAG_ONEWAY:
-                            head, body = self._encode_response(cmd, result)
-                            out.append(head)
-                            out_bytes += len(head)
-                            if body is not None:
-                                out.append(body)
-                                out_bytes += len(body)
-                            out_count += 1
-                            if out_count >= _ANSWER_CHUNK or out_bytes >= _ANSWER_CHUNK_BYTES:
-                                if not await self._pause(out, released, batch, checkpoint=False):
-                                    return
-                                out_count = out_bytes = 0
-                        continue
-                    if result is _DEFERRED:
-                        # In flight until `respond_nowait` releases it. It cannot run before
-                        # the acquire below: no schedule point between the handler and
-                        # `acquire_nowait`; while `acquire` waits, an early release is simply
-                        # taken back by it.
-                        try:
-                            inflight.acquire_nowait()
-                        except trio.WouldBlock:
-                            if not await self._pause(out, released, batch, acquire=True):
-                                return
-                            out_count = out_bytes = 0
-                        continue
-                    awaitable = cast("Awaitable[RemotingCommand | None]", result)
-                # A task for this one. acquire() always yields to the scheduler: only wait
-                # when the limit is hit, and then send what is ready first.
+                entry = lookup(cmd.code)
+                if entry is None or not entry[1]:
+                    self._busy += 1
+                    nursery.start_soon(
+                        self._handle, table.default if entry is None else entry[0], cmd
+                    )
+                    continue
+                # Inline: run the coroutine to its end here, no task.
+                coro = entry[0](self, cmd)
                 try:
-                    inflight.acquire_nowait()
-                except trio.WouldBlock:
-                    try:
-                        if not await self._pause(out, released, batch, acquire=True):
-                            _close_awaitable(awaitable)
-                            return
-                    except BaseException:
-                        _close_awaitable(awaitable)
-                        raise
-                    out_count = out_bytes = 0
-                if awaitable is None:
-                    nursery.start_soon(self._handle, cmd)
+                    trap = coro.send(None)
+                except StopIteration as stop:
+                    result = stop.value
+                except Exception as exc:
+                    result = self._handler_failed(cmd, exc)
                 else:
-                    nursery.start_soon(self._handle_awaitable, cmd, awaitable)
-            if released:
-                self._write_released(released)
-            if batch is not None and not self._end_inline_batch(batch):
+                    result = self._inline_suspended(cmd, coro, trap)
+                if result is not None and not cmd.flag & FLAG_ONEWAY:
+                    head, body = self._encode_response(cmd, result)
+                    out.append(head)
+                    out_bytes += len(head)
+                    if body is not None:
+                        out.append(body)
+                        out_bytes += len(body)
+                    out_count += 1
+                    if out_count >= _ANSWER_CHUNK or out_bytes >= _ANSWER_CHUNK_BYTES:
+                        if not await self._pause(out, hooks, checkpoint=False):
+                            return
+                        out_count = out_bytes = 0
+            if hooks is not None and not self._end_run(hooks):
                 return
             if out:
                 await self._flush_batch(out)
@@ -756,44 +707,59 @@ class Connection:
     async def _pause(
         self,
         out: list[bytes | Body],
-        released: list[bytes | Body],
-        batch: InlineBatch | None,
+        hooks: RunHooks | None,
         *,
         checkpoint: bool = True,
-        acquire: bool = False,
-        drain: bool = False,
+        wait: bool = False,
     ) -> bool:
-        """The reader's await points within a chunk: write the answers the handlers
-        `released`, end the inline batch, write the answers collected in `out` (then empty
-        both), and yield (`checkpoint`) or wait for a free request slot (`acquire`); then
-        begin the batch again. False when the batch could not end (the connection closes;
+        """The reader's await points within a chunk: end the run, write the answers collected
+        in `out` (then empty it), and yield (`checkpoint`) or wait until the peer may send
+        more requests (`wait`: its answers mostly written and a request slot free); then
+        begin the run again. False when the run could not end (the connection closes;
         nothing of `out` was written)."""
-        if released:
-            self._write_released(released)
-        if batch is not None and not self._end_inline_batch(batch):
+        if hooks is not None and not self._end_run(hooks):
             return False
         if out:
             await self._flush_batch(out)
             out.clear()
-        if acquire:
-            await self._inflight.acquire()
-        elif drain:
+        if wait:
             await self._wait_drained()
+            await self._wait_room()
         elif checkpoint:
             await trio.lowlevel.checkpoint()
-        if batch is not None:
-            batch.begin()
+        if hooks is not None:
+            hooks.begin()
         return True
 
-    def _end_inline_batch(self, batch: InlineBatch) -> bool:
-        """`batch.end()`; False (and the connection marked for closing) if it raised."""
+    def _end_run(self, hooks: RunHooks) -> bool:
+        """`hooks.end()`; False (and the connection marked for closing) if it raised."""
         try:
-            batch.end()
+            hooks.end()
         except Exception as exc:
-            self._close_reason = f"inline batch failed: {exc}"
-            log.exception("remoting_inline_batch_failed", peer=self.remote_address, conn=self.id)
+            self._close_reason = f"inline run failed: {exc}"
+            log.exception("remoting_inline_run_failed", peer=self.remote_address, conn=self.id)
             return False
         return True
+
+    def _inline_suspended(
+        self, cmd: RemotingCommand, coro: Coroutine[Any, Any, object], trap: object
+    ) -> RemotingCommand:
+        """An inline processor suspended (a defect): end it without letting what it waited on
+        wake the reader later, and answer SYSTEM_ERROR."""
+        withdrawn = _abandon(coro, trap)
+        log.error(
+            "remoting_inline_processor_suspended",
+            peer=self.remote_address,
+            code=cmd.code,
+            opaque=cmd.opaque,
+            withdrawn=withdrawn,
+        )
+        if not withdrawn:
+            # Something may still wake the reader task: serve this peer no longer.
+            self.close_with_reason("an inline processor suspended and could not be withdrawn")
+        return cmd.make_response(
+            ResponseCode.SYSTEM_ERROR, f"the processor of request code {cmd.code} suspended"
+        )
 
     def _handler_failed(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
         log.exception(
@@ -845,21 +811,6 @@ class Connection:
             fallback.flag |= FLAG_RESPONSE
             return encode_frame_parts(fallback)
         return head, body
-
-    def _write_released(self, released: list[bytes | Body]) -> None:
-        """Write the answers that a run's inline handlers released (then empty the list),
-        before the run ends (`InlineBatch.end`), and without waiting: straight to the socket
-        when the writer is idle, else queued to it.
-
-        They answer earlier requests (held pulls woken by the run's sends), not the run's own,
-        and they hold their records already (read from the file or the run's staging
-        buffer), so nothing of the run has to be complete for them. Ending the run (a
-        commitlog write, index entries) and answering its own requests come after, off the
-        consumer's way. Not from the handler itself: that write wakes the peer in the middle
-        of the send (docs/design-notes.md, "Released answers before the run ends").
-        """
-        self._write_now(released)
-        released.clear()
 
     async def _flush_batch(self, out: list[bytes | Body]) -> None:
         """Send the frames in `out` as one write: straight to the socket when the writer is
@@ -1001,99 +952,59 @@ class Connection:
             view = view[sent:]
             await trio.lowlevel.wait_writable(sock)
 
-    async def _handle(self, cmd: RemotingCommand) -> None:
+    async def _handle(self, processor: Processor | None, cmd: RemotingCommand) -> None:
+        """A request in a task of its own (counted in flight by the reader)."""
         # Each request runs in its own task, hence its own context copy: what is bound here is
-        # seen by every log line of the handler and vanishes with the task.
+        # seen by every log line of the processor and vanishes with the task.
         _bind_contextvars(peer=self.remote_address, code=cmd.code, opaque=cmd.opaque)
         try:
-            handler = self._processors.get(cmd.code)
-            if handler is None and self._default_processor is not None:
-                handler = self._default_processor()
             response: RemotingCommand | None
-            if handler is None:
+            if processor is None:
                 response = cmd.make_response(
                     ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                     f" request type {cmd.code} not supported",
                 )
             else:
                 try:
-                    response = await handler(self, cmd)
+                    response = await processor(self, cmd)
                 except Exception as exc:
                     response = self._handler_failed(cmd, exc)
             await self._respond(cmd, response)
         finally:
-            self._inflight.release()
+            self._release()
 
-    async def _handle_awaitable(
-        self, cmd: RemotingCommand, awaitable: Awaitable[RemotingCommand | None]
+    def _answer_later(
+        self, cmd: RemotingCommand, response: RemotingCommand | None, direct: bool
     ) -> None:
-        """The slow path of an inline handler, in its own task (as `_handle`)."""
-        _bind_contextvars(peer=self.remote_address, code=cmd.code, opaque=cmd.opaque)
-        try:
-            try:
-                response = await awaitable
-            except Exception as exc:
-                response = self._handler_failed(cmd, exc)
-            await self._respond(cmd, response)
-        finally:
-            self._inflight.release()
+        """`Responder.respond`: free the request's slot and send its answer without waiting.
 
-    def respond_nowait(
-        self, cmd: RemotingCommand, response: RemotingCommand | None, *, direct: bool = False
-    ) -> None:
-        """Answer a request whose inline handler returned `Connection.DEFERRED`, and release
-        its in-flight slot. Call it exactly once per such request, on the event loop; it never
-        blocks. A None answer (or a oneway request) sends nothing; on a closed connection the
-        answer is dropped.
-
-        Like a spawned handler's answer, it is written straight to the socket when it is the
+        Like a task processor's answer, it is written straight to the socket when it is the
         only request in flight and the writer is idle, else queued to the writer, which joins
-        the answers released together (one group commit) into one send. `direct` writes it
-        straight whenever the writer is idle, other requests in flight or not: for answers
-        released one at a time (a held pull woken by one arrival), where waking the writer
-        would cost a task switch for nothing to join. Released from inside an inline handler
-        of this connection's own reader (a client's send waking a pull the same client parked
-        on this connection), it joins the other answers those handlers released, written
-        together once the handlers of the chunk have run, before the run ends
-        (`_write_released`).
+        the answers released together into one send. `direct` writes it straight whenever the
+        writer is idle, other requests in flight or not: for answers released one at a time
+        (a held pull woken by one arrival), where waking the writer would cost a task switch
+        for nothing to join. A None answer, a oneway request or a closed connection sends
+        nothing.
         """
-        self._inflight.release()
+        self._release()
         if self.closed or response is None or cmd.flag & FLAG_ONEWAY:
             return
         parts = self._encode_response(cmd, response)
-        joining = self._joining
-        if joining is not None:
-            # Released by an inline handler of this connection's reader: leaves with the
-            # others it releases, once the chunk's handlers have run (one write for them).
-            head, body = parts
-            joining.append(head)
-            if body is not None:
-                joining.append(body)
-            return
-        if self._writer_idle and (direct or self._inflight.value == self._max_inflight):
+        if self._writer_idle and (direct or self._busy == 0):
             rest = self._write_direct(parts)
             if rest is None:
                 return
             parts = rest
         self._send_nowait(parts)
 
-    def respond_many(
+    def _answer_many(
         self, answers: Sequence[tuple[RemotingCommand, RemotingCommand | None]]
     ) -> None:
-        """Answer several requests whose inline handlers returned `Connection.DEFERRED`, in one
-        write, and release their in-flight slots: `respond_nowait` for each, without its
-        per-answer checks and hand-over to the writer. For answers released together (a
-        SYNC_FLUSH group commit answering one run of sends).
-
-        The joined answers are written straight to the socket when the writer is idle, else
-        queued to it as one item; from inside an inline handler of this connection's reader
-        they join the answers those handlers release (`_write_released`). Call it on the
-        event loop; it never blocks. None answers and oneway requests send nothing; on a
-        closed connection every answer is dropped.
-        """
-        inflight = self._inflight
+        """`Responder.respond_all` for this connection's requests: free their slots and send
+        their answers as one write (straight to the socket when the writer is idle, else
+        queued to it as one item)."""
         for _ in answers:
-            inflight.release()
+            self._release()
         if self.closed:
             return
         frames: list[bytes | Body] = []
@@ -1105,13 +1016,8 @@ class Connection:
             add(head)
             if body is not None:
                 add(body)
-        if not frames:
-            return
-        joining = self._joining
-        if joining is not None:
-            joining.extend(frames)
-            return
-        self._write_now(frames)
+        if frames:
+            self._write_now(frames)
 
     def _send_nowait(self, parts: tuple[bytes, Body | None]) -> None:
         """Queue `parts` for the writer from synchronous code (never waits)."""
@@ -1131,9 +1037,9 @@ class Connection:
         if response is None or cmd.flag & FLAG_ONEWAY:
             return
         parts = self._encode_response(cmd, response)
-        # The only handler in flight (a sequential client): write now rather than wake the
+        # The only request in flight (a sequential client): write now rather than wake the
         # writer. With more, the writer joins their answers into fewer sends.
-        if self._writer_idle and self._inflight.value == self._max_inflight - 1:
+        if self._writer_idle and self._busy == 1:
             rest = self._write_direct(parts)
             if rest is None:
                 return
@@ -1141,11 +1047,39 @@ class Connection:
         await self._queue(parts)
 
 
-Connection.DEFERRED = _DEFERRED = Connection.Deferred()
+def _withdraw(trap: object) -> bool:
+    """Undo what a coroutine registered before it yielded `trap` to trio, as trio does when the
+    wait is cancelled: call the wait's abort function. True when nothing is left that could
+    reschedule the task (trio's own primitives abort successfully)."""
+    abort = getattr(trap, "abort_func", None)
+    if abort is None:  # a checkpoint: nothing registered
+        return True
+
+    def raise_cancel() -> NoReturn:
+        raise RuntimeError("an inline processor suspended")
+
+    try:
+        return bool(abort(raise_cancel) is trio.lowlevel.Abort.SUCCEEDED)
+    except Exception:
+        return False
 
 
-def _close_awaitable(awaitable: object) -> None:
-    """Close a coroutine that will never run (avoids the "never awaited" warning)."""
-    close = getattr(awaitable, "close", None)
-    if close is not None:
-        close()
+def _abandon(coro: Coroutine[Any, Any, object], trap: object) -> bool:
+    """End a coroutine that suspended where it must not: withdraw its wait, then throw
+    GeneratorExit into it, withdrawing any wait it starts while unwinding (a `finally` that
+    awaits). False when a wait could not be withdrawn or it would not end."""
+    clean = True
+    for _ in range(_ABANDON_ROUNDS):
+        clean = _withdraw(trap) and clean
+        try:
+            trap = coro.throw(GeneratorExit())
+        except (GeneratorExit, StopIteration):
+            return clean
+        except Exception:
+            log.exception("remoting_inline_processor_unwind_failed")
+            return clean
+    return False
+
+
+# Waits an abandoned inline coroutine may start while it unwinds before it is given up on.
+_ABANDON_ROUNDS = 8

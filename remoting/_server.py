@@ -4,21 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Literal, cast, overload
 
 import structlog
 import trio
 
-from remoting._connection import (
-    ByteBudget,
-    Connection,
-    Handler,
-    InlineBatch,
-    InlineHandler,
-    PendingBudget,
-    opaque_counter,
-)
+from remoting._connection import ByteBudget, Connection, PendingBudget, opaque_counter
 from remoting._frame import DEFAULT_MAX_FRAME_SIZE
+from remoting._processor import ProcessorTable
 
 __all__ = ["RemotingServer"]
 
@@ -28,8 +20,9 @@ log = structlog.get_logger()
 class RemotingServer:
     """A RocketMQ remoting server on trio.
 
-    Register processors, then `await nursery.start(server.run)`; the started value is the bound
-    port. Cancelling `run` closes the listeners and every connection.
+    Register processors in `processors` (`remoting._processor`), then
+    `await nursery.start(server.run)`; the started value is the bound port. Cancelling `run`
+    closes the listeners and every connection.
 
     Args:
         host: address to listen on.
@@ -72,63 +65,14 @@ class RemotingServer:
         self._max_frame_size = max_frame_size
         self._outbound_queue_size = outbound_queue_size
         self._max_inflight = max_inflight_per_connection
-        self._processors: dict[int, Handler] = {}
-        self._inline: dict[int, InlineHandler] = {}
-        self._default: Handler | None = None
+        self.processors = ProcessorTable()
         self._on_connect: list[Callable[[Connection], None]] = []
         self._on_disconnect: list[Callable[[Connection], None]] = []
         self._connections: dict[int, Connection] = {}
         self._budget = PendingBudget(max_pending)
         self._next_opaque = opaque_counter()
-        self._inline_batch: InlineBatch | None = None
 
     # -- configuration --------------------------------------------------------
-    @overload
-    def register_processor(self, code: int, handler: Handler) -> None: ...
-    @overload
-    def register_processor(
-        self, code: int, handler: InlineHandler, *, inline: Literal[True]
-    ) -> None: ...
-    @overload
-    def register_processor(
-        self, code: int, handler: Handler, *, inline: Literal[False]
-    ) -> None: ...
-    def register_processor(
-        self, code: int, handler: Handler | InlineHandler, *, inline: bool = False
-    ) -> None:
-        """Route requests with `code` to `handler` (replacing any earlier one).
-
-        With `inline=True`, `handler` is an `InlineHandler`: the connection's reader calls it
-        directly and answers at once when it returns a command (or None); an awaitable it
-        returns is awaited in a spawned task like a plain handler. It must never block.
-        """
-        code = int(code)
-        if inline:
-            self._inline[code] = handler
-            self._processors.pop(code, None)
-        else:
-            self._processors[code] = cast(Handler, handler)
-            self._inline.pop(code, None)
-
-    def set_inline_batch(self, begin: Callable[[], None], end: Callable[[], None]) -> None:
-        """Bracket each run of inline handlers with `begin()` and `end()` (connections
-        accepted from now on).
-
-        A connection's reader calls `begin()` before the inline handlers of the requests it
-        has just received and `end()` after them, and also before writing any answer it has
-        collected from them and before yielding to another task (the run then goes on with a
-        new `begin()`). Between the two nothing else runs on the event loop and none of the
-        run's answers has left; answers to earlier requests that the run's handlers release
-        with `Connection.respond_nowait` (a send waking a pull held on the same connection)
-        are written just before `end()`. If `end()` raises, the reader closes the connection
-        without writing the run's answers. Both must be quick and never block.
-        """
-        self._inline_batch = InlineBatch(begin, end)
-
-    def set_default_processor(self, handler: Handler) -> None:
-        """Handle every code without a registered processor."""
-        self._default = handler
-
     def on_connect(self, cb: Callable[[Connection], None]) -> None:
         """Call `cb(conn)` for each new connection."""
         self._on_connect.append(cb)
@@ -216,21 +160,15 @@ class RemotingServer:
                     conn.close_with_reason(f"idle for {silent:.0f} s")
             seen = live
 
-    def _default_processor(self) -> Handler | None:
-        return self._default
-
     async def _serve(self, stream: trio.SocketStream) -> None:
         conn = Connection(
             stream,
-            self._processors,
-            default_processor=self._default_processor,
+            self.processors,
             max_frame_size=self._max_frame_size,
             outbound_queue_size=self._outbound_queue_size,
             max_inflight=self._max_inflight,
             next_opaque=self._next_opaque,
             pending_budget=self._budget,
-            inline_processors=self._inline,
-            inline_batch=self._inline_batch,
             msgpack=self._msgpack,
             advertise_msgpack=self._msgpack,
             partial_budget=self._partial,

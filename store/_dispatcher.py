@@ -4,8 +4,9 @@ the arrival listeners hear (topic, queue id, new max offset).
 Appends dispatch in the calling task right after writing, so there is no reput lag; recovery
 re-dispatches scanned records through the same path (consume queues and index skip what they
 already hold). Within a run of sends (`MessageStore.begin_staging`) the index keeps the
-records and indexes them when the run ends (`IndexService.deferring`), before any of the run's
-answers leaves.
+records and indexes them when the run ends (`IndexService.deferring`), and the arrivals are
+held (`holding`) and told once the run's records are written (`release_arrivals`): a
+listener never reads a record that is only staged.
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ class Dispatcher:
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.listeners: list[ArrivalListener] = []
         self._delays = delay_levels_ms
+        # While True, arrivals are kept here (queue -> new max offset) instead of told.
+        self.holding = False
+        self._held: dict[tuple[str, int], int] = {}
 
     def find_cq(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """The consume queue, if it exists."""
@@ -118,7 +122,24 @@ class Dispatcher:
                 batch.store_timestamp,
             )
 
+    def release_arrivals(self) -> None:
+        """Stop holding arrivals and tell the held ones (each queue once, its latest max)."""
+        self.holding = False
+        held = self._held
+        if held:
+            self._held = {}
+            for (topic, queue_id), new_max in held.items():
+                self._notify(topic, queue_id, new_max)
+
+    def drop_arrivals(self) -> None:
+        """Stop holding arrivals and forget the held ones (their records were not written)."""
+        self.holding = False
+        self._held = {}
+
     def _notify(self, topic: str, queue_id: int, new_max: int) -> None:
+        if self.holding:
+            self._held[(topic, queue_id)] = new_max
+            return
         for listener in self.listeners:
             try:
                 listener(topic, queue_id, new_max)

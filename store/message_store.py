@@ -763,9 +763,12 @@ class MessageStore:
         - single-message appends are staged and written with one ``pwrite`` for the run;
         - in both flush modes, the records' index entries are written together, one batch
           per run of one topic and store time (`IndexService.deferring`), instead of one
-          ``_last_file`` lookup, hash and header write each.
+          ``_last_file`` lookup, hash and header write each;
+        - the arrival listeners hear of the run's records only once `end_staging` has
+          written them (`Dispatcher.holding`).
         """
         self.commitlog.begin_staging()
+        self.dispatcher.holding = True
         index = self.dispatcher.index
         if index is not None:
             index.deferring = True  # a plain attribute: no call on every read
@@ -784,6 +787,7 @@ class MessageStore:
         try:
             self.commitlog.end_staging()
         except OSError as exc:
+            self.dispatcher.drop_arrivals()
             if index is not None:
                 index.drop_deferred()
             self._write_failed = (
@@ -792,15 +796,16 @@ class MessageStore:
             log.exception("commitlog_staged_write_failed")
             raise
         if index is not None:
-            if not index.kept:  # a read without sends: no call
+            if index.kept:
+                try:
+                    index.build_deferred()
+                except Exception:
+                    # The records are stored and in their consume queues: the sends succeed,
+                    # as when RocketMQ's index service fails; the index is derived data.
+                    log.exception("index_build_failed")
+            else:  # a read without sends: no call
                 index.deferring = False
-                return
-            try:
-                index.build_deferred()
-            except Exception:
-                # The records are stored and in their consume queues: the sends succeed, as
-                # when RocketMQ's index service fails; the index is derived data.
-                log.exception("index_build_failed")
+        self.dispatcher.release_arrivals()
 
     def put_messages_nowait(self, msgs: Sequence[MessageInner]) -> tuple[PutMessageResult, int]:
         """The synchronous part of `put_messages`: validate, encode, append, dispatch, count.

@@ -9,7 +9,7 @@ from typing import Any
 
 import trio
 
-from remoting import RemotingCommand, SerializeType
+from remoting import Connection, Processor, RemotingCommand, SerializeType
 
 
 async def wait_until(
@@ -92,3 +92,25 @@ class StagingGuard(trio.abc.Instrument):
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
         if self.open_runs:
             self.violations.append(f"task {task.name} yielded with a staging run open")
+
+
+def call_inline(
+    processor: Processor, conn: Connection, cmd: RemotingCommand, *, run: Any = None
+) -> RemotingCommand | None:
+    """Run an inline processor as a connection's reader does: its coroutine to the end
+    without a task (an AssertionError if it suspends), inside one run of `run` (a
+    `broker.commit.CommitBatcher`, or anything with `begin` and `end`) when given."""
+    if run is not None:
+        run.begin()
+    try:
+        coro = processor(conn, cmd)
+        try:
+            coro.send(None)
+        except StopIteration as stop:
+            result: RemotingCommand | None = stop.value
+            return result
+        coro.close()
+        raise AssertionError("the inline processor suspended")
+    finally:
+        if run is not None:
+            run.end()

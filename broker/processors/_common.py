@@ -1,10 +1,11 @@
-"""Helpers shared by the processors: error responses and the exception guard."""
+"""Helpers shared by the processors: error responses and the exception guard (the same for
+inline and task processors)."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
-from typing import Protocol, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol, TypeVar
 
 import structlog
 
@@ -20,11 +21,10 @@ class _SendFamily(Protocol):
 
 
 SP = TypeVar("SP", bound=_SendFamily)
-MethodHandler = Callable[[S, Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
-# The answer now, an awaitable for it, or `Connection.DEFERRED` (answered later with
-# `conn.respond_nowait`; see `remoting.InlineHandler`).
-InlineResult = RemotingCommand | Awaitable[RemotingCommand | None] | Connection.Deferred | None
-InlineMethod = Callable[[S, Connection, RemotingCommand], InlineResult]
+# A processor method (`remoting.Processor` with its instance first).
+MethodHandler = Callable[
+    [S, Connection, RemotingCommand], Coroutine[Any, Any, RemotingCommand | None]
+]
 
 
 def error(cmd: RemotingCommand, code: int, remark: str) -> RemotingCommand:
@@ -54,27 +54,6 @@ def guarded_send(fn: MethodHandler[SP]) -> MethodHandler[SP]:
         return self.region_fields()
 
     return _guard(fn, ResponseCode.MESSAGE_ILLEGAL, extra)
-
-
-def guarded_inline(
-    header_error_code: int = ResponseCode.SYSTEM_ERROR,
-) -> Callable[[InlineMethod[S]], InlineMethod[S]]:
-    """`guarded` for an inline handler (registered with `inline=True`): the same error mapping
-    for the synchronous part and for the awaitable it may return (its slow path)."""
-
-    def deco(fn: InlineMethod[S]) -> InlineMethod[S]:
-        return _guard_inline(fn, header_error_code, None)
-
-    return deco
-
-
-def guarded_send_inline(fn: InlineMethod[SP]) -> InlineMethod[SP]:
-    """`guarded_send` for an inline send handler."""
-
-    def extra(self: SP) -> dict[str, str]:
-        return self.region_fields()
-
-    return _guard_inline(fn, ResponseCode.MESSAGE_ILLEGAL, extra)
 
 
 def _error_response(
@@ -110,38 +89,6 @@ def _guard(
             return _error_response(self, conn, cmd, exc, header_error_code, extra_fields)
 
     return wrapper
-
-
-def _guard_inline(
-    fn: InlineMethod[S],
-    header_error_code: int,
-    extra_fields: Callable[[S], dict[str, str]] | None,
-) -> InlineMethod[S]:
-    @functools.wraps(fn)
-    def wrapper(self: S, conn: Connection, cmd: RemotingCommand) -> InlineResult:
-        try:
-            result = fn(self, conn, cmd)
-        except Exception as exc:
-            return _error_response(self, conn, cmd, exc, header_error_code, extra_fields)
-        if result is None or isinstance(result, (RemotingCommand, Connection.Deferred)):
-            return result
-        return _guard_awaitable(self, conn, cmd, result, header_error_code, extra_fields)
-
-    return wrapper
-
-
-async def _guard_awaitable(
-    self: S,
-    conn: Connection,
-    cmd: RemotingCommand,
-    awaitable: Awaitable[RemotingCommand | None],
-    header_error_code: int,
-    extra_fields: Callable[[S], dict[str, str]] | None,
-) -> RemotingCommand | None:
-    try:
-        return await awaitable
-    except Exception as exc:
-        return _error_response(self, conn, cmd, exc, header_error_code, extra_fields)
 
 
 def split_addr(addr: str) -> tuple[str, int]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from broker.consumer_manager import ClientChannelInfo
-from broker.processors._common import error, guarded, guarded_inline
+from broker.processors._common import error, guarded
 from broker.topic_manager import retry_topic, validate_group
 from remoting import (
     Connection,
@@ -56,9 +56,9 @@ class ClientManageProcessor:
     def __init__(self, ctrl: BrokerController) -> None:
         self.ctrl = ctrl
 
-    @guarded_inline()
-    def heart_beat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
-        """HEART_BEAT, an inline handler (registered with `inline=True`): registration and the
+    @guarded()
+    async def heart_beat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        """HEART_BEAT, an inline processor (registered with `inline=True`): registration and the
         notifications it triggers (sent in the background) never wait.
 
         The answer has no extFields. Apache 5.x's broker adds `IS_SUPPORT_HEART_BEAT_V2` and

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.processors._common import error, guarded, guarded_inline
+from broker.processors._common import error, guarded
 from broker.topic_manager import validate_group, validate_offset_key
 from remoting import Connection, RemotingCommand, ResponseCode
 from remoting.protocol.bodies import (
@@ -27,15 +27,15 @@ if TYPE_CHECKING:
 class ConsumerManageProcessor:
     """Offsets and consumer lists.
 
-    `query_consumer_offset` and `update_consumer_offset` are inline handlers (registered with
-    `inline=True`): plain functions the connection's reader calls, no task per request.
+    `query_consumer_offset` and `update_consumer_offset` are inline processors (registered
+    with `inline=True`): the connection's reader runs them, no task per request.
     """
 
     def __init__(self, ctrl: BrokerController) -> None:
         self.ctrl = ctrl
 
-    @guarded_inline()
-    def query_consumer_offset(
+    @guarded()
+    async def query_consumer_offset(
         self, conn: Connection, cmd: RemotingCommand
     ) -> RemotingCommand | None:
         hdr = QueryConsumerOffsetRequestHeader.from_fields(cmd.ext_fields)
@@ -66,8 +66,8 @@ class ConsumerManageProcessor:
             ext_fields=QueryConsumerOffsetResponseHeader(offset=offset).to_fields(),
         )
 
-    @guarded_inline()
-    def update_consumer_offset(
+    @guarded()
+    async def update_consumer_offset(
         self, conn: Connection, cmd: RemotingCommand
     ) -> RemotingCommand | None:
         hdr = UpdateConsumerOffsetRequestHeader.from_fields(cmd.ext_fields)

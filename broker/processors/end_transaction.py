@@ -81,7 +81,7 @@ class EndTransactionProcessor:
                 msg = committed_message(half, ctrl.store_host)
                 ctrl.schedule.route_delay(msg)
                 ctrl.send.finish(msg)
-                result = await ctrl.store.put_message(msg)
+                result = await ctrl.commits.put((msg,))
                 if not result.ok:
                     tx.resolved.discard(half.queue_offset)
                     return error(

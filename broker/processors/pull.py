@@ -14,11 +14,11 @@ import trio
 
 from broker.filter import build_subscription, tag_filter
 from broker.long_polling import ParkedPull
-from broker.processors._common import InlineResult, error, guarded_inline
+from broker.processors._common import error, guarded
 from broker.topic_manager import is_readable
 from common.filter import SubscriptionParseError
 from common.pull import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
-from remoting import Connection, RemotingCommand, ResponseCode
+from remoting import Connection, RemotingCommand, Responder, ResponseCode
 from remoting.protocol.bodies import SubscriptionData
 from remoting.protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
 from store.results import GetMessageResult, GetMessageStatus
@@ -50,11 +50,11 @@ class PullProcessor:
     def __init__(self, ctrl: BrokerController) -> None:
         self.ctrl = ctrl
 
-    @guarded_inline()
-    def pull_message(self, conn: Connection, cmd: RemotingCommand) -> InlineResult:
-        """An inline handler (registered with `inline=True`): checks and the store read run
+    @guarded()
+    async def pull_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        """An inline processor (registered with `inline=True`): checks and the store read run
         in the connection's reader and the answer is ready at once, unless the pull is to be
-        held (nothing found, suspend flag set), when it returns the long-poll coroutine."""
+        held (nothing found, suspend flag set): it is then answered later (`_hold`)."""
         hdr = PullMessageRequestHeader.from_fields(cmd.ext_fields)
         ctrl = self.ctrl
         if not is_readable(ctrl.config.broker_permission):
@@ -179,12 +179,12 @@ class PullProcessor:
         max_msgs: int,
         match: Callable[[int], bool] | None,
         first: GetMessageResult,
-    ) -> InlineResult:
+    ) -> RemotingCommand | None:
         """Hold a pull that found nothing until matching messages arrive on its queue or its
-        suspend time ends, then answer it with `Connection.respond_nowait`.
+        suspend time ends, then answer it through its responder (None: held).
 
-        With long polling the pull is parked in `LongPollingService` and answered from the
-        put path (or its timer): `Connection.DEFERRED`, no task. When new messages do not
+        With long polling the pull is parked in `LongPollingService` and answered when an
+        arrival is told (or by its timer), no task. When new messages do not
         match its filter it moves past them and waits again, as long as time is left. The
         answer is read from the offset it last waited at; the offset piggybacked on the
         request was committed when it arrived.
@@ -199,7 +199,9 @@ class PullProcessor:
             return self._response(cmd, pull_code(first.status, hdr.queue_offset), first)
         deadline = trio.current_time() + wait_ms / 1000
         if not cfg.long_polling_enable:
-            return self._short_poll(cmd, hdr, max_msgs, match, deadline)
+            ctrl.spawn(self._short_poll, conn.defer(cmd), hdr, max_msgs, match, deadline)
+            return None
+        responder: Responder | None = None
 
         def resume(p: ParkedPull, final: bool) -> bool:
             result = self._get(hdr, p.offset, max_msgs, match)
@@ -212,7 +214,8 @@ class PullProcessor:
                 p.offset = result.next_begin_offset  # only filtered-out messages: wait on
                 return False
             response = self._response(cmd, pull_code(result.status, p.offset), result)
-            conn.respond_nowait(cmd, response, direct=True)
+            assert responder is not None  # set right after `park`, before any arrival
+            responder.respond(response, direct=True)
             return True
 
         # No schedule point since the read: nothing can have arrived meanwhile. A queue that
@@ -223,21 +226,29 @@ class PullProcessor:
         if ctrl.store.get_max_offset_in_queue(topic, queue_id) <= offset and (
             ctrl.long_polling.park(topic, queue_id, offset, deadline, resume)
         ):
-            return Connection.DEFERRED
+            responder = conn.defer(cmd)
+            return None
         return self._response(cmd, pull_code(first.status, hdr.queue_offset), first)
 
     async def _short_poll(
         self,
-        cmd: RemotingCommand,
+        responder: Responder,
         hdr: PullMessageRequestHeader,
         max_msgs: int,
         match: Callable[[int], bool] | None,
         deadline: float,
-    ) -> RemotingCommand:
-        """Without long polling: wait the short polling time, read again, answer."""
+    ) -> None:
+        """Without long polling: wait the short polling time, read again, answer (a broker
+        task; if the broker stops first the pull stays unanswered and its connection closes)."""
         await trio.sleep_until(deadline)
-        result = self._get(hdr, hdr.queue_offset, max_msgs, match)
-        return self._response(cmd, pull_code(result.status, hdr.queue_offset), result)
+        cmd = responder.request
+        try:
+            result = self._get(hdr, hdr.queue_offset, max_msgs, match)
+            response = self._response(cmd, pull_code(result.status, hdr.queue_offset), result)
+        except Exception as exc:
+            log.exception("short_poll_failed", topic=hdr.topic)
+            response = error(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        responder.respond(response)
 
     def _get(
         self,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, cast
 
 import structlog
 
-from broker.processors._common import InlineResult, guarded_send_inline, split_addr
+from broker.processors._common import guarded_send, split_addr
 from broker.schedule import TIMER_PROPERTIES, exact_delivery_ms, strip_timer_properties
 from broker.topic_manager import (
     DLQ_GROUP_TOPIC_PREFIX,
@@ -225,58 +225,6 @@ class SendProcessor:
 
     def __init__(self, ctrl: BrokerController) -> None:
         self.ctrl = ctrl
-        # A run of sends (`begin_run` .. `end_run`): under SYNC_FLUSH their answers, held
-        # here in arrival order, wait for one group commit together.
-        self._in_run = False
-        self._held: list[tuple[Connection, RemotingCommand, PutMessageResult, int]] = []
-        self._held_end = -1
-
-    # -- runs ---------------------------------------------------------------------------------
-    def begin_run(self) -> None:
-        """A run of inline sends starts (the server's inline batch; one connection's read).
-
-        Until `end_run`, a SYNC_FLUSH send that has to wait for the group commit is held
-        rather than given a completion callback of its own; `end_run` registers one for the
-        run, and the run's answers leave in one write (`Connection.respond_many`). Per send
-        that saves the callbacks, the flush service's waiter entry and the hand-over of each
-        answer to the connection's writer (docs/design-notes.md, "Run-held SYNC_FLUSH answers").
-        """
-        self._in_run = True
-
-    def end_run(self) -> None:
-        """The run ends (before any of its answers may leave): wait for the commitlog to be
-        durable up to the last held send's records, then answer the held sends, in one
-        write per connection."""
-        self._in_run = False
-        held = self._held
-        if not held:
-            return
-        self._held = []
-        self.ctrl.store.when_durable(
-            self._held_end, lambda durable: self._answer_held(held, durable)
-        )
-
-    def abandon_run(self) -> None:
-        """The run failed to end (its records were not written): its held sends stay
-        unanswered (their connection closes)."""
-        self._in_run = False
-        self._held = []
-
-    def _answer_held(
-        self,
-        held: list[tuple[Connection, RemotingCommand, PutMessageResult, int]],
-        durable: bool,
-    ) -> None:
-        """Answer a run's held sends: PUT_OK, or FLUSH_DISK_TIMEOUT (records kept) for all of
-        them when the group commit did not reach the run's end in time."""
-        store = self.ctrl.store
-        by_conn: dict[Connection, list[tuple[RemotingCommand, RemotingCommand | None]]] = {}
-        for conn, cmd, result, queue_id in held:
-            final = result if durable else store.not_durable(result)
-            resp = self._durable_response(conn, cmd, final, queue_id)
-            by_conn.setdefault(conn, []).append((cmd, resp))
-        for conn, answers in by_conn.items():
-            conn.respond_many(answers)
 
     def region_fields(self) -> dict[str, str]:
         """extFields of every send response (Java producers read them without a null check)."""
@@ -430,19 +378,18 @@ class SendProcessor:
         schedule.route_delay(msg)
         return None
 
-    # -- handlers -------------------------------------------------------------------------
-    # Both are inline handlers (registered with `inline=True`): everything up to and
-    # including the store append runs synchronously in the connection's reader, and the
-    # answer is ready at once, except under SYNC_FLUSH, where they return
-    # `Connection.DEFERRED` and the group commit's callback sends the answer.
-    @guarded_send_inline
-    def send_message(self, conn: Connection, cmd: RemotingCommand) -> InlineResult:
+    # -- processors -----------------------------------------------------------------------
+    # Both are inline processors (registered with `inline=True`): everything up to and
+    # including the append runs in the connection's reader, and the answer is ready at once,
+    # except when the put must wait for the group commit: the commit ticket answers it then.
+    @guarded_send
+    async def send_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         """SEND_MESSAGE (10) and SEND_MESSAGE_V2 (310); 320 goes to `send_batch`."""
         if cmd.code == RequestCode.SEND_BATCH_MESSAGE:
-            return self.send_batch(conn, cmd)
+            return self._send_batch(conn, cmd)
         hdr = SendMessageRequestHeader.from_command(cmd)
         if hdr.batch:
-            return self.send_batch(conn, cmd)
+            return self._send_batch(conn, cmd)
         ctrl = self.ctrl
         topic_cfg, err = self._check(cmd, hdr)
         if err is not None:
@@ -510,9 +457,12 @@ class SendProcessor:
             )
         return self._put(conn, cmd, (msg,), msg.queue_id)
 
-    @guarded_send_inline
-    def send_batch(self, conn: Connection, cmd: RemotingCommand) -> InlineResult:
+    @guarded_send
+    async def send_batch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         """SEND_BATCH_MESSAGE (320): many messages of one topic and queue, one put."""
+        return self._send_batch(conn, cmd)
+
+    def _send_batch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         hdr = SendMessageRequestHeader.from_command(cmd)
         ctrl = self.ctrl
         if hdr.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -588,25 +538,15 @@ class SendProcessor:
 
     def _put(
         self, conn: Connection, cmd: RemotingCommand, msgs: Sequence[MessageInner], queue_id: int
-    ) -> InlineResult:
-        """Store `msgs`: the response now, or (SYNC_FLUSH) `Connection.DEFERRED`, the answer
-        sent by the group commit's callback (no task per send): the run's (`end_run`) within a
-        run of sends, else one of its own."""
-        store = self.ctrl.store
-        result, flush_end = store.put_messages_nowait(msgs)
-        if flush_end < 0:
-            return self._put_response(cmd, result, queue_id)
-        if self._in_run:
-            # Answered with the rest of the run once durable (`end_run`); ends only grow.
-            self._held.append((conn, cmd, result, queue_id))
-            self._held_end = flush_end
-            return Connection.DEFERRED
-
-        def durable(final: PutMessageResult) -> None:
-            conn.respond_nowait(cmd, self._durable_response(conn, cmd, final, queue_id))
-
-        store.when_put_durable(result, flush_end, durable)
-        return Connection.DEFERRED
+    ) -> RemotingCommand | None:
+        """Append `msgs`: the answer now, or None when the commit ticket answers it later."""
+        ticket = self.ctrl.commits.append(msgs)
+        if ticket.settled:
+            return self._put_response(cmd, ticket.result, queue_id)
+        ticket.reply(
+            conn.defer(cmd), lambda final: self._durable_response(conn, cmd, final, queue_id)
+        )
+        return None
 
     def _durable_response(
         self, conn: Connection, cmd: RemotingCommand, final: PutMessageResult, queue_id: int

@@ -118,7 +118,7 @@ class SendBackProcessor:
         )
         ctrl.schedule.route_delay(msg)
         ctrl.send.finish(msg)
-        result = await ctrl.store.put_message(msg)
+        result = await ctrl.commits.put((msg,))
         if not result.ok:
             return error(
                 cmd,

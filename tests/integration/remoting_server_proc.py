@@ -29,8 +29,8 @@ async def _hang(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
 
 async def _main(port: int) -> None:
     server = RemotingServer(port=port)
-    server.register_processor(ECHO, _echo)
-    server.register_processor(HANG, _hang)
+    server.processors.register(ECHO, _echo)
+    server.processors.register(HANG, _hang)
     async with trio.open_nursery() as nursery:
         bound = await nursery.start(server.run)
         print(bound, flush=True)

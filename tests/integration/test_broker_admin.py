@@ -190,7 +190,7 @@ async def test_consumer_ids_changed_notifications(
         RemotingClient(serialize_type=SerializeType.JSON) as c1,
         RemotingClient(serialize_type=SerializeType.MSGPACK) as c2,
     ):
-        c1.register_processor(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, on_notify)
+        c1.processors.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, on_notify)
         resp = await c1.invoke(broker.addr, _heartbeat("c1", "NG"))
         assert resp.code == ResponseCode.SUCCESS
         await wait_until(lambda: notified == ["NG"], what="notify after own join")
@@ -383,7 +383,7 @@ async def test_reset_offset_by_time_commits_and_tells_consumers(
         return None
 
     async with RemotingClient(serialize_type=SerializeType.JSON) as client:
-        client.register_processor(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, on_reset)
+        client.processors.register(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, on_reset)
         for _ in range(3):
             await client.invoke(broker.addr, send_request("ResetT", b"x", queue_id=0))
         hb = HeartbeatData(

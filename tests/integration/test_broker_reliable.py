@@ -341,7 +341,7 @@ class Checker:
         self.group = group
         self.verdict = verdict
         self.checks: list[CheckTransactionStateRequestHeader] = []
-        client.register_processor(RequestCode.CHECK_TRANSACTION_STATE, self.on_check)
+        client.processors.register(RequestCode.CHECK_TRANSACTION_STATE, self.on_check)
 
     async def heartbeat(self) -> None:
         hb = HeartbeatData(f"127.0.0.1@{self.group}", [ProducerData(self.group)], [])

@@ -1,4 +1,4 @@
-"""The broker's inline handlers (send, pull, offsets, heartbeat) over a real connection, with
+"""The broker's inline processors (send, pull, offsets, heartbeat) over a real connection, with
 an in-process controller: SYNC_FLUSH sends, held pulls and error mapping still behave."""
 
 from __future__ import annotations
@@ -89,21 +89,21 @@ def fields(cmd: RemotingCommand) -> dict[str, str]:
 
 
 def record_answers(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
-    """The opaques of each `Connection.respond_many` call (and of each `respond_nowait`, as a
-    list of one)."""
+    """The opaques of the answers given later: one list per `Responder.respond_all` write to a
+    connection, a list of one per `Responder.respond`."""
     calls: list[list[int]] = []
-    many, one = Connection.respond_many, Connection.respond_nowait
+    many, one = Connection._answer_many, Connection._answer_later
 
     def recording_many(self: Connection, answers: Any) -> None:
         calls.append([cmd.opaque for cmd, _ in answers])
         many(self, answers)
 
-    def recording_one(self: Connection, cmd: RemotingCommand, response: Any, **kw: Any) -> None:
+    def recording_one(self: Connection, cmd: RemotingCommand, response: Any, direct: bool) -> None:
         calls.append([cmd.opaque])
-        one(self, cmd, response, **kw)
+        one(self, cmd, response, direct)
 
-    monkeypatch.setattr(Connection, "respond_many", recording_many)
-    monkeypatch.setattr(Connection, "respond_nowait", recording_one)
+    monkeypatch.setattr(Connection, "_answer_many", recording_many)
+    monkeypatch.setattr(Connection, "_answer_later", recording_one)
     return calls
 
 
@@ -111,7 +111,7 @@ async def test_sync_flush_sends_of_one_read_are_answered_together_once_durable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A run of SYNC_FLUSH sends waits for one group commit, and their answers leave in one
-    `respond_many`; a send with WAIT=false in the run is answered at once."""
+    write; a send with WAIT=false in the run is answered at once."""
     async with BrokerController(config(tmp_path, "SYNC_FLUSH")) as ctrl:
         async with RemotingClient() as client:  # the topic exists before the counted run
             addr = f"127.0.0.1:{ctrl.port}"
@@ -222,17 +222,25 @@ async def test_async_flush_sends_of_one_read_are_one_commitlog_write(
         assert not any(mf.staged for mf in ctrl.store.commitlog.mfq.files)
 
 
-async def test_handlers_are_inline(tmp_path: Path) -> None:
+async def test_the_hot_path_processors_are_registered_inline(tmp_path: Path) -> None:
     async with BrokerController(config(tmp_path, "ASYNC_FLUSH")) as ctrl:
-        for handler in (
-            ctrl.send.send_message,
-            ctrl.send.send_batch,
-            ctrl.pull.pull_message,
-            ctrl.consumer_manage.query_consumer_offset,
-            ctrl.consumer_manage.update_consumer_offset,
-            ctrl.client_manage.heart_beat,
+        table = ctrl.server.processors
+        for code in (
+            RequestCode.SEND_MESSAGE,
+            RequestCode.SEND_MESSAGE_V2,
+            RequestCode.SEND_BATCH_MESSAGE,
+            RequestCode.PULL_MESSAGE,
+            RequestCode.QUERY_CONSUMER_OFFSET,
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            RequestCode.HEART_BEAT,
         ):
-            assert not inspect.iscoroutinefunction(handler)
+            entry = table.get(code)
+            assert entry is not None, code
+            assert entry[1], code
+            assert inspect.iscoroutinefunction(entry[0])
+        entry = table.get(RequestCode.GET_ALL_TOPIC_CONFIG)
+        assert entry is not None
+        assert not entry[1]
 
 
 async def test_held_pulls_skip_filtered_arrivals_time_out_and_survive_their_peer(

@@ -88,7 +88,7 @@ async def harness() -> AsyncIterator[Harness]:
         (RECORD, record),
         (HANG, hang),
     ]:
-        server.register_processor(code, handler)
+        server.processors.register(code, handler)
     async with trio.open_nursery() as nursery:
         await nursery.start(server.run)
         h = Harness(server)
@@ -195,7 +195,7 @@ async def test_server_to_client_request(harness: Harness) -> None:
         return cmd.make_response(body=b"commit " + (cmd.field("msgId") or "").encode())
 
     async with RemotingClient() as client:
-        client.register_processor(RequestCode.CHECK_TRANSACTION_STATE, check_transaction)
+        client.processors.register(RequestCode.CHECK_TRANSACTION_STATE, check_transaction)
         response = await client.invoke(
             harness.addr, RemotingCommand.request(ASK_CLIENT, {"msgId": "M1"}), timeout_ms=10000
         )
@@ -225,7 +225,7 @@ async def test_default_processor_handles_unregistered_codes(harness: Harness) ->
     async def default(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.make_response(remark=f"default {cmd.code}")
 
-    harness.server.set_default_processor(default)
+    harness.server.processors.set_default(default)
     async with RemotingClient() as client:
         response = await client.invoke(harness.addr, RemotingCommand.request(999))
     assert response.code == ResponseCode.SUCCESS
@@ -425,8 +425,8 @@ async def test_inflight_limit_pushes_back_until_a_handler_finishes() -> None:
         return cmd.make_response(body=cmd.body)
 
     server = RemotingServer(max_inflight_per_connection=2)
-    server.register_processor(SLOW, slow)
-    server.register_processor(ECHO, echo)
+    server.processors.register(SLOW, slow)
+    server.processors.register(ECHO, echo)
     async with trio.open_nursery() as nursery:
         port = await nursery.start(server.run)
         addr = f"127.0.0.1:{port}"
@@ -458,7 +458,7 @@ async def test_cancelling_run_closes_listener_and_connections() -> None:
         await trio.sleep_forever()
         raise AssertionError("unreachable")
 
-    server.register_processor(HANG, hang)
+    server.processors.register(HANG, hang)
     async with RemotingClient() as client:
         errors: list[Exception] = []
         async with trio.open_nursery() as outer:
@@ -488,17 +488,17 @@ async def test_cancelling_run_closes_listener_and_connections() -> None:
             await client.invoke(addr, RemotingCommand.request(HANG), timeout_ms=2000)
 
 
-async def test_inline_batch_of_the_server_brackets_inline_handlers() -> None:
-    """`set_inline_batch` reaches the connections the server accepts afterwards."""
+async def test_run_hooks_of_the_server_bracket_inline_processors() -> None:
+    """The table's run hooks reach the connections the server accepts afterwards."""
     server = RemotingServer()
     events: list[str] = []
 
-    def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    async def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         events.append("h")
         return cmd.make_response(body=cmd.body)
 
-    server.register_processor(ECHO, echo, inline=True)
-    server.set_inline_batch(lambda: events.append("begin"), lambda: events.append("end"))
+    server.processors.register(ECHO, echo, inline=True)
+    server.processors.set_run_hooks(lambda: events.append("begin"), lambda: events.append("end"))
     async with trio.open_nursery() as nursery:
         port = await nursery.start(server.run)
         async with RemotingClient() as client:
@@ -520,7 +520,7 @@ async def test_no_request_is_served_before_on_bound_returns() -> None:
         served.append(ready)
         return cmd.make_response()
 
-    server.register_processor(ECHO, echo)
+    server.processors.register(ECHO, echo)
     sent = trio.Event()
 
     async def call(port: int) -> None:
@@ -582,7 +582,7 @@ async def test_a_decoder_defect_costs_one_connection_not_the_server(
     async def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.make_response()
 
-    server.register_processor(ECHO, echo)
+    server.processors.register(ECHO, echo)
     async with trio.open_nursery() as nursery:
         port = await nursery.start(server.run)
         hostile = await trio.open_tcp_stream("127.0.0.1", port)

@@ -35,7 +35,7 @@ async def _server(*, msgpack_headers: bool) -> AsyncIterator[tuple[str, list[int
         return cmd.make_response(body=b"ok")
 
     server = RemotingServer("127.0.0.1", 0, msgpack_headers=msgpack_headers)
-    server.register_processor(RECORD, record)
+    server.processors.register(RECORD, record)
     async with trio.open_nursery() as nursery:
         port = await nursery.start(server.run)
         yield f"127.0.0.1:{port}", seen

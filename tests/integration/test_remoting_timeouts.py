@@ -31,8 +31,8 @@ async def server() -> AsyncIterator[tuple[str, trio.Event]]:
         await release.wait()
         return cmd.make_response(body=b"late")
 
-    srv.register_processor(ECHO, echo)
-    srv.register_processor(SLOW, slow)
+    srv.processors.register(ECHO, echo)
+    srv.processors.register(SLOW, slow)
     async with trio.open_nursery() as nursery:
         port = await nursery.start(srv.run)
         yield f"127.0.0.1:{port}", release

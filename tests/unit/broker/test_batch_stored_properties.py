@@ -24,7 +24,7 @@ from common.message import (
 )
 from remoting import RemotingCommand, RequestCode, ResponseCode
 from remoting.protocol.headers import SendMessageRequestHeader
-from tests.helpers import free_port
+from tests.helpers import call_inline, free_port
 
 # Each a message's own properties text, as a producer may send it.
 TEXTS = [
@@ -71,7 +71,12 @@ def _request(topic: str, body: bytes, header_props: dict[str, str]) -> RemotingC
 
 def _send(ctrl: BrokerController, body: bytes, header: dict[str, str]) -> RemotingCommand:
     """`send_batch`'s answer (ASYNC_FLUSH: always at once)."""
-    resp = ctrl.send.send_batch(_Conn(), _request("T", body, header))  # type: ignore[arg-type]
+    resp = call_inline(
+        ctrl.send.send_batch,
+        _Conn(),  # type: ignore[arg-type]
+        _request("T", body, header),
+        run=ctrl.commits,
+    )
     assert isinstance(resp, RemotingCommand)
     return resp
 

@@ -1,15 +1,16 @@
-"""`guarded_inline` / `guarded_send_inline`: the error mapping of `guarded` for inline handlers,
-in their synchronous part and in the awaitable they may return."""
+"""`guarded` / `guarded_send`: a processor's exceptions become answers, the same whether it runs
+inline (its coroutine run to the end by the reader) or in a task (awaited, after a suspension)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from typing import Any, cast
 
 import pytest
+import trio
 
-from broker.processors._common import InlineResult, guarded_inline, guarded_send_inline
+from broker.processors._common import guarded, guarded_send
 from remoting import Connection, HeaderError, RemotingCommand, ResponseCode
+from tests.helpers import call_inline
 
 
 class _Conn:
@@ -20,44 +21,30 @@ CONN = cast(Connection, _Conn())
 
 
 class Family:
-    def __init__(self, exc: Exception | None, later: bool) -> None:
+    def __init__(self, exc: Exception | None, suspend: bool) -> None:
         self.exc = exc
-        self.later = later
+        self.suspend = suspend
 
     def region_fields(self) -> dict[str, str]:
         return {"MSG_REGION": "R", "TRACE_ON": "true"}
 
-    def _run(self, cmd: RemotingCommand) -> InlineResult:
-        if not self.later:
-            if self.exc is not None:
-                raise self.exc
-            return cmd.make_response(ResponseCode.SUCCESS)
+    async def _run(self, cmd: RemotingCommand) -> RemotingCommand:
+        if self.suspend:
+            await trio.lowlevel.checkpoint()
+        if self.exc is not None:
+            raise self.exc
+        return cmd.make_response(ResponseCode.SUCCESS)
 
-        async def slow() -> RemotingCommand:
-            if self.exc is not None:
-                raise self.exc
-            return cmd.make_response(ResponseCode.SUCCESS)
+    @guarded()
+    async def plain(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        return await self._run(cmd)
 
-        return slow()
-
-    @guarded_inline()
-    def plain(self, conn: Connection, cmd: RemotingCommand) -> InlineResult:
-        return self._run(cmd)
-
-    @guarded_send_inline
-    def send(self, conn: Connection, cmd: RemotingCommand) -> InlineResult:
-        return self._run(cmd)
+    @guarded_send
+    async def send(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        return await self._run(cmd)
 
 
-async def answer(result: InlineResult) -> RemotingCommand:
-    if not isinstance(result, RemotingCommand):
-        assert result is not None
-        result = await cast(Awaitable[RemotingCommand], result)
-    assert isinstance(result, RemotingCommand)
-    return result
-
-
-@pytest.mark.parametrize("later", [False, True])
+@pytest.mark.parametrize("suspend", [False, True])
 @pytest.mark.parametrize(
     ("exc", "plain_code", "send_code", "remark"),
     [
@@ -68,18 +55,27 @@ async def answer(result: InlineResult) -> RemotingCommand:
     ],
 )
 async def test_error_mapping(
-    later: bool, exc: Exception | None, plain_code: int, send_code: int, remark: Any
+    suspend: bool, exc: Exception | None, plain_code: int, send_code: int, remark: Any
 ) -> None:
-    fam = Family(exc, later)
+    fam = Family(exc, suspend)
     cmd = RemotingCommand.request(10, {})
-    # Inline when it can be: a command now, a coroutine only for the slow path.
-    first = fam.plain(CONN, cmd)
-    assert isinstance(first, RemotingCommand) is (not later)
-    plain = await answer(first)
-    send = await answer(fam.send(CONN, cmd))
+    if suspend:  # a task processor
+        plain = await fam.plain(CONN, cmd)
+        send = await fam.send(CONN, cmd)
+    else:  # an inline one
+        plain = call_inline(fam.plain, CONN, cmd)
+        send = call_inline(fam.send, CONN, cmd)
+    assert plain is not None
+    assert send is not None
     assert plain.code == plain_code
     assert send.code == send_code
     if remark is not None:
         assert plain.remark is not None
         assert plain.remark.startswith(remark)
         assert send.ext_fields == {"MSG_REGION": "R", "TRACE_ON": "true"}
+
+
+def test_an_inline_processor_that_suspends_is_caught() -> None:
+    fam = Family(None, suspend=True)
+    with pytest.raises(AssertionError, match="suspended"):
+        call_inline(fam.plain, CONN, RemotingCommand.request(10, {}))

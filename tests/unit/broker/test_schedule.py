@@ -75,7 +75,7 @@ async def running(root: Path) -> AsyncIterator[tuple[MessageStore, ScheduleServi
     async with MessageStore(store_cfg(root), clock=wall) as store:
         store.add_arrival_listener(svc.on_arrival)
         async with trio.open_nursery() as nursery:
-            await nursery.start(svc.run, store)
+            await nursery.start(svc.run, store, store.put_messages)
             yield store, svc
             nursery.cancel_scope.cancel()
         await svc.persist()

@@ -73,7 +73,7 @@ async def running(
     ) as store:
         store.add_arrival_listener(svc.on_arrival)
         async with trio.open_nursery() as nursery:
-            await nursery.start(svc.run, store)
+            await nursery.start(svc.run, store, store.put_messages)
             yield store, svc
             nursery.cancel_scope.cancel()
         await svc.persist()

@@ -85,7 +85,7 @@ async def service(
         offsets, producers, lambda: HOST, timeout_ms=6000, check_max=check_max, now_ms=wall_ms
     )
     async with MessageStore(store_cfg(root), clock=wall) as store:
-        tx.attach(store)
+        tx.attach(store, store.put_messages)
         yield store, tx, offsets
     offsets.persist()
 

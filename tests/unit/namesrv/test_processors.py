@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import zlib
+from typing import cast
 
 from namesrv.kv_config import KVConfig
 from namesrv.processors import ATTR_BROKER_ADDRS, NamesrvProcessors
 from namesrv.route_table import RouteTable
-from remoting import RemotingCommand
+from remoting import Connection, RemotingCommand
 from remoting.codes import RequestCode, ResponseCode, SerializeType
 from remoting.protocol.route import (
     ClusterInfo,
@@ -45,7 +46,7 @@ def _setup(order: bool = False) -> tuple[NamesrvProcessors, Clock]:
 
 async def _call(p: NamesrvProcessors, conn: FakeConn, cmd: RemotingCommand) -> RemotingCommand:
     cmd.opaque = 77
-    resp = await p.handlers()[cmd.code](conn, cmd)
+    resp = await p.handlers()[cmd.code](cast(Connection, conn), cmd)
     assert resp is not None
     assert resp.opaque == 77
     assert resp.is_response

@@ -9,6 +9,7 @@ trimq must write the 5.x shape (4.x clients ignore the extra fields) and read al
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -47,6 +48,9 @@ from remoting.protocol.route import (
     TopicQueueMappingInfo,
     TopicRouteData,
 )
+
+# The NameServer processors read nothing of the connection for these codes.
+NO_CONN: Any = None
 
 # -- GET_ROUTEINFO_BY_TOPIC (105) -------------------------------------------------------------
 
@@ -156,7 +160,7 @@ async def test_namesrv_route_carries_5x_broker_fields() -> None:
 
     async def route() -> dict[str, object]:
         cmd = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})
-        resp = await handlers[cmd.code](None, cmd)
+        resp = await handlers[cmd.code](NO_CONN, cmd)
         assert resp is not None
         assert resp.code == ResponseCode.SUCCESS
         doc = json.loads(resp.body_bytes())
@@ -165,7 +169,7 @@ async def test_namesrv_route_carries_5x_broker_fields() -> None:
 
     # A 4.x broker (no enableActingMaster header field): false, no zoneName.
     reg = RemotingCommand.request(RequestCode.REGISTER_BROKER, fields, body)
-    assert (await handlers[reg.code](None, reg)).code == ResponseCode.SUCCESS  # type: ignore[union-attr]
+    assert (await handlers[reg.code](NO_CONN, reg)).code == ResponseCode.SUCCESS  # type: ignore[union-attr]
     assert await route() == {
         "brokerAddrs": {"0": "127.0.0.1:10911"},
         "brokerName": "broker-a",
@@ -175,12 +179,12 @@ async def test_namesrv_route_carries_5x_broker_fields() -> None:
     # A 5.x broker with acting master on and a zone.
     fields5 = dict(fields, enableActingMaster="true", __ZONE_NAME="zone-1")
     reg = RemotingCommand.request(RequestCode.REGISTER_BROKER, fields5, body)
-    assert (await handlers[reg.code](None, reg)).code == ResponseCode.SUCCESS  # type: ignore[union-attr]
+    assert (await handlers[reg.code](NO_CONN, reg)).code == ResponseCode.SUCCESS  # type: ignore[union-attr]
     got = await route()
     assert (got["enableActingMaster"], got["zoneName"]) == (True, "zone-1")
     # GET_BROKER_CLUSTER_INFO shows the same BrokerData.
     cmd = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
-    resp = await handlers[cmd.code](None, cmd)
+    resp = await handlers[cmd.code](NO_CONN, cmd)
     assert resp is not None
     ci = ClusterInfo.from_json(resp.body_bytes())
     assert ci.broker_addr_table["broker-a"].zone_name == "zone-1"

@@ -1,4 +1,6 @@
-"""Inline processors of `Connection`: answered by the reader itself, batches written at once.
+"""How a `Connection` runs the processors of its `ProcessorTable`: inline processors answered
+by the reader itself (batches written at once, inside the run hooks), task processors in tasks
+of their own, the default processor, and the reader's and writer's socket handling.
 
 A `Connection` serves one end of a unix socketpair; the test drives the other end with raw
 frames, so what goes over the wire (and how many writes) is visible.
@@ -18,16 +20,17 @@ import structlog
 import trio
 import trio.lowlevel
 import trio.testing
+from structlog.testing import capture_logs
 
 from remoting import (
     FLAG_ONEWAY,
     Connection,
     FrameDecoder,
-    Handler,
-    InlineBatch,
-    InlineHandler,
+    Processor,
+    ProcessorTable,
     RemotingCommand,
     ResponseCode,
+    RunHooks,
     encode_frame,
 )
 
@@ -36,6 +39,7 @@ SLOW_INLINE = 2
 BOOM = 3
 PLAIN_SLOW = 4
 PARK = 5
+UNKNOWN = 99
 
 
 class Peer:
@@ -61,23 +65,44 @@ class Peer:
         return got
 
 
+def processor_table(
+    inline: Mapping[int, Processor],
+    plain: Mapping[int, Processor] | None = None,
+    *,
+    default: Processor | None = None,
+    hooks: RunHooks | None = None,
+) -> ProcessorTable:
+    """A table with the `inline` processors registered inline, the `plain` ones as task
+    processors, and the given default processor and run hooks."""
+    table = ProcessorTable()
+    for code, processor in inline.items():
+        table.register(code, processor, inline=True)
+    for code, processor in (plain or {}).items():
+        table.register(code, processor)
+    if default is not None:
+        table.set_default(default)
+    if hooks is not None:
+        table.set_run_hooks(hooks.begin, hooks.end)
+    return table
+
+
 @asynccontextmanager
 async def serve(
-    inline: Mapping[int, InlineHandler],
-    plain: Mapping[int, Handler] | None = None,
+    inline: Mapping[int, Processor],
+    plain: Mapping[int, Processor] | None = None,
     *,
+    default: Processor | None = None,
+    hooks: RunHooks | None = None,
     max_inflight: int = 64,
-    inline_batch: InlineBatch | None = None,
 ) -> AsyncIterator[tuple[Connection, Peer]]:
+    """A running `Connection` with those processors (`processor_table`), and its peer."""
     a, b = trio.socket.socketpair()
     conn = Connection(
         trio.SocketStream(a),
-        plain or {},
-        inline_processors=inline,
+        processor_table(inline, plain, default=default, hooks=hooks),
         max_frame_size=1 << 20,
         outbound_queue_size=64,
         max_inflight=max_inflight,
-        inline_batch=inline_batch,
     )
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn.run)
@@ -94,8 +119,28 @@ def request(code: int, opaque: int, body: bytes = b"") -> RemotingCommand:
     return cmd
 
 
+async def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    return cmd.make_response(body=cmd.body)
+
+
+def busy(conn: Connection) -> bool:
+    """`conn.busy`: a request of the peer in flight (read through a call, which mypy does not
+    narrow from one assertion to the next)."""
+    return conn.busy
+
+
 def task_name() -> str:
     return trio.lowlevel.current_task().name
+
+
+def in_reader(name: str) -> bool:
+    """The task is the connection's own (the reader runs in `Connection.run`)."""
+    return name.endswith("Connection.run")
+
+
+def in_processor_task(name: str) -> bool:
+    """The task is one spawned for a request (`Connection._handle`)."""
+    return name.endswith("Connection._handle")
 
 
 def record_writers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -112,74 +157,6 @@ def record_writers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return writers
 
 
-async def test_inline_answer_runs_in_the_reader_without_a_task() -> None:
-    seen: list[str] = []
-
-    def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        seen.append(task_name())
-        return cmd.make_response(body=cmd.body)
-
-    async with serve({INLINE: echo}) as (_conn, peer):
-        await peer.send(request(INLINE, 7, b"hello"))
-        [resp] = await peer.receive(1)
-    assert resp.opaque == 7
-    assert resp.is_response
-    assert resp.code == ResponseCode.SUCCESS
-    assert resp.body == b"hello"
-    # Called by the connection's own task (the reader runs in `Connection.run`), not a
-    # spawned `_handle*` task.
-    assert seen
-    assert seen[0].endswith("Connection.run")
-
-
-async def test_inline_returning_a_coroutine_is_awaited_in_a_task_with_log_context() -> None:
-    release = trio.Event()
-    seen: list[tuple[str, dict[str, Any]]] = []
-
-    def slow(conn: Connection, cmd: RemotingCommand) -> Awaitable[RemotingCommand]:
-        async def later() -> RemotingCommand:
-            await release.wait()
-            seen.append((task_name(), structlog.contextvars.get_contextvars()))
-            return cmd.make_response(body=b"late")
-
-        return later()
-
-    def fast(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.make_response(body=b"now")
-
-    async with serve({SLOW_INLINE: slow, INLINE: fast}) as (_conn, peer):
-        await peer.send(request(SLOW_INLINE, 1), request(INLINE, 2))
-        [first] = await peer.receive(1)
-        assert (first.opaque, first.body) == (2, b"now")  # the fast one did not wait
-        release.set()
-        [second] = await peer.receive(1)
-    assert (second.opaque, second.body) == (1, b"late")
-    name, ctx = seen[0]
-    assert "_handle_awaitable" in name
-    assert ctx["code"] == SLOW_INLINE
-    assert ctx["opaque"] == 1
-
-
-async def test_inline_exception_becomes_system_error() -> None:
-    def boom(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        raise RuntimeError("inline blew up")
-
-    def slow_boom(conn: Connection, cmd: RemotingCommand) -> Awaitable[RemotingCommand]:
-        async def later() -> RemotingCommand:
-            raise KeyError("async part blew up")
-
-        return later()
-
-    async with serve({BOOM: boom, SLOW_INLINE: slow_boom}) as (_conn, peer):
-        await peer.send(request(BOOM, 1), request(SLOW_INLINE, 2))
-        answers = {r.opaque: r for r in await peer.receive(2)}
-    assert answers[1].code == ResponseCode.SYSTEM_ERROR
-    assert answers[1].remark == "RuntimeError: inline blew up"
-    assert answers[2].code == ResponseCode.SYSTEM_ERROR
-    assert answers[2].remark is not None
-    assert "async part blew up" in answers[2].remark
-
-
 def record_writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Record the size of each `os.write` (a `Connection`'s socket writes)."""
     writes: list[int] = []
@@ -193,11 +170,140 @@ def record_writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return writes
 
 
-async def test_answers_of_one_batch_leave_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
-    writes = record_writes(monkeypatch)
+def record_run(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], RunHooks]:
+    """Run hooks and the socket writes, recorded in one list of events."""
+    events: list[str] = []
+    real_write = os.write
 
-    def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    def recording_write(fd: int, data: Any) -> int:
+        events.append("write")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", recording_write)
+    return events, RunHooks(lambda: events.append("begin"), lambda: events.append("end"))
+
+
+# ------------------------------------------------------------------------ inline processors
+async def test_inline_answer_runs_in_the_reader_without_a_task_or_log_context() -> None:
+    """An inline processor runs in the connection's own task (no task per request), without
+    the per-request log context; its answer goes back with the request's opaque."""
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    async def echo_seen(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        seen.append((task_name(), structlog.contextvars.get_contextvars()))
         return cmd.make_response(body=cmd.body)
+
+    async with serve({INLINE: echo_seen}) as (conn, peer):
+        await peer.send(request(INLINE, 7, b"hello"))
+        [resp] = await peer.receive(1)
+        assert not busy(conn)  # an inline processor holds no request slot
+    assert resp.opaque == 7
+    assert resp.is_response
+    assert resp.code == ResponseCode.SUCCESS
+    assert resp.body == b"hello"
+    [(name, ctx)] = seen
+    assert in_reader(name)
+    assert "opaque" not in ctx
+
+
+async def test_an_inline_processor_that_suspends_is_answered_system_error_and_serving_goes_on() -> (
+    None
+):
+    """An inline processor that awaits something that suspends is closed at that point (it
+    never resumes), its request is answered SYSTEM_ERROR saying so and the event is logged;
+    the requests after it, in the same read and later, are served as usual."""
+    left: list[int] = []
+
+    async def suspends(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            await trio.lowlevel.checkpoint()
+        finally:
+            left.append(cmd.opaque)
+        raise AssertionError("resumed after suspending")
+
+    async with serve({SLOW_INLINE: suspends, INLINE: echo}) as (conn, peer):
+        with capture_logs() as logs:
+            await peer.send(request(SLOW_INLINE, 1), request(INLINE, 2, b"same read"))
+            answers = {r.opaque: r for r in await peer.receive(2)}
+        assert left == [1]  # closed at the suspension
+        assert not busy(conn)
+        await peer.send(request(INLINE, 3, b"later"))
+        [later] = await peer.receive(1)
+        assert not conn.closed
+    assert answers[1].code == ResponseCode.SYSTEM_ERROR
+    assert "suspended" in (answers[1].remark or "")
+    assert (answers[2].code, answers[2].body) == (ResponseCode.SUCCESS, b"same read")
+    assert (later.opaque, later.code, later.body) == (3, ResponseCode.SUCCESS, b"later")
+    suspended = [e for e in logs if e["event"] == "remoting_inline_processor_suspended"]
+    assert [(e["code"], e["opaque"]) for e in suspended] == [(SLOW_INLINE, 1)]
+
+
+async def test_a_suspended_inline_processor_leaves_nothing_that_wakes_the_reader_later() -> None:
+    """What a suspended inline processor waited on (an event, a lock) is withdrawn as trio
+    withdraws a cancelled wait, also a wait it starts while unwinding (a `finally` that
+    awaits): setting that event later wakes nothing, and the connection serves on."""
+    event = trio.Event()
+    lock = trio.Lock()
+    unwound: list[str] = []
+
+    async def waits(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        await event.wait()
+        raise AssertionError("resumed")
+
+    async def locks(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        await lock.acquire()
+        raise AssertionError("resumed")
+
+    async def cleans_up(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            await trio.lowlevel.checkpoint()
+        finally:
+            await event.wait()  # a wait started while unwinding
+            unwound.append("never")
+        raise AssertionError("resumed")
+
+    processors = {SLOW_INLINE: waits, BOOM: cleans_up, PARK: locks, INLINE: echo}
+    async with serve(processors) as (conn, peer):
+        await lock.acquire()
+        with capture_logs() as logs:
+            await peer.send(request(SLOW_INLINE, 1), request(BOOM, 2), request(PARK, 4))
+            answers = {r.opaque: r for r in await peer.receive(3)}
+        assert [answers[i].code for i in (1, 2, 4)] == [ResponseCode.SYSTEM_ERROR] * 3
+        event.set()  # nothing registered on it any more: the reader is not woken
+        lock.release()
+        await trio.testing.wait_all_tasks_blocked()
+        await peer.send(request(INLINE, 3, b"after"))
+        [after] = await peer.receive(1)
+        assert (after.opaque, after.body) == (3, b"after")
+        assert not conn.closed
+    assert unwound == []
+    suspended = [e for e in logs if e["event"] == "remoting_inline_processor_suspended"]
+    assert [(e["opaque"], e["withdrawn"]) for e in suspended] == [(1, True), (2, True), (4, True)]
+
+
+async def test_processor_exceptions_become_system_error() -> None:
+    """An exception raised by an inline or a task processor answers its request
+    SYSTEM_ERROR, with the exception in the remark."""
+
+    async def boom(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        raise RuntimeError("inline blew up")
+
+    async def task_boom(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        await trio.lowlevel.checkpoint()
+        raise KeyError("task blew up")
+
+    async with serve({BOOM: boom}, {PLAIN_SLOW: task_boom}) as (_conn, peer):
+        await peer.send(request(BOOM, 1), request(PLAIN_SLOW, 2))
+        answers = {r.opaque: r for r in await peer.receive(2)}
+    assert answers[1].code == ResponseCode.SYSTEM_ERROR
+    assert answers[1].remark == "RuntimeError: inline blew up"
+    assert answers[2].code == ResponseCode.SYSTEM_ERROR
+    assert "task blew up" in (answers[2].remark or "")
+
+
+async def test_answers_of_one_batch_leave_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The inline answers to requests read together leave in one write."""
+    writes = record_writes(monkeypatch)
 
     async with serve({INLINE: echo}) as (_conn, peer):
         await trio.testing.wait_all_tasks_blocked()  # the writer is idle
@@ -210,33 +316,26 @@ async def test_answers_of_one_batch_leave_in_one_write(monkeypatch: pytest.Monke
 async def test_a_long_batch_is_answered_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     """A pipelining peer's window arrives in one read; its answers leave every 16 requests
     (and by size), so the peer can work on the first answers while the rest are handled."""
-    writes: list[int] = []
-    real_write = os.write
+    writes = record_writes(monkeypatch)
     readable_at_17th: list[int] = []
+    peers: list[Peer] = []
 
-    def counting_write(fd: int, data: Any) -> int:
-        writes.append(len(data))
-        return real_write(fd, data)
-
-    monkeypatch.setattr(os, "write", counting_write)
-
-    async with serve({}) as (conn, peer):
-
-        def echo(c: Connection, cmd: RemotingCommand) -> RemotingCommand:
-            if cmd.opaque == 16:
-                # What the peer could already read while this 17th request is handled.
+    async def echo_peeking(c: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        if cmd.opaque == 16:
+            # What the peer could already read while this 17th request is handled.
+            try:
+                raw = socket.socket(fileno=peers[0].sock.fileno())
                 try:
-                    raw = socket.socket(fileno=peer.sock.fileno())
-                    try:
-                        peeked = raw.recv(1 << 20, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-                    finally:
-                        raw.detach()
-                    readable_at_17th.append(len(peeked))
-                except BlockingIOError:
-                    readable_at_17th.append(0)
-            return cmd.make_response(body=cmd.body)
+                    peeked = raw.recv(1 << 20, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+                finally:
+                    raw.detach()
+                readable_at_17th.append(len(peeked))
+            except BlockingIOError:
+                readable_at_17th.append(0)
+        return cmd.make_response(body=cmd.body)
 
-        conn._inline_processors = {INLINE: echo}
+    async with serve({INLINE: echo_peeking}) as (_conn, peer):
+        peers.append(peer)
         await trio.testing.wait_all_tasks_blocked()  # the writer is idle
         await peer.send(*(request(INLINE, i, b"x" * 100) for i in range(40)))
         answers = await peer.receive(40)
@@ -254,9 +353,7 @@ async def test_a_long_batch_is_answered_in_chunks(monkeypatch: pytest.MonkeyPatc
 
 
 async def test_batch_queued_to_a_busy_writer_as_one_item() -> None:
-    def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.make_response(body=cmd.body)
-
+    """With the writer busy, the reader queues a batch's answers to it; they all arrive."""
     async with serve({INLINE: echo}) as (conn, peer):
         await trio.testing.wait_all_tasks_blocked()
         conn._writer_idle = False  # as if the writer were inside send_all
@@ -265,14 +362,69 @@ async def test_batch_queued_to_a_busy_writer_as_one_item() -> None:
     assert sorted(r.opaque for r in answers) == [0, 1, 2]
 
 
-async def test_inline_and_plain_handlers_answer_out_of_order() -> None:
+async def test_oneway_inline_request_gets_no_answer() -> None:
+    """A oneway request's inline answer is not sent."""
+    async with serve({INLINE: echo}) as (_conn, peer):
+        oneway = request(INLINE, 1)
+        oneway.flag |= FLAG_ONEWAY
+        await peer.send(oneway, request(INLINE, 2))
+        [resp] = await peer.receive(1)
+    assert resp.opaque == 2
+
+
+async def test_answer_to_a_vanished_peer_closes_the_connection() -> None:
+    """An answer that cannot be written to a peer gone closes the connection."""
+
+    async def big(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(body=b"y" * 200_000)
+
+    async with serve({INLINE: big}) as (conn, peer):
+        await trio.testing.wait_all_tasks_blocked()
+        await peer.send(request(INLINE, 1))
+        peer.sock.close()
+        with trio.fail_after(5):
+            await conn.wait_closed()
+    assert conn.closed
+
+
+# ------------------------------------------------------------------------ task processors
+async def test_task_processor_runs_in_a_task_with_the_log_context() -> None:
+    """A task processor runs in a task of its own, with the request's peer, code and opaque
+    bound in the log context; it may await, and the inline requests after it do not wait."""
+    release = trio.Event()
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    async def slow(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        await release.wait()
+        seen.append((task_name(), structlog.contextvars.get_contextvars()))
+        return cmd.make_response(body=b"late")
+
+    async def fast(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(body=b"now")
+
+    async with serve({INLINE: fast}, {PLAIN_SLOW: slow}) as (conn, peer):
+        await peer.send(request(PLAIN_SLOW, 1), request(INLINE, 2))
+        [first] = await peer.receive(1)
+        assert (first.opaque, first.body) == (2, b"now")  # the inline one did not wait
+        release.set()
+        [second] = await peer.receive(1)
+    assert (second.opaque, second.body) == (1, b"late")
+    [(name, ctx)] = seen
+    assert in_processor_task(name)
+    assert ctx["peer"] == conn.remote_address
+    assert ctx["code"] == PLAIN_SLOW
+    assert ctx["opaque"] == 1
+
+
+async def test_inline_and_task_processors_answer_out_of_order() -> None:
+    """Answers leave as they are ready, whatever the order of their requests."""
     release = trio.Event()
 
     async def plain_slow(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         await release.wait()
         return cmd.make_response(body=b"plain")
 
-    def fast(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    async def fast(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.make_response(body=b"inline")
 
     async with serve({INLINE: fast}, {PLAIN_SLOW: plain_slow}) as (_conn, peer):
@@ -284,65 +436,52 @@ async def test_inline_and_plain_handlers_answer_out_of_order() -> None:
     assert (late.opaque, late.body) == (1, b"plain")
 
 
-async def test_inflight_limit_holds_for_spawned_slow_paths() -> None:
+async def test_inflight_limit_holds_for_task_processors() -> None:
+    """A request in a task holds a slot until answered: at `max_inflight` the reader takes
+    no further request (inline or not) until a slot is free again."""
     release = trio.Event()
     calls: list[int] = []
 
-    def slow(conn: Connection, cmd: RemotingCommand) -> Awaitable[RemotingCommand]:
+    async def slow(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         calls.append(cmd.opaque)
+        await release.wait()
+        return cmd.make_response()
 
-        async def later() -> RemotingCommand:
-            await release.wait()
-            return cmd.make_response()
-
-        return later()
-
-    def fast(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    async def fast(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         calls.append(cmd.opaque)
         return cmd.make_response()
 
-    async with serve({SLOW_INLINE: slow, INLINE: fast}, max_inflight=1) as (_conn, peer):
+    async with serve({INLINE: fast}, {PLAIN_SLOW: slow}, max_inflight=1) as (conn, peer):
         await peer.send(
-            request(INLINE, 1), request(SLOW_INLINE, 2), request(SLOW_INLINE, 3), request(INLINE, 4)
+            request(INLINE, 1), request(PLAIN_SLOW, 2), request(PLAIN_SLOW, 3), request(INLINE, 4)
         )
         # The answer made before the reader had to wait is not held back.
         [first] = await peer.receive(1)
         assert first.opaque == 1
         await trio.testing.wait_all_tasks_blocked()
-        # Request 3 waits for a slot (its handler ran, its slow part did not start); the
-        # reader stops there, so request 4 is not handled yet.
-        assert calls == [1, 2, 3]
+        # 2 runs in its task and holds the only slot: the reader stops before 3.
+        assert calls == [1, 2]
+        assert busy(conn)
         release.set()
         rest = await peer.receive(3)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not busy(conn)
     assert sorted(r.opaque for r in rest) == [2, 3, 4]
     assert calls == [1, 2, 3, 4]
 
 
-async def test_oneway_inline_request_gets_no_answer() -> None:
-    def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.make_response(body=cmd.body)
-
-    async with serve({INLINE: echo}) as (_conn, peer):
-        oneway = request(INLINE, 1)
-        oneway.flag |= FLAG_ONEWAY
-        await peer.send(oneway, request(INLINE, 2))
-        [resp] = await peer.receive(1)
-    assert resp.opaque == 2
-
-
-async def test_peer_gone_while_a_slow_path_waits_closes_cleanly() -> None:
+async def test_peer_gone_while_a_task_processor_waits_closes_cleanly() -> None:
+    """The peer closing while a task processor waits ends the connection (the task is
+    cancelled with it)."""
     started = trio.Event()
 
-    def park(conn: Connection, cmd: RemotingCommand) -> Awaitable[RemotingCommand]:
-        async def later() -> RemotingCommand:
-            started.set()
-            await trio.sleep_forever()
-            raise AssertionError("unreachable")
+    async def park(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        started.set()
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
 
-        return later()
-
-    async with serve({SLOW_INLINE: park}) as (conn, peer):
-        await peer.send(request(SLOW_INLINE, 1))
+    async with serve({}, {PLAIN_SLOW: park}) as (conn, peer):
+        await peer.send(request(PLAIN_SLOW, 1))
         await started.wait()
         peer.sock.close()
         with trio.fail_after(5):
@@ -350,37 +489,43 @@ async def test_peer_gone_while_a_slow_path_waits_closes_cleanly() -> None:
     assert conn.close_reason == "peer closed the connection"
 
 
-async def test_answer_to_a_vanished_peer_closes_the_connection() -> None:
-    def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.make_response(body=b"y" * 200_000)
-
-    async with serve({INLINE: echo}) as (conn, peer):
-        await trio.testing.wait_all_tasks_blocked()
-        await peer.send(request(INLINE, 1))
-        peer.sock.close()
-        with trio.fail_after(5):
-            await conn.wait_closed()
-    assert conn.closed
-
-
-async def test_plain_handler_registered_inline_runs_its_coroutine_in_a_task() -> None:
+async def test_the_default_processor_handles_unknown_codes_in_a_task() -> None:
+    """A request whose code has no processor goes to the table's default processor, in a
+    task; registered codes still go to their own processors."""
     seen: list[str] = []
 
-    async def plain(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    async def fallback(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         seen.append(task_name())
-        return cmd.make_response(body=b"ok")
+        return cmd.make_response(remark=f"default {cmd.code}")
 
-    handler: Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand]] = plain
-    async with serve({INLINE: handler}) as (_conn, peer):
-        await peer.send(request(INLINE, 5))
+    async with serve({INLINE: echo}, default=fallback) as (_conn, peer):
+        await peer.send(request(UNKNOWN, 1), request(INLINE, 2, b"own"))
+        answers = {r.opaque: r for r in await peer.receive(2)}
+    assert (answers[1].code, answers[1].remark) == (ResponseCode.SUCCESS, f"default {UNKNOWN}")
+    assert (answers[2].code, answers[2].body) == (ResponseCode.SUCCESS, b"own")
+    [name] = seen
+    assert in_processor_task(name)
+
+
+async def test_an_unknown_code_without_a_default_processor_is_not_supported() -> None:
+    """Without a default processor, a request whose code has no processor is answered
+    REQUEST_CODE_NOT_SUPPORTED, naming the code."""
+    async with serve({INLINE: echo}) as (conn, peer):
+        await peer.send(request(UNKNOWN, 1))
         [resp] = await peer.receive(1)
-    assert (resp.opaque, resp.body) == (5, b"ok")
-    assert "_handle_awaitable" in seen[0]
+        await trio.testing.wait_all_tasks_blocked()
+        assert not busy(conn)
+    assert resp.opaque == 1
+    assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    assert str(UNKNOWN) in (resp.remark or "")
 
 
-async def test_sequential_invoke_and_spawned_answer_skip_the_writer(
+# ------------------------------------------------------------------------ direct writes
+async def test_sequential_invoke_and_a_task_processors_answer_skip_the_writer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """A sequential caller's request is written by the calling task and the answer of the
+    task processor by its task: the writer task is never woken."""
     writers = record_writers(monkeypatch)
 
     async def plain(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -389,8 +534,8 @@ async def test_sequential_invoke_and_spawned_answer_skip_the_writer(
 
     a, b = trio.socket.socketpair()
     kw: dict[str, Any] = {"max_frame_size": 1 << 20, "outbound_queue_size": 8, "max_inflight": 8}
-    server = Connection(trio.SocketStream(a), {PLAIN_SLOW: plain}, **kw)
-    client = Connection(trio.SocketStream(b), {}, **kw)
+    server = Connection(trio.SocketStream(a), processor_table({}, {PLAIN_SLOW: plain}), **kw)
+    client = Connection(trio.SocketStream(b), ProcessorTable(), **kw)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(server.run)
         nursery.start_soon(client.run)
@@ -401,10 +546,10 @@ async def test_sequential_invoke_and_spawned_answer_skip_the_writer(
             await trio.testing.wait_all_tasks_blocked()
         client.close()
         server.close()
-    # One request and one (spawned handler's) answer per call, each written directly: by the
-    # caller and by the handler's task, never by a writer.
+    # One request and one (task processor's) answer per call, each written directly: by the
+    # caller and by the processor's task, never by a writer.
     assert len(writers) == 6
-    assert not [name for name in writers if name.endswith("._writer")]
+    assert by_writer_task(writers) == []
 
 
 @asynccontextmanager
@@ -421,13 +566,13 @@ async def parked_pair(
         await release.wait()
         return cmd.make_response(body=b"pulled")
 
-    def sent(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    async def sent(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.make_response(body=b"sent")  # answered by the reader, as the broker does
 
     a, b = trio.socket.socketpair()
     kw: dict[str, Any] = {"max_frame_size": 1 << 20, "outbound_queue_size": 8, "max_inflight": 16}
-    server = Connection(trio.SocketStream(a), {PARK: park}, inline_processors={INLINE: sent}, **kw)
-    client = Connection(trio.SocketStream(b), {}, **kw)
+    server = Connection(trio.SocketStream(a), processor_table({INLINE: sent}, {PARK: park}), **kw)
+    client = Connection(trio.SocketStream(b), ProcessorTable(), **kw)
     pulled: list[bytes] = []
 
     async def pull() -> None:
@@ -472,8 +617,8 @@ def by_writer_task(writers: list[str]) -> list[str]:
 
 @pytest.mark.parametrize("parked", [0, 3])
 async def test_a_request_with_few_others_in_flight_skips_the_writer(parked: int) -> None:
-    # A lightly pipelined caller (W2's 4 batches in flight): each request is written by the
-    # task that makes it, and each answer by the server's reader; no writer task is woken.
+    """A lightly pipelined caller: each request is written by the task that makes it, and each
+    answer by the server's reader; no writer task is woken."""
     async with parked_pair(parked, long_poll=False) as (client, writers, _):
         sends = await send_three(client, writers)
     assert len(sends) == 6
@@ -481,16 +626,16 @@ async def test_a_request_with_few_others_in_flight_skips_the_writer(parked: int)
 
 
 async def test_a_request_with_many_others_in_flight_goes_through_the_writer() -> None:
-    # The control: with more than `_DIRECT_MAX_OTHERS` others in flight the request is queued
-    # to the writer, which joins requests issued together (W1's 64 in flight).
+    """With more than `_DIRECT_MAX_OTHERS` others in flight the request is queued to the
+    writer, which joins requests issued together."""
     async with parked_pair(4, long_poll=False) as (client, writers, _):
         sends = await send_three(client, writers)
     assert len(by_writer_task(sends)) == 3  # the requests; the answers still by the reader
 
 
 async def test_parked_long_polls_do_not_count_as_requests_in_flight() -> None:
-    # A push consumer keeps a pull parked per queue (8 here): its other requests, and each
-    # pull re-issued beside the parked ones, are still written at once by their tasks.
+    """A push consumer keeps a pull parked per queue (8 here): its other requests, and each
+    pull re-issued beside the parked ones, are still written at once by their tasks."""
     async with parked_pair(8, long_poll=True) as (client, writers, park_one):
         sends = await send_three(client, writers)
         writers.clear()
@@ -502,84 +647,10 @@ async def test_parked_long_polls_do_not_count_as_requests_in_flight() -> None:
     assert by_writer_task(ninth) == []
 
 
-def pulls_and_sends(events: list[str]) -> tuple[dict[int, InlineHandler], list[RemotingCommand]]:
-    """Inline handlers of a client sharing one connection for pulling and sending: SLOW_INLINE
-    parks a pull (DEFERRED), INLINE answers a send (recorded as "send" in `events`) and first
-    wakes the oldest parked pull, answering it with `respond_nowait`. Also the parked list."""
-    parked: list[RemotingCommand] = []
-
-    def pull(conn: Connection, cmd: RemotingCommand) -> Connection.Deferred:
-        parked.append(cmd)
-        return Connection.DEFERRED
-
-    def send(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        events.append("send")
-        if parked:
-            waiting = parked.pop(0)
-            conn.respond_nowait(waiting, waiting.make_response(body=b"pulled"), direct=True)
-        return cmd.make_response(body=b"sent")
-
-    return {SLOW_INLINE: pull, INLINE: send}, parked
-
-
-async def park(peer: Peer, parked: list[RemotingCommand], events: list[str], *opaques: int) -> None:
-    """Park a pull for each opaque (SLOW_INLINE), see them all parked, forget the events."""
-    await peer.send(*(request(SLOW_INLINE, o) for o in opaques))
-    await trio.testing.wait_all_tasks_blocked()
-    assert len(parked) == len(opaques)
-    events.clear()
-
-
-async def sends_waking_parked_pulls(
-    monkeypatch: pytest.MonkeyPatch, pulls: list[int], sends: list[int]
-) -> tuple[list[str], list[RemotingCommand], list[str]]:
-    """Park a pull for each of `pulls`, then send `sends` in one read (`pulls_and_sends`'
-    handlers, an inline batch recorded): the events from the sends on, every answer, and the
-    task of each write from the sends on."""
-    events, batch = record_batch(monkeypatch)
-    handlers, parked = pulls_and_sends(events)
-    async with serve(handlers, inline_batch=batch) as (_conn, peer):
-        with trio.fail_after(10):
-            await park(peer, parked, events, *pulls)
-            writers = record_writers(monkeypatch)
-            await peer.send(*(request(INLINE, i) for i in sends))
-            got = await peer.receive(len(pulls) + len(sends))
-    return events, got, writers
-
-
-async def test_answers_released_by_a_run_leave_together_before_the_run_ends(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # A client sharing one connection for sending and pulling: its sends (inline) wake the
-    # pulls it parked on the same connection (DEFERRED). The woken pulls' answers leave in one
-    # write as soon as the chunk's handlers have run, before the run ends (`end`: the store's
-    # commitlog write and index entries); the sends' own answers only after it.
-    events, got, writers = await sends_waking_parked_pulls(monkeypatch, [1, 2], [3, 4])
-    assert events == ["begin", "send", "send", "write", "end", "write"]
-    assert [(c.opaque, c.body) for c in got] == [
-        (1, b"pulled"),
-        (2, b"pulled"),
-        (3, b"sent"),
-        (4, b"sent"),
-    ]
-    assert by_writer_task(writers) == []  # both writes by the reader, no writer task
-
-
-async def test_answers_released_by_a_run_leave_before_it_ends_at_a_chunk_boundary(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # A run longer than a chunk (16 answers) ends and begins again at the chunk boundary: the
-    # answers its first part released leave before that end, not with the last part.
-    events, got, _ = await sends_waking_parked_pulls(monkeypatch, [100], list(range(18)))
-    first = ["begin", *["send"] * 16, "write", "end", "write"]
-    assert events == [*first, "begin", "send", "send", "end", "write"]
-    assert got[0].opaque == 100
-    assert got[0].body == b"pulled"
-
-
+# ------------------------------------------------------------------------ socket handling
 async def test_the_writer_writes_frames_larger_than_the_socket_buffer() -> None:
-    # Queued frames of several MiB: the writer writes what fits, waits until the socket is
-    # writable again, and goes on; the peer gets every byte in order.
+    """Queued frames of several MiB: the writer writes what fits, waits until the socket is
+    writable again, and goes on; the peer gets every byte in order."""
     bodies = [os.urandom(3 * 1024 * 1024), os.urandom(5 * 1024 * 1024 + 7)]
     async with serve({}) as (conn, peer):
         peer.decoder = FrameDecoder(16 << 20)
@@ -592,8 +663,8 @@ async def test_the_writer_writes_frames_larger_than_the_socket_buffer() -> None:
 
 
 async def test_a_failed_write_closes_the_connection() -> None:
-    # The peer stops reading for good (its read side shut down): the writer's write fails and
-    # the connection closes, with the write failure as its reason.
+    """The peer stops reading for good (its read side shut down): the writer's write fails and
+    the connection closes, with the write failure as its reason."""
     async with serve({}) as (conn, peer):
         peer.sock.shutdown(socket.SHUT_RD)
         with trio.fail_after(10):
@@ -607,11 +678,8 @@ async def test_a_failed_write_closes_the_connection() -> None:
 
 
 async def test_reader_reads_frames_over_several_reads_and_sees_the_peer_close() -> None:
-    # The reader reads the socket itself: a frame larger than its buffer (256 KiB) comes in
-    # full-buffer reads, read again at once; after a short read it waits until readable.
-    def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.make_response(body=cmd.body)
-
+    """The reader reads the socket itself: a frame larger than its buffer (256 KiB) comes in
+    full-buffer reads, read again at once; after a short read it waits until readable."""
     big = os.urandom(700 * 1024)
     async with serve({INLINE: echo}) as (conn, peer):
         async with trio.open_nursery() as nursery:
@@ -627,6 +695,7 @@ async def test_reader_reads_frames_over_several_reads_and_sees_the_peer_close() 
 
 
 async def test_reader_waiting_on_an_idle_socket_stops_at_a_local_close() -> None:
+    """A local close ends a reader waiting on an idle socket."""
     async with serve({}) as (conn, _peer):
         await trio.testing.wait_all_tasks_blocked()
         conn.close()
@@ -636,9 +705,9 @@ async def test_reader_waiting_on_an_idle_socket_stops_at_a_local_close() -> None
 
 
 async def test_requesters_run_while_a_batch_of_responses_is_handed_out() -> None:
-    # A window of answers arriving in one read (a group commit answers a whole window at once):
-    # the reader yields after waking every few requesters, so they run, and a pipelining
-    # caller's next requests leave, before the reader has worked through the whole batch.
+    """A window of answers arriving in one read (a group commit answers a whole window at
+    once): the reader yields after waking every few requesters, so they run, and a pipelining
+    caller's next requests leave, before the reader has worked through the whole batch."""
     count = 24
     seen: list[int] = []
     async with serve({}) as (conn, peer):
@@ -661,32 +730,19 @@ async def test_requesters_run_while_a_batch_of_responses_is_handed_out() -> None
     assert max(seen) >= 8
 
 
-# ------------------------------------------------------------------------ inline batch
-def record_batch(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], InlineBatch]:
-    """An `InlineBatch` and the socket writes, recorded in one list of events."""
-    events: list[str] = []
-    real_write = os.write
-
-    def recording_write(fd: int, data: Any) -> int:
-        events.append("write")
-        return real_write(fd, data)
-
-    monkeypatch.setattr(os, "write", recording_write)
-    return events, InlineBatch(lambda: events.append("begin"), lambda: events.append("end"))
-
-
-async def test_inline_batch_ends_before_the_answers_of_its_run_leave(
+# ------------------------------------------------------------------------ run hooks
+async def test_the_run_ends_before_the_answers_of_its_run_leave(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A run of inline handlers is bracketed by begin/end, and end comes before the write of
-    their answers, also at the 16-answer chunk boundary (see `set_inline_batch`)."""
-    events, batch = record_batch(monkeypatch)
+    """A run of inline processors is bracketed by begin/end, and end comes before the write of
+    their answers, also at the 16-answer chunk boundary."""
+    events, hooks = record_run(monkeypatch)
 
-    def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    async def echo_event(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         events.append("h")
         return cmd.make_response(body=cmd.body)
 
-    async with serve({INLINE: echo}, inline_batch=batch) as (_conn, peer):
+    async with serve({INLINE: echo_event}, hooks=hooks) as (_conn, peer):
         await trio.testing.wait_all_tasks_blocked()  # the writer is idle
         await peer.send(*(request(INLINE, i) for i in range(3)))
         await peer.receive(3)
@@ -699,16 +755,16 @@ async def test_inline_batch_ends_before_the_answers_of_its_run_leave(
     assert events == run
 
 
-async def test_inline_batch_ends_after_a_run_without_answers(
+async def test_the_run_ends_after_a_run_without_answers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Oneway requests answer nothing: the run still ends before the reader waits again."""
-    events, batch = record_batch(monkeypatch)
+    events, hooks = record_run(monkeypatch)
 
-    def sink(conn: Connection, cmd: RemotingCommand) -> None:
+    async def sink(conn: Connection, cmd: RemotingCommand) -> None:
         events.append("h")
 
-    async with serve({INLINE: sink}, inline_batch=batch) as (_conn, peer):
+    async with serve({INLINE: sink}, hooks=hooks) as (_conn, peer):
         await trio.testing.wait_all_tasks_blocked()
         oneway = [request(INLINE, i) for i in range(2)]
         for cmd in oneway:
@@ -718,44 +774,43 @@ async def test_inline_batch_ends_after_a_run_without_answers(
     assert events == ["begin", "h", "h", "end"]
 
 
-async def test_inline_batch_ends_before_a_spawned_slow_path_runs() -> None:
-    """A handler's slow path (a coroutine, awaited in a task) runs only after the run ended."""
+async def test_task_processors_run_after_the_run_ends() -> None:
+    """Task processors of requests read with inline ones start only once the run ended; the
+    run brackets the inline processors only."""
     events: list[str] = []
 
-    async def slow_part(cmd: RemotingCommand) -> RemotingCommand:
-        events.append("slow")
+    async def task(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        events.append("task")
         return cmd.make_response(body=cmd.body)
 
-    def slow(conn: Connection, cmd: RemotingCommand) -> Awaitable[RemotingCommand | None]:
+    async def inline(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         events.append("h")
-        return slow_part(cmd)
+        return cmd.make_response(body=cmd.body)
 
-    batch = InlineBatch(lambda: events.append("begin"), lambda: events.append("end"))
-    async with serve({SLOW_INLINE: slow}, inline_batch=batch) as (_conn, peer):
-        await peer.send(request(SLOW_INLINE, 1, b"a"), request(SLOW_INLINE, 2, b"b"))
-        answers = await peer.receive(2)
-    assert sorted((a.code, a.body) for a in answers) == [(0, b"a"), (0, b"b")]
-    assert events == ["begin", "h", "h", "end", "slow", "slow"]
+    hooks = RunHooks(lambda: events.append("begin"), lambda: events.append("end"))
+    async with serve({INLINE: inline}, {PLAIN_SLOW: task}, hooks=hooks) as (_conn, peer):
+        await peer.send(
+            request(PLAIN_SLOW, 1, b"a"), request(INLINE, 2, b"b"), request(PLAIN_SLOW, 3, b"c")
+        )
+        answers = await peer.receive(3)
+    assert sorted((a.opaque, a.body) for a in answers) == [(1, b"a"), (2, b"b"), (3, b"c")]
+    assert events == ["begin", "h", "end", "task", "task"]
 
 
-async def test_a_failing_inline_batch_end_closes_without_writing_the_answers(
+async def test_a_failing_run_end_closes_without_writing_the_answers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    events, _ = record_batch(monkeypatch)
+    """If the end hook raises, the connection closes and the run's answers are never
+    written."""
+    events, _ = record_run(monkeypatch)
 
     def fail() -> None:
         raise OSError(5, "Input/output error")
 
-    def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.make_response(body=cmd.body)
-
-    async with serve({INLINE: echo}, inline_batch=InlineBatch(lambda: None, fail)) as (
-        conn,
-        peer,
-    ):
+    async with serve({INLINE: echo}, hooks=RunHooks(lambda: None, fail)) as (conn, peer):
         await peer.send(request(INLINE, 1))
         with trio.fail_after(5):
             await conn.wait_closed()
             assert await peer.sock.recv(100) == b""  # closed, no answer
     assert "write" not in events
-    assert "inline batch failed" in (conn._close_reason or "")
+    assert "inline run failed" in (conn.close_reason or "")

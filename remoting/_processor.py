@@ -1,0 +1,142 @@
+"""The processor contract: how a request reaches the code that answers it.
+
+Every processor is ``async def process(ctx, cmd) -> RemotingCommand | None`` where `ctx` is the
+`Connection` the request came on (the peer's address, its attributes, `defer`) and `cmd` the
+request. What it returns is the answer (None: no answer, as for a oneway request or one that
+is answered later). A processor that answers later calls ``responder = ctx.defer(cmd)``,
+returns None, and later calls ``responder.respond(answer)`` exactly once, from any task on the
+event loop; the request counts as in flight on its connection until then (RocketMQ's
+asynchronous processor shape: the answer goes through a callback).
+
+A `ProcessorTable` maps request codes to processors; a server and a client each hold one and
+their connections read it. A processor is registered in one of two modes:
+
+- **task** (the default): each request runs in a task of its own, with the request's log
+  context (peer, code, opaque) bound; it may await anything.
+- **inline**: the connection's reader runs the coroutine itself, to completion, without a task
+  (the fast path for sends, pulls and offsets: a task per request costs more than the work of
+  a small one). An inline processor must never suspend: it does its work synchronously and,
+  when it would have to wait (a group commit, a held pull), it defers and answers through its
+  `Responder`. A suspension is a bug: the coroutine is closed and the request answered
+  SYSTEM_ERROR, and the event is logged.
+
+The inline processors of the requests read together run inside the table's `RunHooks`, if set:
+`begin()` before the first of them and `end()` before the reader writes any of their answers
+or yields to another task (then `begin()` again). Between the two nothing else runs on the
+event loop, so a processor may stage work (the broker stages its appends) that `end()`
+completes before any answer reports it. If `end()` raises, the connection closes without
+writing the run's answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine, Iterable
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
+
+from remoting._command import RemotingCommand
+
+if TYPE_CHECKING:
+    from remoting._connection import Connection
+
+__all__ = ["Processor", "ProcessorTable", "Responder", "RunHooks"]
+
+Processor: TypeAlias = Callable[
+    ["Connection", RemotingCommand], Coroutine[Any, Any, RemotingCommand | None]
+]
+
+
+class RunHooks(NamedTuple):
+    """Callbacks around each run of inline processors (see the module docstring)."""
+
+    begin: Callable[[], None]
+    end: Callable[[], None]
+
+
+class ProcessorTable:
+    """Request code -> processor and mode, plus a default for unknown codes and the run hooks.
+
+    Changes apply to requests read from then on, on every connection that holds the table.
+    """
+
+    __slots__ = ("_entries", "default", "run_hooks")
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[Processor, bool]] = {}
+        self.default: Processor | None = None
+        self.run_hooks: RunHooks | None = None
+
+    def register(self, code: int, processor: Processor, *, inline: bool = False) -> None:
+        """Route requests with `code` to `processor` (replacing any earlier one); `inline`
+        runs it in the connection's reader (it must never suspend)."""
+        self._entries[int(code)] = (processor, inline)
+
+    def set_default(self, processor: Processor) -> None:
+        """Handle every code without a processor of its own (in a task)."""
+        self.default = processor
+
+    def set_run_hooks(self, begin: Callable[[], None], end: Callable[[], None]) -> None:
+        """Bracket each run of inline processors with `begin()` and `end()` (both quick,
+        never blocking)."""
+        self.run_hooks = RunHooks(begin, end)
+
+    def get(self, code: int) -> tuple[Processor, bool] | None:
+        """The processor for `code` and whether it is inline, or None."""
+        return self._entries.get(code)
+
+    def __contains__(self, code: int) -> bool:
+        return code in self._entries
+
+
+class Responder:
+    """Answers one deferred request (`Connection.defer`), exactly once."""
+
+    __slots__ = ("_cmd", "_conn", "answered")
+
+    def __init__(self, conn: Connection, cmd: RemotingCommand) -> None:
+        self._conn = conn
+        self._cmd = cmd
+        self.answered = False
+
+    @property
+    def connection(self) -> Connection:
+        return self._conn
+
+    @property
+    def request(self) -> RemotingCommand:
+        return self._cmd
+
+    def respond(self, response: RemotingCommand | None, *, direct: bool = False) -> None:
+        """Send the answer (None: none) and free the request's in-flight slot. Never blocks;
+        on a closed connection the answer is dropped. `direct` writes it straight to the
+        socket whenever the connection's writer is idle (an answer released on its own, with
+        nothing to join it to).
+
+        Raises:
+            RuntimeError: the request was answered already.
+        """
+        if self.answered:
+            raise RuntimeError(f"request {self._cmd.opaque} answered twice")
+        self.answered = True
+        self._conn._answer_later(self._cmd, response, direct)
+
+    @staticmethod
+    def respond_all(answers: Iterable[tuple[Responder, RemotingCommand | None]]) -> None:
+        """`respond` for many requests released together (one group commit), in one write per
+        connection.
+
+        Raises:
+            RuntimeError: one of them was answered already or is listed twice (none of them
+                is then sent).
+        """
+        by_conn: dict[Connection, list[tuple[RemotingCommand, RemotingCommand | None]]] = {}
+        pairs = list(answers)
+        if any(r.answered for r, _ in pairs) or len({id(r) for r, _ in pairs}) != len(pairs):
+            raise RuntimeError("a request answered twice")
+        for responder, response in pairs:
+            responder.answered = True
+            group = by_conn.get(responder._conn)
+            if group is None:
+                group = by_conn[responder._conn] = []
+            group.append((responder._cmd, response))
+        for conn, group in by_conn.items():
+            conn._answer_many(group)
