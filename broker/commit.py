@@ -103,10 +103,15 @@ class CommitBatcher:
         waiting = self._waiting
         self._waiting = []
         self._store.end_staging()
-        if waiting:
-            self._store.when_durable(
-                self._waiting_end, lambda durable: self._settle(waiting, durable)
-            )
+        if not waiting:
+            return
+        settled = [w for w in waiting if w[0].flush_end < 0]
+        if settled:
+            self._settle(settled, True)
+            waiting = [w for w in waiting if w[0].flush_end >= 0]
+            if not waiting:
+                return
+        self._store.when_durable(self._waiting_end, lambda durable: self._settle(waiting, durable))
 
     def append(self, msgs: Sequence[MessageInner]) -> CommitTicket:
         """Append `msgs` (one topic and queue) within the open run.
@@ -130,12 +135,14 @@ class CommitBatcher:
         return await self._store.put_messages(msgs)
 
     def _reply(self, ticket: CommitTicket, responder: Responder, build: Build) -> None:
-        if ticket.flush_end < 0:
-            responder.respond(_built(build, ticket.result, responder))
-        elif self._open:
-            # Settled with the rest of the run once `end` wrote it (ends only grow).
+        if self._open:
+            # Answered once `end` wrote the run: at once then when settled, else with the
+            # rest of the run on its group commit (ends only grow).
             self._waiting.append((ticket, responder, build))
-            self._waiting_end = ticket.flush_end
+            if ticket.flush_end >= 0:
+                self._waiting_end = ticket.flush_end
+        elif ticket.flush_end < 0:
+            responder.respond(_built(build, ticket.result, responder))
         else:
             self._store.when_put_durable(
                 ticket.result,

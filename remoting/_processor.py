@@ -24,8 +24,10 @@ The inline processors of the requests read together run inside the table's `RunH
 `begin()` before the first of them and `end()` before the reader writes any of their answers
 or yields to another task (then `begin()` again). Between the two nothing else runs on the
 event loop, so a processor may stage work (the broker stages its appends) that `end()`
-completes before any answer reports it. If `end()` raises, the connection closes without
-writing the run's answers.
+completes before any answer the reader writes reports it. If `end()` raises, the connection
+closes without writing the run's answers. An answer a processor releases through a
+`Responder` during the run may be written at once, before `end()`: such answers must not
+report the run's staged work (the broker's commit batcher releases its replies in `end()`).
 """
 
 from __future__ import annotations

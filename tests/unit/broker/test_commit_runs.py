@@ -152,7 +152,7 @@ async def test_replies_of_a_sync_run_settle_together_after_the_group_commit(
         assert conn.writes == [[(7, 0)]]
 
 
-async def test_a_reply_whose_answer_cannot_be_built_is_answered_system_error(
+async def test_settled_replies_of_a_run_leave_at_its_end_and_a_failed_build_is_an_error(
     tmp_path: Path,
 ) -> None:
     async with MessageStore(_cfg(tmp_path)) as store:
@@ -165,5 +165,7 @@ async def test_a_reply_whose_answer_cannot_be_built_is_answered_system_error(
             raise KeyError("x")
 
         ticket.reply(_responder(conn, 5), broken)
+        ticket.reply(_responder(conn, 6), _ok)
+        assert conn.writes == []  # settled, but a reply leaves only once the run is written
         commits.end()
-        assert conn.writes == [[(5, ResponseCode.SYSTEM_ERROR)]]
+        assert conn.writes == [[(5, ResponseCode.SYSTEM_ERROR), (6, ResponseCode.SUCCESS)]]
