@@ -49,14 +49,14 @@ import math
 import os
 import socket
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 import structlog
 import trio
 
 from remoting._command import Body, RemotingCommand
 from remoting._frame import FrameDecoder, encode_frame_parts
-from remoting._processor import Processor, ProcessorTable, Responder, RunHooks
+from remoting._processor import Processor, ProcessorTable, Responder, RunHooks, abandon
 from remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, LanguageCode, ResponseCode, SerializeType
 from remoting.errors import (
     FrameError,
@@ -746,7 +746,7 @@ class Connection:
     ) -> RemotingCommand:
         """An inline processor suspended (a defect): end it without letting what it waited on
         wake the reader later, and answer SYSTEM_ERROR."""
-        withdrawn = _abandon(coro, trap)
+        withdrawn = abandon(coro, trap)
         log.error(
             "remoting_inline_processor_suspended",
             peer=self.remote_address,
@@ -1045,41 +1045,3 @@ class Connection:
                 return
             parts = rest
         await self._queue(parts)
-
-
-def _withdraw(trap: object) -> bool:
-    """Undo what a coroutine registered before it yielded `trap` to trio, as trio does when the
-    wait is cancelled: call the wait's abort function. True when nothing is left that could
-    reschedule the task (trio's own primitives abort successfully)."""
-    abort = getattr(trap, "abort_func", None)
-    if abort is None:  # a checkpoint: nothing registered
-        return True
-
-    def raise_cancel() -> NoReturn:
-        raise RuntimeError("an inline processor suspended")
-
-    try:
-        return bool(abort(raise_cancel) is trio.lowlevel.Abort.SUCCEEDED)
-    except Exception:
-        return False
-
-
-def _abandon(coro: Coroutine[Any, Any, object], trap: object) -> bool:
-    """End a coroutine that suspended where it must not: withdraw its wait, then throw
-    GeneratorExit into it, withdrawing any wait it starts while unwinding (a `finally` that
-    awaits). False when a wait could not be withdrawn or it would not end."""
-    clean = True
-    for _ in range(_ABANDON_ROUNDS):
-        clean = _withdraw(trap) and clean
-        try:
-            trap = coro.throw(GeneratorExit())
-        except (GeneratorExit, StopIteration):
-            return clean
-        except Exception:
-            log.exception("remoting_inline_processor_unwind_failed")
-            return clean
-    return False
-
-
-# Waits an abandoned inline coroutine may start while it unwinds before it is given up on.
-_ABANDON_ROUNDS = 8

@@ -33,14 +33,19 @@ report the run's staged work (the broker's commit batcher releases its replies i
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Iterable
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeAlias
+
+import structlog
+import trio
 
 from remoting._command import RemotingCommand
 
 if TYPE_CHECKING:
     from remoting._connection import Connection
 
-__all__ = ["Processor", "ProcessorTable", "Responder", "RunHooks"]
+__all__ = ["Processor", "ProcessorTable", "Responder", "RunHooks", "abandon", "run_inline"]
+
+log = structlog.get_logger()
 
 Processor: TypeAlias = Callable[
     ["Connection", RemotingCommand], Coroutine[Any, Any, RemotingCommand | None]
@@ -142,3 +147,60 @@ class Responder:
             group.append((responder._cmd, response))
         for conn, group in by_conn.items():
             conn._answer_many(group)
+
+
+def _withdraw(trap: object) -> bool:
+    """Undo what a coroutine registered before it yielded `trap` to trio, as trio does when the
+    wait is cancelled: call the wait's abort function. True when nothing is left that could
+    reschedule the task (trio's own primitives abort successfully)."""
+    abort = getattr(trap, "abort_func", None)
+    if abort is None:  # a checkpoint: nothing registered
+        return True
+
+    def raise_cancel() -> NoReturn:
+        raise RuntimeError("an inline processor suspended")
+
+    try:
+        return bool(abort(raise_cancel) is trio.lowlevel.Abort.SUCCEEDED)
+    except Exception:
+        return False
+
+
+def abandon(coro: Coroutine[Any, Any, object], trap: object) -> bool:
+    """End a coroutine that suspended where it must not: withdraw its wait, then throw
+    GeneratorExit into it, withdrawing any wait it starts while unwinding (a `finally` that
+    awaits). False when a wait could not be withdrawn or it would not end."""
+    clean = True
+    for _ in range(_ABANDON_ROUNDS):
+        clean = _withdraw(trap) and clean
+        try:
+            trap = coro.throw(GeneratorExit())
+        except (GeneratorExit, StopIteration):
+            return clean
+        except Exception:
+            log.exception("remoting_inline_processor_unwind_failed")
+            return clean
+    return False
+
+
+# Waits an abandoned inline coroutine may start while it unwinds before it is given up on.
+_ABANDON_ROUNDS = 8
+
+
+def run_inline(
+    processor: Processor, conn: Connection, cmd: RemotingCommand
+) -> RemotingCommand | None:
+    """Run an inline processor to its end as a connection's reader does, outside one (tools,
+    tests).
+
+    Raises:
+        RuntimeError: it suspended (it is abandoned as the reader abandons it).
+    """
+    coro = processor(conn, cmd)
+    try:
+        trap = coro.send(None)
+    except StopIteration as stop:
+        result: RemotingCommand | None = stop.value
+        return result
+    abandon(coro, trap)
+    raise RuntimeError(f"the inline processor of request code {cmd.code} suspended")

@@ -9,7 +9,7 @@ from typing import Any
 
 import trio
 
-from remoting import Connection, Processor, RemotingCommand, SerializeType
+from remoting import Connection, Processor, RemotingCommand, SerializeType, run_inline
 
 
 async def wait_until(
@@ -97,20 +97,14 @@ class StagingGuard(trio.abc.Instrument):
 def call_inline(
     processor: Processor, conn: Connection, cmd: RemotingCommand, *, run: Any = None
 ) -> RemotingCommand | None:
-    """Run an inline processor as a connection's reader does: its coroutine to the end
-    without a task (an AssertionError if it suspends), inside one run of `run` (a
-    `broker.commit.CommitBatcher`, or anything with `begin` and `end`) when given."""
+    """`remoting.run_inline` inside one run of `run` (a `broker.commit.CommitBatcher`, or
+    anything with `begin` and `end`) when given; a suspension fails the test."""
     if run is not None:
         run.begin()
     try:
-        coro = processor(conn, cmd)
-        try:
-            coro.send(None)
-        except StopIteration as stop:
-            result: RemotingCommand | None = stop.value
-            return result
-        coro.close()
-        raise AssertionError("the inline processor suspended")
+        return run_inline(processor, conn, cmd)
+    except RuntimeError as exc:
+        raise AssertionError(str(exc)) from None
     finally:
         if run is not None:
             run.end()

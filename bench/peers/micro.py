@@ -66,7 +66,7 @@ from common.message import (
     encode_record_template,
     java_string_hash,
 )
-from remoting import FrameDecoder, RemotingCommand, RequestCode, encode_frame
+from remoting import FrameDecoder, RemotingCommand, RequestCode, encode_frame, run_inline
 from remoting.protocol.headers import SendMessageRequestHeader
 from store import MessageStore, StoreConfig
 from store.index_file import IndexService
@@ -513,18 +513,6 @@ def case_batch32_prepare(n: int) -> None:
         prepare([Message(TOPIC, BODY, tags="TagA") for _ in range(32)])
 
 
-def _inline(processor: Any, conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
-    """Run an inline processor as the connection's reader does: its coroutine to the end."""
-    coro = processor(conn, cmd)
-    try:
-        coro.send(None)
-    except StopIteration as stop:
-        result: RemotingCommand | None = stop.value
-        return result
-    coro.close()
-    raise RuntimeError("the inline processor suspended")
-
-
 class _FakeConn:
     """What `SendProcessor.send_message` reads of a connection."""
 
@@ -558,7 +546,7 @@ async def _send_processor(root: Path, n: int) -> float:
         send = ctrl.send.send_message
         commits = ctrl.commits
         commits.begin()
-        _inline(send, conn, _send_request())  # creates the topic
+        run_inline(send, conn, _send_request())  # creates the topic
         commits.end()
         best = float("inf")
         for _ in range(3):
@@ -566,7 +554,7 @@ async def _send_processor(root: Path, n: int) -> float:
             t0 = time.process_time()
             commits.begin()
             for cmd in cmds:
-                _inline(send, conn, cmd)
+                run_inline(send, conn, cmd)
             commits.end()
             best = min(best, time.process_time() - t0)
         return best / n * 1e6
@@ -585,7 +573,7 @@ async def _send_run16(root: Path, n: int) -> float:
         send = ctrl.send.send_message
         commits = ctrl.commits
         commits.begin()
-        _inline(send, conn, _send_request())  # creates the topic
+        run_inline(send, conn, _send_request())  # creates the topic
         commits.end()
         runs = n // 16
         best = float("inf")
@@ -605,7 +593,7 @@ async def _send_run16(root: Path, n: int) -> float:
                 commits.begin()
                 out = []
                 for cmd in dec.feed(chunk):
-                    resp = _inline(send, conn, cmd)
+                    resp = run_inline(send, conn, cmd)
                     assert isinstance(resp, RemotingCommand)  # ASYNC_FLUSH: answered at once
                     resp.opaque = cmd.opaque
                     out.append(encode_frame_parts(resp))
@@ -655,7 +643,7 @@ async def _send_batch_processor(root: Path, n: int) -> float:
         send = ctrl.send.send_batch
         commits = ctrl.commits
         commits.begin()
-        _inline(send, conn, _send_batch_request())  # creates the topic
+        run_inline(send, conn, _send_batch_request())  # creates the topic
         commits.end()
         best = float("inf")
         for _ in range(3):
@@ -663,7 +651,7 @@ async def _send_batch_processor(root: Path, n: int) -> float:
             t0 = time.process_time()
             commits.begin()
             for cmd in cmds:
-                _inline(send, conn, cmd)
+                run_inline(send, conn, cmd)
             commits.end()
             best = min(best, time.process_time() - t0)
         return best / (batches * 32) * 1e6
