@@ -1,18 +1,19 @@
 """Long polling: pulls that found nothing wait, per (topic, queue), for new messages.
 
-A pull handler that gets nothing and may suspend `park`s the pull with its deadline and a
-`resume` callback, and answers later (the remoting connection's `DEFERRED`): no task, no
-event and no cancel scope per held pull. The store's arrival listener calls
-`notify(topic, queue_id, new_max_offset)` in the put path; it calls `resume(pull, final=False)`
-for every parked pull on that queue whose offset is below the new max. `resume` reads the
+A pull processor that gets nothing and may suspend `park`s the pull with its deadline and a
+`resume` callback, and answers later through its `Responder`: no task, no event and no cancel
+scope per held pull. The store's arrival listener calls `notify(topic, queue_id,
+new_max_offset)` once new records are written (for a run of sends, when the run's write is
+done: `MessageStore.end_staging`); it calls `resume(pull, final=False)` for every parked pull
+on that queue whose offset is below the new max. `resume` reads the
 queue again and either answers (returns True: the pull leaves) or, when the new messages did
 not match its filter, moves its `offset` past them and keeps waiting (returns False). One
 timer task (`run`) calls `resume(pull, final=True)` for the pulls whose deadline passed; a
 final resume always answers. `wake_all` finishes every parked pull the same way (shutdown).
 
-Answering from the put path saves a task switch per pull and writes the answer before the
-producer's own answer leaves: a message's end-to-end latency is the sum of these hops
-(docs/design-notes.md, "Held pulls answered from the put path").
+Answering from the arrival saves a task switch per pull, and the answer leaves before the
+producer's own answers of that run: a message's end-to-end latency is the sum of these hops
+(docs/design-notes.md, "Held pulls answered when the run ends").
 """
 
 from __future__ import annotations
@@ -147,7 +148,8 @@ class LongPollingService:
 
     def notify(self, topic: str, queue_id: int, max_offset: int) -> int:
         """New messages up to `max_offset` (exclusive) on a queue: resume the pulls waiting
-        below it. Returns how many of them were answered. Sync: callable from the put path."""
+        below it. Returns how many of them were answered. Sync: called by the store's arrival
+        listener."""
         bucket = self._parked.get((topic, queue_id))
         if not bucket:
             return 0

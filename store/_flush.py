@@ -462,7 +462,7 @@ class FlushService:
         mfq = self._cl.mfq
         # Every append below max_offset is complete and in the page cache: only SYNC_FLUSH
         # puts wait (and so get here), and never within a run of staged appends (a run's
-        # sends wait from its end, after `end_staging` wrote them: `SendProcessor.end_run`).
+        # puts wait from its end, after `end_staging` wrote them).
         target = mfq.max_offset
         ts = self._cl.last_store_timestamp
         if self._fsync_thread.extend(last, mfq.flush_ranges(target, last.lo), target, ts):

@@ -487,13 +487,10 @@ class MappedFile:
         """A copy of `size` bytes at relative `pos` (clipped to the file).
 
         Bytes that are all still staged are copied from the staging buffer, which stays
-        staged: a pull woken by a send of the same run reads the record without the run's
-        ``pwrite``, which then happens once, when the run ends, after the pull's answer has
-        left (docs/design-notes.md, "Staged commitlog writes"). Any other read
-        writes the staged bytes first. Should the run's write then fail, that pull delivered a
-        record the file does not keep while the run's sends are refused (see
-        `CommitLog.end_staging`): the consumer saw a message before it was durable, as it may
-        see any ASYNC_FLUSH message.
+        staged: a pull of the same run reads the record without an extra ``pwrite``; the run's
+        write happens once, when it ends, before any answer of the run leaves
+        (docs/design-notes.md, "Staged commitlog writes"). Any other read writes the staged
+        bytes first.
         """
         staged = self._staged
         if staged is not None:

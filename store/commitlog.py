@@ -143,13 +143,13 @@ class CommitLog:
         The caller must call `end_staging` before the event loop can switch tasks (before any
         checkpoint) and before it answers any of the sends: then no other task, no flush plan
         and no answer to a send ever sees a record that is not in the page cache. A pull
-        served in between reads what was staged: from the buffer when the read lies wholly
-        within it (`MappedFile.read`; its answer may leave before the run's write), else from
-        the file after a drain. Only records within the blocks reserved ahead
+        served in between (one of the same run) reads what was staged: from the buffer when
+        the read lies wholly within it (`MappedFile.read`), else from the file after a drain;
+        its answer leaves with the run's, after the write. Only records within the blocks reserved ahead
         (`reserve_ahead` under ASYNC_FLUSH, `zero_ahead` under SYNC_FLUSH) are staged; the
         others are written at once. Under SYNC_FLUSH the staged records' puts wait for the
         group commit, whose rounds are planned only after the run (no put waits within it
-        but the run's own, which wait from its end: `SendProcessor.end_run`). No-op unless
+        but the run's own, which wait from its end). No-op unless
         appends go through pwrite.
         """
         if self._pwrite_appends:
