@@ -11,9 +11,10 @@ import structlog
 import trio
 
 from remoting._command import RemotingCommand
-from remoting._connection import Connection, PendingBudget, opaque_counter
+from remoting._connection import Connection
 from remoting._frame import DEFAULT_MAX_FRAME_SIZE
 from remoting._processor import ProcessorTable
+from remoting._protocol import PendingBudget, opaque_counter
 from remoting.codes import LanguageCode, SerializeType
 from remoting.errors import RemotingConnectError, RemotingTimeoutError
 

@@ -1,8 +1,11 @@
-"""One TCP connection carrying RemotingCommands, used by both the server and the client.
+"""One TCP connection carrying RemotingCommands, used by both the server and the client: the
+trio transport under the sans-IO protocol state (`remoting._protocol.RemotingProtocol`: frame
+decoding, request matching, deadlines, the peer's requests in flight).
 
 A `Connection` runs a reader task and a writer task inside its own nursery. The writer drains a
 bounded memory channel of encoded frames, joining whatever is queued into one write. The
-reader decodes frames: responses complete the matching pending request (by opaque); requests
+reader feeds the bytes it reads to the protocol: responses complete the matching pending
+request (by opaque); requests
 go to their processor from the `ProcessorTable` (`remoting._processor`: the contract, the two
 modes, deferred answers and the run hooks). At most `max_inflight` requests of the peer are in
 flight at once (running in a task, or deferred and not yet answered): at the limit the reader
@@ -31,7 +34,8 @@ peer waits meanwhile: client and broker would take turns, one fsync per whole wi
 (docs/design-notes.md, "Response chunks").
 
 A request is written by its caller straight to the socket when the writer is idle and at most
-`_DIRECT_MAX_OTHERS` other requests are in flight, not counting long polls (`invoke(...,
+a few other requests are in flight (`RemotingProtocol.may_write_directly`), not counting long
+polls (`invoke(...,
 long_poll=True)`: pulls the peer parks until messages arrive; a push consumer keeps one parked
 per queue). With a few requests in flight, at most a few can be issued together, and joining
 them saves little, while waking the writer puts a task switch on the way of every request.
@@ -43,27 +47,21 @@ With many, the writer joins the requests issued together into one write. The wri
 
 from __future__ import annotations
 
-import heapq
 import itertools
-import math
 import os
 import socket
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import structlog
 import trio
 
 from remoting._command import Body, RemotingCommand
-from remoting._frame import FrameDecoder, encode_frame_parts
+from remoting._frame import encode_frame_parts
 from remoting._processor import Processor, ProcessorTable, Responder, RunHooks, abandon
-from remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, LanguageCode, ResponseCode, SerializeType
-from remoting.errors import (
-    FrameError,
-    RemotingConnectionLost,
-    RemotingTimeoutError,
-    RemotingTooManyRequestsError,
-)
+from remoting._protocol import PendingBudget, RemotingProtocol
+from remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode, SerializeType
+from remoting.errors import FrameError, RemotingConnectionLost, RemotingTimeoutError
 
 __all__ = ["Connection"]
 
@@ -80,21 +78,11 @@ _ANSWER_CHUNK_BYTES = 64 * 1024
 _RESPONSE_CHUNK = 8
 # The writer joins queued frames until this many bytes, then sends.
 _COALESCE_BYTES = 256 * 1024
-# A caller writes its request itself while at most this many other requests are in flight
-# (long polls aside); with more, the writer joins the requests issued together.
-_DIRECT_MAX_OTHERS = 3
-_OPAQUE_MASK = 0x7FFFFFFF
-_MSGPACK = int(SerializeType.MSGPACK)
 # Answers queued but not yet written, per connection: above the high mark the reader stops
 # taking requests of that connection until the writer is down to the low mark (Netty's write
 # buffer water marks in RocketMQ). A client that never reads holds at most about this much.
 _UNSENT_HIGH = 16 * 1024 * 1024
 _UNSENT_LOW = 8 * 1024 * 1024
-_PYTHON = int(LanguageCode.PYTHON)
-# The response extFields entry by which a trimq server tells a trimq client the header codecs it
-# reads (docs/protocol.md, "Choosing the header codec").
-MSGPACK_ADVERT_FIELD = "trimqSerializeTypes"
-_ADVERT_VALUE = "JSON,ROCKETMQ,MSGPACK"
 
 _ids = itertools.count(1)
 
@@ -110,24 +98,6 @@ def _joined(frames: list[bytes | Body]) -> tuple[bytes, Body | None]:
 def _parts_size(parts: tuple[bytes, Body | None]) -> int:
     head, body = parts
     return len(head) if body is None else len(head) + len(body)
-
-
-class PendingBudget:
-    """A cap on requests waiting for a response, shared by the connections of one owner."""
-
-    __slots__ = ("count", "limit")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.count = 0
-
-    def acquire(self) -> None:
-        if self.count >= self.limit:
-            raise RemotingTooManyRequestsError(f"{self.count} requests already waiting")
-        self.count += 1
-
-    def release(self) -> None:
-        self.count -= 1
 
 
 class ByteBudget:
@@ -160,27 +130,10 @@ class ByteBudget:
             await self._room.wait()
 
 
-def opaque_counter() -> Callable[[], int]:
-    """A source of request ids: 0, 1, 2, ... wrapping within the positive int32 range."""
-    counter = itertools.count()
-
-    def next_opaque() -> int:
-        return next(counter) & _OPAQUE_MASK
-
-    return next_opaque
-
-
 _current_task = trio.lowlevel.current_task
 _reschedule = trio.lowlevel.reschedule
 _wait_task_rescheduled = trio.lowlevel.wait_task_rescheduled
 _ABORT_SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
-
-
-# The deadline heap keeps an answered request's entry (a tuple and its `_Waiter`) until the heap
-# is compacted: from this many entries on, once they outnumber the pending requests 4:1. Kept
-# small so that the entries die before the garbage collector's young generation is collected
-# (docs/design-notes.md, "Deadlines that die young").
-_DEADLINES_COMPACT_MIN = 64
 
 
 class _Waiter:
@@ -276,14 +229,18 @@ class Connection:
         # The server's budget of incomplete-frame bytes, and how much of it this one holds.
         self._partial_budget = partial_budget
         self._partial_held = 0
-        # Header codec of the requests sent on this connection (read by RemotingClient).
-        self.serialize_type = int(serialize_type)
-        # Client side: switch `serialize_type` to msgpack once the peer advertises it.
-        self._upgrade = upgrade_to_msgpack
-        # Server side: tell a trimq client (language PYTHON) sending another codec that this
-        # end reads msgpack (see `_encode_response`).
-        self._advertise = advertise_msgpack and msgpack
-        self._msgpack = msgpack
+        # The protocol state: decoder, header codec, pending requests and their deadlines, the
+        # peer's requests in flight. This object does the I/O and wakes the tasks.
+        self._proto: RemotingProtocol[_Waiter] = RemotingProtocol(
+            max_frame_size=max_frame_size,
+            max_inflight=max_inflight,
+            msgpack=msgpack,
+            advertise_msgpack=advertise_msgpack,
+            serialize_type=serialize_type,
+            upgrade_to_msgpack=upgrade_to_msgpack,
+            next_opaque=next_opaque,
+            budget=pending_budget,
+        )
         self._stream = stream
         sock = stream.socket
         try:
@@ -295,7 +252,6 @@ class Connection:
         self.closed = False
         self.attributes: dict[str, object] = {}
         self._processors = processors
-        self._max_frame_size = max_frame_size
         self._send_channel, self._receive_channel = trio.open_memory_channel[
             tuple[bytes, Body | None]
         ](outbound_queue_size)
@@ -303,60 +259,54 @@ class Connection:
         # a write): only then may the reader write to the socket itself. Whoever queues a
         # frame clears it before the writer runs again.
         self._writer_idle = False
-        # Requests of the peer in flight (in a task, or deferred and not yet answered), and
-        # the event the reader waits on while they are at the limit.
-        self._busy = 0
+        # The event the reader waits on while the peer's requests in flight are at the limit.
         self._room: trio.Event | None = None
-        self._max_inflight = max_inflight
-        self._next_opaque = next_opaque or opaque_counter()
-        self._budget = pending_budget or PendingBudget(65536)
-        self._pending: dict[int, _Waiter] = {}
-        # Of those, requests the peer may hold until it has an answer (long polls).
-        self._long_polls = 0
         # Request timeouts without a cancel scope per request (a scope's enter/exit was a large
-        # share of a producer's CPU per send): (deadline, opaque, waiter) in a heap, expired by
-        # one timer task. Entries of answered requests are dropped lazily (see `_timer`).
-        self._deadlines: list[tuple[float, int, _Waiter]] = []
-        self._timer_at = math.inf
+        # share of a producer's CPU per send): the protocol's deadlines, expired by one timer
+        # task, kicked when a new deadline is the earliest.
         self._timer_kick = trio.Event()
         self._cancel_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
         self._done = trio.Event()
         self._close_reason: str | None = None
-        # Successful reads so far, and the decoder (for the bytes of an incomplete frame): what
-        # RemotingServer's idle and read timeouts look at.
+        # Successful reads so far: what RemotingServer's idle and read timeouts look at (with
+        # the bytes of an incomplete frame).
         self.reads = 0
-        self._decoder: FrameDecoder | None = None
 
     @property
     def partial_frame_bytes(self) -> int:
         """Bytes received of a frame not yet complete."""
-        decoder = self._decoder
-        return decoder.buffered if decoder is not None else 0
+        return self._proto.buffered
+
+    @property
+    def serialize_type(self) -> int:
+        """Header codec of the requests sent on this connection."""
+        return self._proto.serialize_type
 
     @property
     def busy(self) -> bool:
         """A request of the peer is being handled (or its answer is held, as a parked pull's)."""
-        return self._busy > 0
+        return self._proto.busy > 0
 
     def defer(self, cmd: RemotingCommand) -> Responder:
         """Answer the request `cmd` later: its processor returns None and the `Responder`
         sends the answer (see `remoting._processor`). The request counts as in flight until
         then."""
-        self._busy += 1
+        self._proto.admit()
         return Responder(self, cmd)
 
     def _release(self) -> None:
         """A request of the peer left the in-flight count."""
-        self._busy -= 1
+        proto = self._proto
+        proto.release()
         room = self._room
-        if room is not None and self._busy < self._max_inflight:
+        if room is not None and not proto.at_limit:
             self._room = None
             room.set()
 
     async def _wait_room(self) -> None:
         """Until fewer than `max_inflight` requests of the peer are in flight."""
-        while self._busy >= self._max_inflight:
+        while self._proto.at_limit:
             if self._room is None:
                 self._room = trio.Event()
             await self._room.wait()
@@ -380,7 +330,14 @@ class Connection:
         """
         if self.closed:
             raise RemotingConnectionLost(f"connection to {self.remote_address} is closed")
-        parts = encode_frame_parts(cmd)
+        await self._send_parts(encode_frame_parts(cmd))
+
+    async def _send_parts(self, parts: tuple[bytes, Body | None]) -> None:
+        """Queue encoded frames for the writer (waits while the queue is full).
+
+        Raises:
+            RemotingConnectionLost: the connection closed.
+        """
         self._writer_idle = False
         try:
             try:
@@ -411,23 +368,13 @@ class Connection:
         """
         if self.closed:
             raise RemotingConnectionLost(f"connection to {self.remote_address} is closed")
-        self._budget.acquire()
-        opaque = self._next_opaque()
-        cmd.opaque = opaque
-        cmd.flag &= ~(FLAG_ONEWAY | FLAG_RESPONSE)
+        proto = self._proto
         waiter = _Waiter()
-        self._pending[opaque] = waiter
-        if long_poll:
-            self._long_polls += 1
+        parts = proto.start_request(cmd, waiter, long_poll)
         try:
             timeout = max(timeout_ms, 0) / 1000
-            parts = encode_frame_parts(cmd)
             try:
-                if (
-                    self._writer_idle
-                    and len(self._pending) - self._long_polls - (0 if long_poll else 1)
-                    <= _DIRECT_MAX_OTHERS
-                ):
+                if self._writer_idle and proto.may_write_directly(long_poll):
                     # Few requests in flight (parked long polls aside) and nothing queued:
                     # write it now instead of waking the writer, a task switch on the way of
                     # every request of a sequential or lightly pipelined caller. Many
@@ -445,15 +392,15 @@ class Connection:
                     self._unsent += _parts_size(parts)
             except trio.WouldBlock:
                 with trio.move_on_after(timeout):
-                    await self.send(cmd)
+                    await self._send_parts(parts)
                     await waiter.wait()
             except (trio.ClosedResourceError, trio.BrokenResourceError):
                 raise RemotingConnectionLost(
                     f"connection to {self.remote_address} closed while sending"
                 ) from None
             else:
-                deadline = trio.current_time() + timeout
-                self._add_deadline(deadline, opaque, waiter)
+                if proto.set_deadline(cmd, waiter, trio.current_time() + timeout):
+                    self._timer_kick.set()
                 await waiter.wait()
             response = waiter.response
             if response is not None:
@@ -463,45 +410,21 @@ class Connection:
                 raise waiter.error
             raise RemotingTimeoutError(
                 f"no response from {self.remote_address} within {timeout_ms} ms"
-                f" (code {cmd.code}, opaque {opaque})"
+                f" (code {cmd.code}, opaque {cmd.opaque})"
             )
         finally:
-            if long_poll:
-                self._long_polls -= 1
-            if self._pending.get(opaque) is waiter:
-                del self._pending[opaque]
-            self._budget.release()
-
-    def _add_deadline(self, deadline: float, opaque: int, waiter: _Waiter) -> None:
-        heap = self._deadlines
-        if len(heap) > _DEADLINES_COMPACT_MIN and len(heap) > 4 * len(self._pending):
-            # Mostly answered requests: keep the pending ones only (amortised O(1) per call).
-            heap[:] = [e for e in heap if not e[2].done]
-            heapq.heapify(heap)
-        heapq.heappush(heap, (deadline, opaque, waiter))
-        if deadline < self._timer_at:
-            self._timer_at = deadline
-            self._timer_kick.set()
+            proto.end_request(cmd, waiter, long_poll)
 
     async def _timer(self) -> None:
         """Expire requests whose deadline passed; sleeps until the earliest pending deadline."""
-        heap = self._deadlines
+        proto = self._proto
         while True:
-            now = trio.current_time()
-            while heap:
-                deadline, _opaque, waiter = heap[0]
-                if waiter.done:
-                    heapq.heappop(heap)  # answered (or failed) already
-                elif deadline <= now:
-                    heapq.heappop(heap)
-                    waiter.timed_out = True
-                    waiter.finish()
-                else:
-                    break
-            self._timer_at = heap[0][0] if heap else math.inf
+            for waiter in proto.expire(trio.current_time()):
+                waiter.timed_out = True
+                waiter.finish()
             if self._timer_kick.is_set():
                 self._timer_kick = trio.Event()
-            with trio.move_on_at(self._timer_at):
+            with trio.move_on_at(proto.next_deadline):
                 await self._timer_kick.wait()
 
     async def invoke_oneway(self, cmd: RemotingCommand) -> None:
@@ -510,9 +433,9 @@ class Connection:
         Raises:
             RemotingConnectionLost: the connection is closed.
         """
-        cmd.opaque = self._next_opaque()
-        cmd.flag = (cmd.flag | FLAG_ONEWAY) & ~FLAG_RESPONSE
-        await self.send(cmd)
+        if self.closed:
+            raise RemotingConnectionLost(f"connection to {self.remote_address} is closed")
+        await self._send_parts(self._proto.oneway(cmd))
 
     def close(self) -> None:
         """Shut the connection down; pending requests fail with RemotingConnectionLost."""
@@ -558,22 +481,23 @@ class Connection:
             await trio.aclose_forcefully(self._stream)
 
     def _fail_pending(self) -> None:
-        if not self._pending:
+        pending = self._proto.fail_all()
+        if not pending:
             return
         message = f"connection to {self.remote_address} lost: {self._close_reason or 'closed'}"
-        pending, self._pending = self._pending, {}
-        for waiter in pending.values():
+        for waiter in pending:
             # One exception object per waiter: each is raised in a different task.
             waiter.error = RemotingConnectionLost(message)
             waiter.finish()
 
     async def _reader(self, nursery: trio.Nursery) -> None:
-        decoder = self._decoder = FrameDecoder(self._max_frame_size, msgpack=self._msgpack)
+        proto = self._proto
+        receive_data = proto.receive_data
+        response_for = proto.response_for
+        encode_response = proto.encode_response
         stream = self._stream
-        pending = self._pending
         table = self._processors
         lookup = table.get
-        max_inflight = self._max_inflight
         # Encoded answers of inline processors, written together per chunk of a run.
         out: list[bytes | Body] = []
         out_count = out_bytes = 0
@@ -613,7 +537,7 @@ class Connection:
                 return
             self.reads += 1
             try:
-                commands = decoder.feed(data)
+                commands = receive_data(data)
             except FrameError as exc:
                 self._close_reason = f"bad frame: {exc}"
                 log.warning(
@@ -625,8 +549,8 @@ class Connection:
                 self._close_reason = f"undecodable frame: {type(exc).__name__}: {exc}"
                 log.exception("remoting_decoder_error", peer=self.remote_address, conn=self.id)
                 return
-            if partial is not None and decoder.buffered != self._partial_held:
-                held = decoder.buffered
+            if partial is not None and proto.buffered != self._partial_held:
+                held = proto.buffered
                 partial.adjust(held - self._partial_held)
                 self._partial_held = held
             woken = 0
@@ -638,9 +562,7 @@ class Connection:
                 hooks.begin()
             for cmd in commands:
                 if cmd.flag & FLAG_RESPONSE:
-                    if self._upgrade and cmd.ext_fields is not None:
-                        self._upgrade_on_advert(cmd.ext_fields)
-                    waiter = pending.pop(cmd.opaque, None)
+                    waiter = response_for(cmd)
                     if waiter is None:
                         log.debug(
                             "remoting_late_response",
@@ -660,7 +582,7 @@ class Connection:
                             return
                         out_count = out_bytes = 0
                     continue
-                if self._unsent > _UNSENT_HIGH or self._busy >= max_inflight:
+                if self._unsent > _UNSENT_HIGH or proto.busy >= proto.max_inflight:
                     # The peer is not reading its answers, or has as many requests in flight
                     # as allowed: take no more of its requests until the writer has written
                     # most of what is queued, or one of them is answered (send what is
@@ -670,7 +592,7 @@ class Connection:
                     out_count = out_bytes = 0
                 entry = lookup(cmd.code)
                 if entry is None or not entry[1]:
-                    self._busy += 1
+                    proto.admit()
                     nursery.start_soon(
                         self._handle, table.default if entry is None else entry[0], cmd
                     )
@@ -686,7 +608,7 @@ class Connection:
                 else:
                     result = self._inline_suspended(cmd, coro, trap)
                 if result is not None and not cmd.flag & FLAG_ONEWAY:
-                    head, body = self._encode_response(cmd, result)
+                    head, body = encode_response(cmd, result)
                     out.append(head)
                     out_bytes += len(head)
                     if body is not None:
@@ -769,48 +691,6 @@ class Connection:
             opaque=cmd.opaque,
         )
         return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
-
-    def _upgrade_on_advert(self, ext: Mapping[str, str]) -> None:
-        codecs = ext.get(MSGPACK_ADVERT_FIELD)
-        if codecs is not None and "MSGPACK" in codecs.split(","):
-            self._upgrade = False
-            self.serialize_type = _MSGPACK
-            log.debug("remoting_header_codec_upgraded", peer=self.remote_address, conn=self.id)
-
-    def _encode_response(
-        self, cmd: RemotingCommand, response: RemotingCommand
-    ) -> tuple[bytes, Body | None]:
-        """Mark `response` as the answer to `cmd` and encode it (a SYSTEM_ERROR answer if it
-        cannot be encoded)."""
-        if self._advertise and cmd.serialize_type != _MSGPACK and cmd.language == _PYTHON:
-            # A trimq client starts in JSON, which every RocketMQ server reads, and moves to
-            # msgpack when an answer carries this field. Other clients (Java, C++, Go) never
-            # see it; to a Python client that is not trimq it is an unknown field, ignored.
-            ext = response.ext_fields
-            response.ext_fields = (
-                {MSGPACK_ADVERT_FIELD: _ADVERT_VALUE}
-                if ext is None
-                else {**ext, MSGPACK_ADVERT_FIELD: _ADVERT_VALUE}
-            )
-        response.opaque = cmd.opaque
-        response.flag |= FLAG_RESPONSE
-        response.serialize_type = cmd.serialize_type
-        try:
-            head, body = encode_frame_parts(response)
-        except ValueError as exc:
-            log.exception(
-                "remoting_response_unencodable",
-                peer=self.remote_address,
-                code=cmd.code,
-                opaque=cmd.opaque,
-            )
-            fallback = cmd.make_response(
-                ResponseCode.SYSTEM_ERROR, f"response could not be encoded: {exc}"
-            )
-            fallback.opaque = cmd.opaque
-            fallback.flag |= FLAG_RESPONSE
-            return encode_frame_parts(fallback)
-        return head, body
 
     async def _flush_batch(self, out: list[bytes | Body]) -> None:
         """Send the frames in `out` as one write: straight to the socket when the writer is
@@ -989,8 +869,8 @@ class Connection:
         self._release()
         if self.closed or response is None or cmd.flag & FLAG_ONEWAY:
             return
-        parts = self._encode_response(cmd, response)
-        if self._writer_idle and (direct or self._busy == 0):
+        parts = self._proto.encode_response(cmd, response)
+        if self._writer_idle and (direct or self._proto.busy == 0):
             rest = self._write_direct(parts)
             if rest is None:
                 return
@@ -1012,7 +892,7 @@ class Connection:
         for cmd, response in answers:
             if response is None or cmd.flag & FLAG_ONEWAY:
                 continue
-            head, body = self._encode_response(cmd, response)
+            head, body = self._proto.encode_response(cmd, response)
             add(head)
             if body is not None:
                 add(body)
@@ -1036,10 +916,10 @@ class Connection:
     async def _respond(self, cmd: RemotingCommand, response: RemotingCommand | None) -> None:
         if response is None or cmd.flag & FLAG_ONEWAY:
             return
-        parts = self._encode_response(cmd, response)
+        parts = self._proto.encode_response(cmd, response)
         # The only request in flight (a sequential client): write now rather than wake the
         # writer. With more, the writer joins their answers into fewer sends.
-        if self._writer_idle and self._busy == 1:
+        if self._writer_idle and self._proto.busy == 1:
             rest = self._write_direct(parts)
             if rest is None:
                 return

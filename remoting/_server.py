@@ -8,9 +8,10 @@ from functools import partial
 import structlog
 import trio
 
-from remoting._connection import ByteBudget, Connection, PendingBudget, opaque_counter
+from remoting._connection import ByteBudget, Connection
 from remoting._frame import DEFAULT_MAX_FRAME_SIZE
 from remoting._processor import ProcessorTable
+from remoting._protocol import PendingBudget, opaque_counter
 
 __all__ = ["RemotingServer"]
 

@@ -145,12 +145,12 @@ class CommitLog:
         and no answer to a send ever sees a record that is not in the page cache. A pull
         served in between (one of the same run) reads what was staged: from the buffer when
         the read lies wholly within it (`MappedFile.read`), else from the file after a drain;
-        its answer leaves with the run's, after the write. Only records within the blocks reserved ahead
-        (`reserve_ahead` under ASYNC_FLUSH, `zero_ahead` under SYNC_FLUSH) are staged; the
-        others are written at once. Under SYNC_FLUSH the staged records' puts wait for the
-        group commit, whose rounds are planned only after the run (no put waits within it
-        but the run's own, which wait from its end). No-op unless
-        appends go through pwrite.
+        its answer leaves with the run's, after the write. Only records within the blocks
+        reserved ahead (`reserve_ahead` under ASYNC_FLUSH, `zero_ahead` under SYNC_FLUSH)
+        are staged; the others are written at once. Under SYNC_FLUSH the staged records'
+        puts wait for the group commit, whose rounds are planned only after the run (no put
+        waits within it but the run's own, which wait from its end). No-op unless appends go
+        through pwrite.
         """
         if self._pwrite_appends:
             self._staging = True

@@ -29,7 +29,7 @@ from remoting import (
     SerializeType,
     encode_frame,
 )
-from remoting._connection import MSGPACK_ADVERT_FIELD
+from remoting._protocol import MSGPACK_ADVERT_FIELD
 from tests.helpers import free_port, wait_until
 
 ECHO = 1
@@ -576,7 +576,7 @@ async def test_a_decoder_defect_costs_one_connection_not_the_server(
                 raise ValueError("decoder defect")
             return super().feed(data)
 
-    monkeypatch.setattr("remoting._connection.FrameDecoder", Defective)
+    monkeypatch.setattr("remoting._protocol.FrameDecoder", Defective)
     server = RemotingServer()
 
     async def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

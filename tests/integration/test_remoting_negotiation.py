@@ -19,7 +19,7 @@ from remoting import (
     RemotingServer,
     SerializeType,
 )
-from remoting._connection import MSGPACK_ADVERT_FIELD
+from remoting._protocol import MSGPACK_ADVERT_FIELD
 
 pytestmark = pytest.mark.integration
 

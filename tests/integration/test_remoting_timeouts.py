@@ -86,4 +86,4 @@ async def test_answered_calls_do_not_pile_up(server: tuple[str, trio.Event]) -> 
         assert conn is not None
         # Deadlines of answered calls are dropped as the heap grows: bounded, not 3000, and
         # small (their entries die young: see `_DEADLINES_COMPACT_MIN`).
-        assert len(conn._deadlines) <= 100
+        assert len(conn._proto._deadlines) <= 100

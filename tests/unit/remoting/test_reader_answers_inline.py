@@ -590,11 +590,11 @@ async def parked_pair(
             await trio.testing.wait_all_tasks_blocked()  # both writers idle
             for _ in range(parked):
                 await park_one()
-            assert len(client._pending) == parked
+            assert client._proto.waiting == parked
             with pytest.MonkeyPatch.context() as mp:
                 yield client, record_writers(mp), park_one
             release.set()
-            while client._pending:  # every parked request answered
+            while client._proto.waiting:  # every parked request answered
                 await trio.sleep(0.01)
             assert set(pulled) <= {b"pulled"}
             client.close()
@@ -717,7 +717,7 @@ async def test_requesters_run_while_a_batch_of_responses_is_handed_out() -> None
             assert resp.body == b"%d" % i
             # Requests whose answers the reader has not handed out yet (private, on purpose:
             # nothing public tells how far into its batch the reader is).
-            seen.append(len(conn._pending))
+            seen.append(conn._proto.waiting)
 
         with trio.fail_after(10):
             async with trio.open_nursery() as nursery:
