@@ -6,20 +6,14 @@ no pydantic here. Property names and validation rules are RocketMQ 4.x's.
 
 from __future__ import annotations
 
-import functools
 import re
-import socket
 import struct
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 from client.errors import MessageValidationError
 from common.message import (
-    COMPRESSED_FLAG,
-    COMPRESSION_TYPE_MASK,
-    COMPRESSION_ZLIB,
     KEY_SEPARATOR,
     MAX_PROPERTIES_SIZE,
     PROPERTY_CONSUME_START_TIMESTAMP,
@@ -40,6 +34,8 @@ from common.message import (
     decode_properties,
     decode_records,
     decode_records_into,
+    offset_msg_id,
+    unpack_ip,
 )
 from common.message import MessageExt as StoreMessageExt
 from common.message_queue import MessageQueue as MessageQueue
@@ -293,16 +289,6 @@ def validate_message(msg: Message, max_message_size: int) -> None:
             raise MessageValidationError(f"delay level {lv} out of range 0..{MAX_DELAY_LEVEL}")
 
 
-def decompress_body(body: bytes, sys_flag: int) -> bytes:
-    """The body as the producer gave it (zlib when the COMPRESSED bit is set)."""
-    if not sys_flag & COMPRESSED_FLAG:
-        return body
-    ctype = sys_flag & COMPRESSION_TYPE_MASK
-    if ctype not in (0, COMPRESSION_ZLIB):
-        raise MessageValidationError(f"unsupported compression type 0x{ctype:x}")
-    return zlib.decompress(body)
-
-
 class MessageExt(Message):
     """A message as a consumer receives it (RocketMQ's `MessageExt`).
 
@@ -436,7 +422,7 @@ class MessageExt(Message):
         """``ip:port`` of the producer."""
         h = self._born_host
         if h is None:
-            h = self._born_host = f"{_unpack_ip(self._born_ip)}:{self._born_port}"
+            h = self._born_host = f"{unpack_ip(self._born_ip)}:{self._born_port}"
         return h
 
     @born_host.setter
@@ -448,7 +434,7 @@ class MessageExt(Message):
         """``ip:port`` of the broker that stored the message."""
         h = self._store_host
         if h is None:
-            h = self._store_host = f"{_unpack_ip(self._store_ip)}:{self._store_port}"
+            h = self._store_host = f"{unpack_ip(self._store_ip)}:{self._store_port}"
         return h
 
     @store_host.setter
@@ -460,9 +446,9 @@ class MessageExt(Message):
         """The broker's id: store IP + port + commitlog offset, uppercase hex."""
         m = self._offset_msg_id
         if m is None:
-            m = self._offset_msg_id = (
-                self._store_ip + _U32.pack(self._store_port & 0xFFFFFFFF)
-            ).hex().upper() + f"{self.commit_log_offset & 0xFFFFFFFFFFFFFFFF:016X}"
+            m = self._offset_msg_id = offset_msg_id(
+                self._store_ip, self._store_port, self.commit_log_offset
+            )
         return m
 
     @offset_msg_id.setter
@@ -510,9 +496,6 @@ def put_properties_lazily(msgs: Iterable[MessageExt], items: tuple[tuple[str, st
             m._pending = merged
 
 
-_U32 = struct.Struct(">I")
-
-
 def decode_pull_body(
     body: bytes | bytearray | memoryview, broker_name: str = ""
 ) -> list[MessageExt]:
@@ -534,11 +517,6 @@ def decode_pull_body(
     if msgs is not None:
         return msgs
     return [MessageExt.from_store(e, broker_name) for e in decode_records(body)]
-
-
-@functools.lru_cache(maxsize=1024)
-def _unpack_ip(raw: bytes) -> str:
-    return socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)
 
 
 # --- batches (Producer.send_batch) ---------------------------------------------------------------

@@ -392,7 +392,8 @@ def _pack_ip(ip: str) -> bytes:
 
 
 @functools.lru_cache(maxsize=1024)
-def _unpack_ip(raw: bytes) -> str:
+def unpack_ip(raw: bytes) -> str:
+    """A packed IPv4 (4 bytes) or IPv6 (16 bytes) address as text."""
     if len(raw) == 4:
         return socket.inet_ntop(socket.AF_INET, raw)
     return socket.inet_ntop(socket.AF_INET6, raw)
@@ -854,6 +855,14 @@ def create_offset_msg_id(store_host: tuple[str, int], phy_offset: int) -> str:
     return f"{_host_hex(store_host[0], store_host[1])}{phy_offset & 0xFFFFFFFFFFFFFFFF:016X}"
 
 
+def offset_msg_id(store_ip: bytes, store_port: int, commit_log_offset: int) -> str:
+    """`create_offset_msg_id` from the packed store IP (as a record holds it)."""
+    return (
+        f"{(store_ip + _U32.pack(store_port & 0xFFFFFFFF)).hex().upper()}"
+        f"{commit_log_offset & 0xFFFFFFFFFFFFFFFF:016X}"
+    )
+
+
 def decode_offset_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:
     """Split an offset message id into ``((ip, port), commitlog offset)``.
 
@@ -867,7 +876,7 @@ def decode_offset_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:
     except ValueError:
         raise MessageDecodeError(f"offset message id is not hex: {msg_id!r}") from None
     ip_len = len(raw) - 12
-    ip = _unpack_ip(raw[:ip_len])
+    ip = unpack_ip(raw[:ip_len])
     (port,) = _I32.unpack_from(raw, ip_len)
     (offset,) = _I64.unpack_from(raw, ip_len + 4)
     return (ip, port), offset
@@ -968,21 +977,21 @@ class MessageExt:
     @property
     def born_host(self) -> tuple[str, int]:
         """``(ip, port)`` of the producer."""
-        return _unpack_ip(self._born_ip), self.born_port
+        return unpack_ip(self._born_ip), self.born_port
 
     @property
     def store_host(self) -> tuple[str, int]:
         """``(ip, port)`` of the broker that stored the record."""
-        return _unpack_ip(self._store_ip), self.store_port
+        return unpack_ip(self._store_ip), self.store_port
 
     @property
     def msg_id(self) -> str:
         """The offset message id (store host + commitlog offset)."""
         m = self._msg_id
         if m is None:
-            m = self._msg_id = (
-                self._store_ip + _U32.pack(self.store_port & 0xFFFFFFFF)
-            ).hex().upper() + f"{self.commit_log_offset & 0xFFFFFFFFFFFFFFFF:016X}"
+            m = self._msg_id = offset_msg_id(
+                self._store_ip, self.store_port, self.commit_log_offset
+            )
         return m
 
     @property
@@ -1720,4 +1729,4 @@ def decode_uniq_key(key: str) -> tuple[str, int, int, int]:
         raise MessageDecodeError(f"UNIQ_KEY is not hex: {key!r}") from None
     ip_len = len(raw) - 12
     pid, _rnd, t, counter = struct.unpack_from(">HIIH", raw, ip_len)
-    return _unpack_ip(raw[:ip_len]), pid, t, counter
+    return unpack_ip(raw[:ip_len]), pid, t, counter

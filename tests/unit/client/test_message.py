@@ -13,7 +13,6 @@ from client.message import (
     MessageExt,
     MessageQueue,
     check_topic,
-    decompress_body,
     validate_message,
 )
 from common.message import java_string_hash
@@ -76,15 +75,6 @@ def test_validate_message() -> None:
         validate_message(Message("SCHEDULE_TOPIC_XXXX", b"x"), MAX)
     with pytest.raises(MessageValidationError, match="delay level"):
         validate_message(Message("T", b"x", delay_time_level=19), MAX)
-
-
-def test_decompress() -> None:
-    raw = b"abc" * 1000
-    assert decompress_body(zlib.compress(raw), 0x1 | 0x300) == raw
-    assert decompress_body(zlib.compress(raw), 0x1) == raw
-    assert decompress_body(raw, 0) == raw
-    with pytest.raises(MessageValidationError):
-        decompress_body(raw, 0x1 | 0x100)
 
 
 def test_message_ext_ids() -> None:
