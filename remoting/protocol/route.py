@@ -59,6 +59,31 @@ def loads_tolerant(data: bytes | bytearray | memoryview | str) -> Any:
     return _fastjson.loads_tolerant(data, RouteDecodeError)
 
 
+class _Json:
+    """`to_json` / `from_json` over a subclass's `to_dict` / `from_dict`."""
+
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Self:
+        raise NotImplementedError
+
+    def to_json(self) -> bytes:
+        return _dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, data: bytes | bytearray | memoryview | str) -> Self:
+        """Parse a body.
+
+        Raises:
+            RouteDecodeError: not JSON of the expected shape.
+        """
+        return cls.from_dict(loads_tolerant(data))
+
+
 def _obj(value: Any, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise RouteDecodeError(f"{what}: expected a JSON object, got {type(value).__name__}")
@@ -99,7 +124,7 @@ def _bool(d: Mapping[str, Any], key: str, default: bool = False) -> bool:
 
 
 @dataclass(slots=True)
-class DataVersion:
+class DataVersion(_Json):
     """A broker's topic-config version: changes whenever its topic table changes."""
 
     timestamp: int = 0
@@ -125,16 +150,9 @@ class DataVersion:
             state_version=_int(d, "stateVersion"),
         )
 
-    def to_json(self) -> bytes:
-        return _dumps(self.to_dict())
-
-    @classmethod
-    def from_json(cls, data: bytes | bytearray | memoryview | str) -> Self:
-        return cls.from_dict(loads_tolerant(data))
-
 
 @dataclass(slots=True)
-class QueueData:
+class QueueData(_Json):
     """One broker's queues of one topic."""
 
     broker_name: str
@@ -164,16 +182,9 @@ class QueueData:
             topic_sys_flag=_int(d, flag_key),
         )
 
-    def to_json(self) -> bytes:
-        return _dumps(self.to_dict())
-
-    @classmethod
-    def from_json(cls, data: bytes | bytearray | memoryview | str) -> Self:
-        return cls.from_dict(loads_tolerant(data))
-
 
 @dataclass(slots=True)
-class BrokerData:
+class BrokerData(_Json):
     """A broker group: its cluster, its name and the address of each member (0 = master)."""
 
     cluster: str
@@ -224,13 +235,6 @@ class BrokerData:
             enable_acting_master=_bool(d, "enableActingMaster"),
             zone_name=str(zone) if zone is not None else None,
         )
-
-    def to_json(self) -> bytes:
-        return _dumps(self.to_dict())
-
-    @classmethod
-    def from_json(cls, data: bytes | bytearray | memoryview | str) -> Self:
-        return cls.from_dict(loads_tolerant(data))
 
 
 @dataclass(slots=True)
@@ -284,7 +288,7 @@ class TopicQueueMappingInfo:
 
 
 @dataclass(slots=True)
-class TopicRouteData:
+class TopicRouteData(_Json):
     """The answer to GET_ROUTEINFO_BY_TOPIC.
 
     `topic_queue_mapping_by_broker` (5.x, static topics only) is None for every other topic
@@ -331,16 +335,9 @@ class TopicRouteData:
             topic_queue_mapping_by_broker=mapping,
         )
 
-    def to_json(self) -> bytes:
-        return _dumps(self.to_dict())
-
-    @classmethod
-    def from_json(cls, data: bytes | bytearray | memoryview | str) -> Self:
-        return cls.from_dict(loads_tolerant(data))
-
 
 @dataclass(slots=True)
-class ClusterInfo:
+class ClusterInfo(_Json):
     """The answer to GET_BROKER_CLUSTER_INFO."""
 
     broker_addr_table: dict[str, BrokerData] = field(default_factory=dict)
@@ -362,16 +359,9 @@ class ClusterInfo:
             cluster_addr_table={str(k): [str(x) for x in (v or [])] for k, v in cat.items()},
         )
 
-    def to_json(self) -> bytes:
-        return _dumps(self.to_dict())
-
-    @classmethod
-    def from_json(cls, data: bytes | bytearray | memoryview | str) -> Self:
-        return cls.from_dict(loads_tolerant(data))
-
 
 @dataclass(slots=True)
-class TopicConfig:
+class TopicConfig(_Json):
     """A broker's configuration of one topic."""
 
     topic_name: str
@@ -413,13 +403,6 @@ class TopicConfig:
                 str(k): str(v) for k, v in _obj(d.get("attributes") or {}, "attributes").items()
             },
         )
-
-    def to_json(self) -> bytes:
-        return _dumps(self.to_dict())
-
-    @classmethod
-    def from_json(cls, data: bytes | bytearray | memoryview | str) -> Self:
-        return cls.from_dict(loads_tolerant(data))
 
     def encode_text(self) -> str:
         """RocketMQ's space-separated form used in the compressed register body.
@@ -468,7 +451,7 @@ class TopicConfig:
 
 
 @dataclass(slots=True)
-class TopicConfigSerializeWrapper:
+class TopicConfigSerializeWrapper(_Json):
     """A broker's whole topic table with its data version."""
 
     topic_config_table: dict[str, TopicConfig] = field(default_factory=dict)
@@ -490,19 +473,12 @@ class TopicConfigSerializeWrapper:
             data_version=DataVersion.from_dict(dv) if dv is not None else DataVersion(),
         )
 
-    def to_json(self) -> bytes:
-        return _dumps(self.to_dict())
-
-    @classmethod
-    def from_json(cls, data: bytes | bytearray | memoryview | str) -> Self:
-        return cls.from_dict(loads_tolerant(data))
-
 
 _I32 = struct.Struct(">i")
 
 
 @dataclass(slots=True)
-class RegisterBrokerBody:
+class RegisterBrokerBody(_Json):
     """The body of REGISTER_BROKER: the broker's topic table and filter servers."""
 
     topic_config_serialize_wrapper: TopicConfigSerializeWrapper = field(
@@ -528,13 +504,6 @@ class RegisterBrokerBody:
             ),
             filter_server_list=[str(x) for x in d.get("filterServerList") or []],
         )
-
-    def to_json(self) -> bytes:
-        return _dumps(self.to_dict())
-
-    @classmethod
-    def from_json(cls, data: bytes | bytearray | memoryview | str) -> Self:
-        return cls.from_dict(loads_tolerant(data))
 
     def encode_compressed(self) -> bytes:
         """The compressed form: zlib (best compression) over length-prefixed parts.
@@ -613,7 +582,7 @@ class RegisterBrokerBody:
 
 
 @dataclass(slots=True)
-class TopicList:
+class TopicList(_Json):
     """The answer to GET_ALL_TOPIC_LIST_FROM_NAMESERVER and GET_TOPICS_BY_CLUSTER."""
 
     topic_list: list[str] = field(default_factory=list)
@@ -634,13 +603,6 @@ class TopicList:
             topic_list=[str(x) for x in d.get("topicList") or []],
             broker_addr=str(ba) if ba is not None else None,
         )
-
-    def to_json(self) -> bytes:
-        return _dumps(self.to_dict())
-
-    @classmethod
-    def from_json(cls, data: bytes | bytearray | memoryview | str) -> Self:
-        return cls.from_dict(loads_tolerant(data))
 
 
 # -- queue lists ------------------------------------------------------------------
