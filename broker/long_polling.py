@@ -18,23 +18,16 @@ producer's own answers of that run: a message's end-to-end latency is the sum of
 
 from __future__ import annotations
 
-import heapq
-import itertools
-import math
 from collections.abc import Callable
 
 import structlog
 import trio
 
+from common.deadlines import DeadlineHeap
+
 __all__ = ["LongPollingService", "ParkedPull"]
 
 log = structlog.get_logger()
-
-# Heap entries of pulls that left (a tuple and the `ParkedPull`) are dropped once there are
-# this many and they outnumber the parked pulls 4:1. Kept small so that they die before the
-# garbage collector's young generation is collected, instead of being rescanned by every
-# collection (docs/design-notes.md, "Deadlines that die young").
-_COMPACT_MIN = 64
 
 Resume = Callable[["ParkedPull", bool], bool]
 
@@ -83,9 +76,11 @@ class LongPollingService:
         self._parked: dict[tuple[str, int], dict[ParkedPull, None]] = {}
         self._count = 0
         # (deadline, seq, pull); entries of pulls already done are dropped when they surface.
-        self._deadlines: list[tuple[float, int, ParkedPull]] = []
-        self._seq = itertools.count()
-        self._timer_at = math.inf
+        # The parked pulls by deadline. Pulls that left are dropped lazily, and all at once
+        # when they outnumber the parked ones (`DeadlineHeap.push`): here, at a park, and not
+        # in the timer, which sleeps until the earliest deadline (the suspend timeout, ~15 s)
+        # while a busy queue would pile up entries for every garbage collection to scan.
+        self._deadlines: DeadlineHeap[ParkedPull] = DeadlineHeap()
         self._kick = trio.Event()
 
     @property
@@ -105,18 +100,7 @@ class LongPollingService:
             bucket = self._parked[(topic, queue_id)] = {}
         bucket[p] = None
         self._count += 1
-        heap = self._deadlines
-        if len(heap) > _COMPACT_MIN and len(heap) > 4 * self._count:
-            # Mostly pulls that left (answered before their deadline): keep the parked ones
-            # only, amortised O(1) per park. Here and not in the timer: that one sleeps until
-            # the earliest deadline (the suspend timeout, ~15 s), and meanwhile a busy queue
-            # would pile up entries for every garbage collection to scan. From `_COMPACT_MIN`
-            # entries on, so that they die young (see there).
-            heap[:] = [e for e in heap if not e[2].done]
-            heapq.heapify(heap)
-        heapq.heappush(heap, (deadline, next(self._seq), p))
-        if deadline < self._timer_at:
-            self._timer_at = deadline
+        if self._deadlines.push(deadline, p, self._count):
             self._kick.set()
         return p
 
@@ -168,20 +152,12 @@ class LongPollingService:
 
     async def run(self) -> None:
         """The timer: finish the pulls whose deadline passed. Runs until cancelled."""
-        heap = self._deadlines
+        deadlines = self._deadlines
         while True:
-            now = trio.current_time()
-            while heap:
-                deadline, _seq, p = heap[0]
-                if p.done:
-                    heapq.heappop(heap)
-                elif deadline <= now:
-                    heapq.heappop(heap)
+            for p in deadlines.expire(trio.current_time()):
+                if not p.done:  # an earlier one's resume may have finished it
                     self._resume(p, True)
-                else:
-                    break
-            self._timer_at = heap[0][0] if heap else math.inf
             if self._kick.is_set():
                 self._kick = trio.Event()
-            with trio.move_on_at(self._timer_at):
+            with trio.move_on_at(deadlines.next_deadline):
                 await self._kick.wait()

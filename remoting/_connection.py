@@ -399,7 +399,7 @@ class Connection:
                     f"connection to {self.remote_address} closed while sending"
                 ) from None
             else:
-                if proto.set_deadline(cmd, waiter, trio.current_time() + timeout):
+                if proto.set_deadline(waiter, trio.current_time() + timeout):
                     self._timer_kick.set()
                 await waiter.wait()
             response = waiter.response

@@ -11,14 +11,13 @@ reads and the current time, writes the bytes it returns, and wakes the tasks beh
 
 from __future__ import annotations
 
-import heapq
 import itertools
-import math
 from collections.abc import Callable, Mapping
 from typing import Generic, Protocol, TypeVar
 
 import structlog
 
+from common.deadlines import DeadlineHeap
 from remoting._command import Body, RemotingCommand
 from remoting._frame import FrameDecoder, encode_frame_parts
 from remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, LanguageCode, ResponseCode, SerializeType
@@ -43,11 +42,6 @@ _PYTHON = int(LanguageCode.PYTHON)
 # reads (docs/protocol.md, "Choosing the header codec").
 MSGPACK_ADVERT_FIELD = "trimqSerializeTypes"
 _ADVERT_VALUE = "JSON,ROCKETMQ,MSGPACK"
-# The deadline heap keeps an answered request's entry until the heap is compacted: from this
-# many entries on, once they outnumber the pending requests 4:1. Kept small so that the entries
-# die before the garbage collector's young generation is collected (docs/design-notes.md,
-# "Deadlines that die young").
-_DEADLINES_COMPACT_MIN = 64
 # A caller may write its request itself while at most this many other requests are in flight
 # (long polls aside); with more, the transport's writer joins the requests issued together.
 _DIRECT_MAX_OTHERS = 3
@@ -118,7 +112,6 @@ class RemotingProtocol(Generic[P]):
         "decoder",
         "long_polls",
         "max_inflight",
-        "next_deadline",
         "serialize_type",
     )
 
@@ -143,10 +136,8 @@ class RemotingProtocol(Generic[P]):
         self._pending: dict[int, P] = {}
         # Of those, requests the peer may hold until it has an answer (long polls).
         self.long_polls = 0
-        # (deadline, opaque, pending) in a heap; entries of finished requests are dropped
-        # lazily (`expire`, `set_deadline`). `next_deadline` is the earliest one's.
-        self._deadlines: list[tuple[float, int, P]] = []
-        self.next_deadline = math.inf
+        # The pending requests by deadline (finished ones dropped lazily).
+        self._deadlines: DeadlineHeap[P] = DeadlineHeap()
         # The peer's requests in flight (running, or deferred and not yet answered).
         self.busy = 0
         self.max_inflight = max_inflight
@@ -208,19 +199,10 @@ class RemotingProtocol(Generic[P]):
         others = len(self._pending) - self.long_polls - (0 if long_poll else 1)
         return others <= _DIRECT_MAX_OTHERS
 
-    def set_deadline(self, cmd: RemotingCommand, pending: P, deadline: float) -> bool:
+    def set_deadline(self, pending: P, deadline: float) -> bool:
         """`expire` hands `pending` back once the clock passes `deadline` unless it is done by
         then. True when that is earlier than every other deadline (re-arm the timer)."""
-        heap = self._deadlines
-        if len(heap) > _DEADLINES_COMPACT_MIN and len(heap) > 4 * len(self._pending):
-            # Mostly finished requests: keep the pending ones only (amortised O(1) per call).
-            heap[:] = [e for e in heap if not e[2].done]
-            heapq.heapify(heap)
-        heapq.heappush(heap, (deadline, cmd.opaque, pending))
-        if deadline < self.next_deadline:
-            self.next_deadline = deadline
-            return True
-        return False
+        return self._deadlines.push(deadline, pending, len(self._pending))
 
     def end_request(self, cmd: RemotingCommand, pending: P, long_poll: bool) -> None:
         """The caller is done with a request started by `start_request`."""
@@ -233,19 +215,12 @@ class RemotingProtocol(Generic[P]):
     def expire(self, now: float) -> list[P]:
         """The pending requests whose deadline is at or before `now` (their entries removed;
         finish them); `next_deadline` is then the earliest remaining one."""
-        heap = self._deadlines
-        expired: list[P] = []
-        while heap:
-            deadline, _opaque, pending = heap[0]
-            if pending.done:
-                heapq.heappop(heap)
-            elif deadline <= now:
-                heapq.heappop(heap)
-                expired.append(pending)
-            else:
-                break
-        self.next_deadline = heap[0][0] if heap else math.inf
-        return expired
+        return self._deadlines.expire(now)
+
+    @property
+    def next_deadline(self) -> float:
+        """The earliest deadline held (inf: none)."""
+        return self._deadlines.next_deadline
 
     def fail_all(self) -> list[P]:
         """Every request still waiting (the connection ended); none is pending after."""

@@ -170,7 +170,7 @@ async def test_pulls_answered_early_leave_no_garbage_behind() -> None:
         assert lp.park("T", 0, 10_000 + i, 1_000.0, Recorder()) is not None
         lp.notify("T", 0, 10_001 + i)
     assert lp.parked_count == 1
-    assert any(e[2].resume is keep for e in lp._deadlines)
+    assert any(p.resume is keep for p in lp._deadlines.items())
     lp.wake_all()
     assert keep.calls
     assert keep.calls[-1][1] is True

@@ -66,9 +66,9 @@ def test_deadlines_expire_against_the_clock_given() -> None:
     for cmd, w in zip(cmds, waiters, strict=True):
         proto.start_request(cmd, w, long_poll=False)
     assert proto.next_deadline == math.inf
-    assert proto.set_deadline(cmds[0], waiters[0], 5.0)  # the earliest: re-arm
-    assert proto.set_deadline(cmds[1], waiters[1], 2.0)
-    assert not proto.set_deadline(cmds[2], waiters[2], 9.0)
+    assert proto.set_deadline(waiters[0], 5.0)  # the earliest: re-arm
+    assert proto.set_deadline(waiters[1], 2.0)
+    assert not proto.set_deadline(waiters[2], 9.0)
     assert proto.expire(1.0) == []
     assert proto.next_deadline == 2.0
     waiters[0].done = True  # answered in time: its entry is dropped, never handed back
@@ -84,7 +84,7 @@ def test_finished_deadlines_are_compacted_away() -> None:
         w = Waiter()
         cmd = RemotingCommand.request(10)
         proto.start_request(cmd, w, long_poll=False)
-        proto.set_deadline(cmd, w, 100.0 + i)
+        proto.set_deadline(w, 100.0 + i)
         w.done = True
         proto.end_request(cmd, w, long_poll=False)
     assert len(proto._deadlines) <= 65
