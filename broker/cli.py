@@ -74,6 +74,13 @@ def freeze_startup_heap() -> None:
     "--flush", "flush_disk_type", type=click.Choice(["sync", "async"]), help="Flush mode."
 )
 @click.option(
+    "--role",
+    "broker_role",
+    type=click.Choice(["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"], case_sensitive=False),
+    help="Replication role (default ASYNC_MASTER); a SLAVE needs --id > 0.",
+)
+@click.option("--ha-port", "ha_listen_port", type=int, help="HA listen port (default listen + 1).")
+@click.option(
     "--auto-create-topic/--no-auto-create-topic",
     "auto_create_topic_enable",
     default=None,

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from common.config import ConfigError as ConfigError  # re-exported: broker.cli catches it
 from common.config import load_settings
@@ -75,6 +75,23 @@ class BrokerConfig(BaseModel):
     RocketMQ's JSON and ROCKETMQ header codecs, as an Apache server does (a msgpack frame then
     closes its connection as an unknown serialize type)."""
     trace_on: bool = True
+
+    # -- replication -----------------------------------------------------------------------
+    broker_role: Literal["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"] = "ASYNC_MASTER"
+    """ASYNC_MASTER answers once stored; SYNC_MASTER also waits for a slave to have the bytes;
+    SLAVE copies its master (same `broker_name`, `broker_id` > 0) and takes no sends."""
+    ha_listen_port: int = Field(default=0, ge=0, le=65535)
+    """The port slaves replicate from; 0: the listen port + 1 (RocketMQ's 10912)."""
+    ha_master_address: str | None = None
+    """A slave's fixed master HA address (HOST:PORT); unset: learned from the NameServer."""
+    ha_send_heartbeat_interval_ms: int = Field(default=5000, ge=1)
+    ha_housekeeping_interval_ms: int = Field(default=20_000, ge=1)
+    ha_transfer_batch_size: int = Field(default=32768, ge=1024, le=8 * 1024 * 1024)
+    ha_max_gap_not_in_sync: int = Field(default=256 * 1024 * 1024, ge=0)
+    """A slave further behind than this many bytes does not count for SYNC_MASTER sends
+    (answered SLAVE_NOT_AVAILABLE)."""
+    slave_timeout_ms: int = Field(default=3000, ge=1)
+    """How long a SYNC_MASTER send waits for a slave before FLUSH_SLAVE_TIMEOUT."""
 
     # -- storage -------------------------------------------------------------------------
     store_dir: str = "~/store"
@@ -179,6 +196,26 @@ class BrokerConfig(BaseModel):
             if low in ("async", "async_flush"):
                 return "ASYNC_FLUSH"
         return v
+
+    @field_validator("broker_role", mode="before")
+    @classmethod
+    def _role_upper(cls, v: object) -> object:
+        return v.strip().upper() if isinstance(v, str) else v
+
+    @field_validator("ha_master_address")
+    @classmethod
+    def _check_ha_master(cls, v: str | None) -> str | None:
+        if v:
+            parse_host_port(v, what="ha_master_address")
+        return v or None
+
+    @model_validator(mode="after")
+    def _check_role(self) -> BrokerConfig:
+        if self.broker_role == "SLAVE" and self.broker_id <= 0:
+            raise ValueError("a SLAVE's broker_id must be > 0 (0 is its master's)")
+        if self.broker_role != "SLAVE" and self.broker_id != 0:
+            raise ValueError(f"a {self.broker_role}'s broker_id must be 0 (slaves have > 0)")
+        return self
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -286,6 +323,14 @@ class BrokerConfig(BaseModel):
     @property
     def listen_host_port(self) -> tuple[str, int]:
         return parse_host_port(self.listen)
+
+    @property
+    def is_slave(self) -> bool:
+        return self.broker_role == "SLAVE"
+
+    def ha_port(self, bound_port: int) -> int:
+        """The HA listen port, given the port the broker bound: `ha_listen_port`, or that + 1."""
+        return self.ha_listen_port or bound_port + 1
 
     def advertise_addr(self, bound_port: int | None = None) -> str:
         """`host:port` published to NameServers.

@@ -46,7 +46,15 @@ from broker.topic_manager import TopicManager
 from broker.transaction import TransactionService
 from common.message import NATIVE as _STORE_NATIVE
 from common.schedule import SCHEDULE_TOPIC, parse_delay_levels
-from remoting import NATIVE_CODEC, Connection, RemotingClient, RemotingServer, SerializeType
+from remoting import (
+    NATIVE_CODEC,
+    Connection,
+    RemotingClient,
+    RemotingCommand,
+    RemotingServer,
+    ResponseCode,
+    SerializeType,
+)
 from remoting.codes import RequestCode as R
 from store import MessageStore, StoreClosedError
 
@@ -80,6 +88,18 @@ def _resolve_ip(host: str) -> str:
         return socket.gethostbyname(host)
     except OSError:
         return "127.0.0.1"
+
+
+async def _refuse_on_slave(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    return cmd.make_response(
+        ResponseCode.SYSTEM_ERROR,
+        "Can't modify topic or subscription group from slave broker, please execute it from "
+        "master broker.",
+    )
+
+
+async def _no_transaction_on_slave(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    return cmd.make_response(ResponseCode.SLAVE_NOT_AVAILABLE)
 
 
 class BrokerController:
@@ -226,6 +246,17 @@ class BrokerController:
         reg(R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self.admin.get_all_subscription_group_config)
         reg(R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, self.admin.update_and_create_subscription_group)
         reg(R.GET_BROKER_CONFIG, self.admin.get_broker_config)
+        if self.config.is_slave:
+            # A slave copies its master: it changes no topic or group and ends no transaction
+            # (RocketMQ's answers).
+            for code in (
+                R.UPDATE_AND_CREATE_TOPIC,
+                R.DELETE_TOPIC_IN_BROKER,
+                R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                R.DELETE_SUBSCRIPTIONGROUP,
+            ):
+                reg(code, _refuse_on_slave, inline=True)
+            reg(R.END_TRANSACTION, _no_transaction_on_slave, inline=True)
         # connection lifecycle
         s.on_disconnect(self._on_disconnect)
 
@@ -364,7 +395,11 @@ class BrokerController:
         ) as store:
             self._store = store
             # The inline processors of one received chunk append as one run (`broker.commit`).
-            commits = self._commits = CommitBatcher(store)
+            commits = self._commits = CommitBatcher(
+                store,
+                slave_timeout_s=cfg.slave_timeout_ms / 1000,
+                read_only="messages are put to the slave" if cfg.is_slave else None,
+            )
             self.server.processors.set_run_hooks(commits.begin, commits.end)
             self._known_topics = {cfg.topic_name for cfg in self.topics}
             store.add_arrival_listener(self._on_arrival)
@@ -384,8 +419,10 @@ class BrokerController:
                         nursery.start_soon(self._scan_loop)
                         nursery.start_soon(self._stats_loop)
                         nursery.start_soon(self.long_polling.run)
-                        await nursery.start(self.schedule.run, store, commits.put)
-                        nursery.start_soon(self.transactions.run)
+                        if not cfg.is_slave:
+                            # A slave copies what its master's services write.
+                            await nursery.start(self.schedule.run, store, commits.put)
+                            nursery.start_soon(self.transactions.run)
                         log.info(
                             "broker_started",
                             broker_name=cfg.broker_name,

@@ -39,6 +39,9 @@ class RegistrationService:
         topics: returns the current topic table and its data version.
         period_ms: time between rounds.
         timeout_ms: per-request timeout.
+        ha_addr: returns this broker's HA address (`host:port` slaves replicate from).
+        on_master: called with the NameServer's answer for a slave: its master's HA address
+            and broker address (None when the NameServer knows no live master).
     """
 
     def __init__(
@@ -51,6 +54,8 @@ class RegistrationService:
         topics: Callable[[], tuple[dict[str, TopicConfig], DataVersion]],
         period_ms: int = 30_000,
         timeout_ms: int = 6000,
+        ha_addr: Callable[[], str] | None = None,
+        on_master: Callable[[str | None, str | None], None] | None = None,
     ) -> None:
         self.client = client
         self.namesrv_addrs = namesrv_addrs
@@ -62,6 +67,8 @@ class RegistrationService:
         self._wake = trio.Event()
         self.rounds = 0
         self.last_ok: dict[str, bool] = {}
+        self.ha_addr = ha_addr
+        self.on_master = on_master
 
     def trigger(self) -> None:
         """Register again as soon as possible (after a topic change)."""
@@ -90,7 +97,7 @@ class RegistrationService:
             broker_name=self.broker_name,
             broker_addr=addr,
             cluster_name=self.cluster_name,
-            ha_server_addr="",
+            ha_server_addr=self.ha_addr() if self.ha_addr is not None else "",
             broker_id=self.broker_id,
             compressed=False,
             body_crc32=zlib.crc32(body) & 0x7FFFFFFF,
@@ -117,6 +124,9 @@ class RegistrationService:
                 log.info("registered_with_namesrv", namesrv=ns, broker_addr=addr)
             self.last_ok[ns] = True
             ok += 1
+            if self.on_master is not None:
+                ext = resp.ext_fields or {}
+                self.on_master(ext.get("haServerAddr") or None, ext.get("masterAddr") or None)
 
         async with trio.open_nursery() as nursery:
             for ns in self.namesrv_addrs:

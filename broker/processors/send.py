@@ -540,6 +540,8 @@ class SendProcessor:
         self, conn: Connection, cmd: RemotingCommand, msgs: Sequence[MessageInner], queue_id: int
     ) -> RemotingCommand | None:
         """Append `msgs`: the answer now, or None when the commit ticket answers it later."""
+        if self.ctrl.config.is_slave:
+            return self._response(cmd, ResponseCode.SERVICE_NOT_AVAILABLE, self._slave_remark())
         ticket = self.ctrl.commits.append(msgs)
         if ticket.settled:
             return self._put_response(cmd, ticket.result, queue_id)
@@ -547,6 +549,15 @@ class SendProcessor:
             conn.defer(cmd), lambda final: self._durable_response(conn, cmd, final, queue_id)
         )
         return None
+
+    def _slave_remark(self) -> str:
+        """RocketMQ's answer to a send on a slave (with the disk use it reports)."""
+        used = f"{self.ctrl.store.disk.ratio:.2f}"
+        return (
+            "service not available now. It may be caused by one of the following reasons: "
+            f"the broker's disk is full [{used}], messages are put to the slave, message store "
+            "has been shut down, etc."
+        )
 
     def _durable_response(
         self, conn: Connection, cmd: RemotingCommand, final: PutMessageResult, queue_id: int

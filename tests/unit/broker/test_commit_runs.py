@@ -5,11 +5,13 @@ run, and a run whose write fails acknowledges nothing and tells no one."""
 from __future__ import annotations
 
 import errno
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 import trio
+import trio.testing
 
 from broker.commit import CommitBatcher
 from remoting import Connection, RemotingCommand, Responder, ResponseCode
@@ -169,3 +171,101 @@ async def test_settled_replies_of_a_run_leave_at_its_end_and_a_failed_build_is_a
         assert conn.writes == []  # settled, but a reply leaves only once the run is written
         commits.end()
         assert conn.writes == [[(5, ResponseCode.SYSTEM_ERROR), (6, ResponseCode.SUCCESS)]]
+
+
+class FakeReplication:
+    """A SYNC_MASTER's slave as the batcher sees it: in sync or not, and its reports."""
+
+    def __init__(self, ok: bool) -> None:
+        self.ok = ok
+        self.waits: list[tuple[int, Callable[[bool], None], float]] = []
+
+    def slave_ok(self, next_offset: int) -> bool:
+        return self.ok
+
+    def when_replicated(
+        self, offset: int, callback: Callable[[bool], None], timeout_s: float
+    ) -> None:
+        self.waits.append((offset, callback, timeout_s))
+
+
+def _status(result: PutMessageResult) -> RemotingCommand:
+    return RemotingCommand(
+        {
+            PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
+            PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+            PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+        }[result.status]
+    )
+
+
+async def test_a_sync_master_without_a_slave_in_sync_answers_slave_not_available(
+    tmp_path: Path,
+) -> None:
+    async with MessageStore(_cfg(tmp_path)) as store:
+        repl = FakeReplication(ok=False)
+        commits = CommitBatcher(store, replication=repl)
+        commits.begin()
+        ticket = commits.append([_msg(0)])
+        commits.end()
+        assert ticket.settled  # stored, not waited for
+        assert ticket.result.status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+        assert ticket.result.append is not None
+        assert repl.waits == []
+
+
+async def test_replies_of_a_sync_master_run_wait_for_one_slave_report(tmp_path: Path) -> None:
+    async with MessageStore(_cfg(tmp_path)) as store:
+        repl = FakeReplication(ok=True)
+        commits = CommitBatcher(store, replication=repl, slave_timeout_s=2.5)
+        conn = _Conn()
+        commits.begin()
+        tickets = [commits.append([_msg(i)]) for i in range(3)]
+        nowait = _msg(3)
+        nowait.properties["WAIT"] = "false"
+        nowait.properties_string = None
+        free = commits.append([nowait])
+        for i, t in enumerate(tickets):
+            t.reply(_responder(conn, i + 1), _status)
+        free.reply(_responder(conn, 9), _status)
+        assert not any(t.settled for t in tickets)
+        assert free.settled  # WAIT=false: answered once written, not replicated
+        commits.end()
+        assert conn.writes == [[(9, ResponseCode.SUCCESS)]]
+        [(offset, callback, timeout)] = repl.waits  # one wait for the whole run
+        assert offset == tickets[-1].replica_end
+        assert timeout == 2.5
+        callback(True)
+        assert conn.writes[1] == [(1, 0), (2, 0), (3, 0)]
+        # Not reported in time: FLUSH_SLAVE_TIMEOUT, the record kept.
+        commits.begin()
+        late = commits.append([_msg(4)])
+        late.reply(_responder(conn, 5), _status)
+        commits.end()
+        repl.waits[-1][1](False)
+        assert conn.writes[-1] == [(5, ResponseCode.FLUSH_SLAVE_TIMEOUT)]
+
+
+async def test_a_put_outside_a_run_waits_for_the_slave_and_a_slave_refuses_appends(
+    tmp_path: Path,
+) -> None:
+    async with MessageStore(_cfg(tmp_path)) as store:
+        repl = FakeReplication(ok=True)
+        commits = CommitBatcher(store, replication=repl)
+        async with trio.open_nursery() as nursery:
+            results: list[PutMessageResult] = []
+
+            async def put() -> None:
+                results.append(await commits.put([_msg(0)]))
+
+            nursery.start_soon(put)
+            await trio.testing.wait_all_tasks_blocked()
+            assert results == []
+            repl.waits[0][1](True)
+        assert results[0].status is PutMessageStatus.PUT_OK
+    async with MessageStore(_cfg(tmp_path / "slave")) as store:
+        slave = CommitBatcher(store, read_only="the broker is a slave")
+        refused = await slave.put([_msg(0)])
+        assert refused.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        assert refused.remark == "the broker is a slave"
+        assert store.max_phy_offset == 0

@@ -143,3 +143,28 @@ def test_mqbroker_runs_with_the_configured_switch_interval(
         sys.setswitchinterval(before)
     assert result.exit_code == 0, result.output
     assert seen == [pytest.approx(expected)]
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        ({"broker_role": "SLAVE", "broker_id": 0}, "SLAVE's broker_id must be > 0"),
+        ({"broker_role": "SYNC_MASTER", "broker_id": 1}, "broker_id must be 0"),
+        ({"broker_role": "LEADER"}, "broker_role"),
+        ({"ha_master_address": "nowhere"}, "ha_master_address"),
+    ],
+)
+def test_role_settings_are_checked(tmp_path: Path, flags: dict[str, object], words: str) -> None:
+    with pytest.raises(ConfigError, match=words):
+        load_config(flags=flags, environ={})
+
+
+def test_roles_are_read_in_any_case_and_the_ha_port_follows_the_listen_port() -> None:
+    cfg = load_config(flags={"broker_role": "sync_master"}, environ={})
+    assert cfg.broker_role == "SYNC_MASTER"
+    assert cfg.ha_port(10911) == 10912
+    slave = load_config(
+        flags={"broker_role": "slave", "broker_id": 2, "ha_listen_port": 20000}, environ={}
+    )
+    assert slave.is_slave
+    assert slave.ha_port(10911) == 20000
