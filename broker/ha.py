@@ -1,0 +1,789 @@
+"""RocketMQ 4.x master/slave replication of the commitlog (the HA port).
+
+Wire format (big-endian, no handshake):
+
+- slave -> master, a *report*: int64, the slave's commitlog max offset (the next byte it
+  needs). Sent at connect, after appends that grew the slave's max, and every heartbeat
+  interval. The master acts only on the last complete 8-byte value of what it read, the
+  stream being cut into 8-byte values from its start.
+- master -> slave, a *frame*: int64 phyOffset of the first body byte, int32 bodySize, body
+  (raw commitlog bytes). bodySize 0 is a heartbeat carrying the next transfer offset.
+
+The codec (`encode_report`, `ReportReader`, `encode_frame_header`, `FrameReader`) does no I/O;
+`HAMaster` and `HASlave` run it over trio TCP streams against a store that fits
+`HAMasterStore` / `HASlaveStore`.
+
+Master, per connection: nothing is sent before the first report. The first report is the
+start point (0 = the start of the master's last commitlog file); each frame is the rest of
+one commitlog file up to its write position, at most `transfer_batch_size` bytes, so frames
+never cross files. With nothing to send it waits for `notify_append` or `idle_poll_s`; after
+`heartbeat_interval_s` without a send it sends a heartbeat. Every report is an acknowledgement;
+`acked_offset` is the highest offset any slave acknowledged (one slave suffices, as in
+RocketMQ), and it completes the replication waiters (`when_replicated`) up to it at once.
+
+Slave: reports its max at once on connect (RocketMQ slaves wait up to 5 s; masters accept
+either), checks every frame's offset against its own max (an empty slave accepts any start)
+and appends the bodies with `append_replica`. Any mismatch or protocol error closes the
+connection; it reconnects after a bounded backoff.
+
+Hostile peers: the HA port has no authentication, so the master closes a connection whose
+report is negative or beyond its max offset (also the first one, which RocketMQ takes
+unchecked), one silent for `housekeeping_interval_s`, and one that does not take a frame
+within that time; a connection counts as a slave only from its first valid report. Every
+buffer is bounded: a report reader keeps under 8 bytes, a frame reader one frame of at most
+`max_frame_body` bytes plus one read.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import struct
+from collections.abc import Callable
+from functools import partial
+from typing import Protocol
+
+import structlog
+import trio
+
+from common.deadlines import DeadlineHeap
+
+__all__ = [
+    "DEFAULT_HEARTBEAT_INTERVAL_S",
+    "DEFAULT_HOUSEKEEPING_INTERVAL_S",
+    "DEFAULT_MAX_GAP_NOT_IN_SYNC",
+    "DEFAULT_TRANSFER_BATCH_SIZE",
+    "FRAME_HEADER_SIZE",
+    "MAX_FRAME_BODY",
+    "REPORT_SIZE",
+    "FrameReader",
+    "HAMaster",
+    "HAMasterStore",
+    "HAProtocolError",
+    "HASlave",
+    "HASlaveStore",
+    "ReportReader",
+    "encode_frame_header",
+    "encode_report",
+    "parse_addr",
+]
+
+log = structlog.get_logger()
+
+# RocketMQ's MessageStoreConfig defaults.
+DEFAULT_TRANSFER_BATCH_SIZE = 32768
+DEFAULT_HEARTBEAT_INTERVAL_S = 5.0
+DEFAULT_HOUSEKEEPING_INTERVAL_S = 20.0
+DEFAULT_MAX_GAP_NOT_IN_SYNC = 256 * 1024 * 1024
+
+REPORT_SIZE = 8
+_REPORT = struct.Struct(">q")
+_FRAME_HEADER = struct.Struct(">qi")
+FRAME_HEADER_SIZE = _FRAME_HEADER.size
+# Largest frame body a slave accepts: far above any sane transfer batch, small enough that
+# a hostile master cannot make it buffer much.
+MAX_FRAME_BODY = 8 * 1024 * 1024
+_INT64_MAX = (1 << 63) - 1
+
+# Read sizes: reports are tiny (a chunk only bounds the work per read); frames are up to a
+# transfer batch each.
+_REPORT_READ_CHUNK = 4096
+_FRAME_READ_CHUNK = 65536
+# Waiter-heap compaction threshold (see `HAMaster._push_waiter`).
+_COMPACT_MIN = 64
+
+
+class HAProtocolError(ValueError):
+    """The peer sent something the protocol does not allow (the connection is closed)."""
+
+
+# -- codec (sans-IO) ----------------------------------------------------------------------
+
+
+def encode_report(offset: int) -> bytes:
+    """A slave's report: its commitlog max offset as a big-endian int64."""
+    if not 0 <= offset <= _INT64_MAX:
+        raise ValueError(f"report offset out of range: {offset}")
+    return _REPORT.pack(offset)
+
+
+def encode_frame_header(offset: int, size: int) -> bytes:
+    """A frame header: int64 offset of the first body byte, int32 body size."""
+    if not 0 <= offset <= _INT64_MAX:
+        raise ValueError(f"frame offset out of range: {offset}")
+    if not 0 <= size <= 0x7FFFFFFF:
+        raise ValueError(f"frame size out of range: {size}")
+    return _FRAME_HEADER.pack(offset, size)
+
+
+class ReportReader:
+    """Cuts the report stream into 8-byte values from its start and gives the newest complete
+    one of each read (older ones in the same read are superseded). Keeps under 8 bytes."""
+
+    __slots__ = ("_rest",)
+
+    def __init__(self) -> None:
+        self._rest = b""
+
+    @property
+    def pending(self) -> int:
+        """Bytes of an incomplete report held."""
+        return len(self._rest)
+
+    def feed(self, data: bytes) -> int | None:
+        """The newest report completed by `data` (signed, as sent), or None."""
+        buf = self._rest + data if self._rest else data
+        whole = len(buf) - len(buf) % REPORT_SIZE
+        self._rest = bytes(buf[whole:])
+        if whole == 0:
+            return None
+        value: int = _REPORT.unpack_from(buf, whole - REPORT_SIZE)[0]
+        return value
+
+
+class FrameReader:
+    """Cuts the master's stream into frames, split anywhere. A header is checked as soon as
+    its 12 bytes are in, so at most one frame of `max_body` bytes plus one read is buffered;
+    a negative offset or a size outside [0, max_body] raises `HAProtocolError`, after which
+    the reader refuses everything (the connection is to be closed)."""
+
+    __slots__ = ("_buf", "_failed", "max_body")
+
+    def __init__(self, max_body: int = MAX_FRAME_BODY) -> None:
+        self.max_body = max_body
+        self._buf = bytearray()
+        self._failed = False
+
+    @property
+    def pending(self) -> int:
+        """Bytes of an incomplete frame held."""
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        """The frames completed by `data`, in order, as (offset, body)."""
+        if self._failed:
+            raise HAProtocolError("frame stream already failed")
+        buf = self._buf
+        buf += data
+        frames: list[tuple[int, bytes]] = []
+        pos = 0
+        end = len(buf)
+        while end - pos >= FRAME_HEADER_SIZE:
+            offset, size = _FRAME_HEADER.unpack_from(buf, pos)
+            if offset < 0 or size < 0 or size > self.max_body:
+                self._failed = True
+                buf.clear()
+                raise HAProtocolError(f"bad frame header: offset {offset}, size {size}")
+            start = pos + FRAME_HEADER_SIZE
+            if end - start < size:
+                break
+            frames.append((offset, bytes(buf[start : start + size])))
+            pos = start + size
+        if pos:
+            del buf[:pos]
+        return frames
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    """An address "host:port" (IPv6 hosts in brackets) -> (host, port); ValueError when
+    malformed."""
+    host, sep, port_text = addr.strip().rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"not a host:port address: {addr!r}")
+    return host, int(port_text)
+
+
+# -- store interface ----------------------------------------------------------------------
+
+
+class _CommitlogConfig(Protocol):
+    @property
+    def mapped_file_size_commitlog(self) -> int: ...
+
+
+class HAMasterStore(Protocol):
+    """What the master uses of the message store."""
+
+    @property
+    def config(self) -> _CommitlogConfig: ...
+
+    @property
+    def max_phy_offset(self) -> int: ...
+
+    def read_commitlog(self, phy_offset: int, max_bytes: int) -> bytes | None:
+        """Bytes from `phy_offset` up to the write position of its one commitlog file, at
+        most `max_bytes`; None when there is nothing there."""
+        ...
+
+
+class HASlaveStore(Protocol):
+    """What the slave uses of the message store."""
+
+    @property
+    def max_phy_offset(self) -> int: ...
+
+    async def append_replica(self, phy_offset: int, data: bytes) -> None:
+        """Append the master's bytes at `phy_offset`; a ValueError when that is not the max
+        offset (an empty store accepts any file-aligned start)."""
+        ...
+
+
+# -- small helpers ------------------------------------------------------------------------
+
+
+class _End:
+    """The first reason a connection's tasks give for ending it; cancels them all."""
+
+    __slots__ = ("reason", "scope")
+
+    def __init__(self, scope: trio.CancelScope) -> None:
+        self.scope = scope
+        self.reason: str | None = None
+
+    def __call__(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        self.scope.cancel()
+
+
+class _Stalled(Exception):
+    """A send did not complete within the housekeeping interval."""
+
+
+async def _send(stream: trio.abc.SendStream, data: bytes, timeout_s: float) -> None:
+    # A peer that stopped reading would block a send forever; give up on it instead.
+    with trio.move_on_after(timeout_s):
+        await stream.send_all(data)
+        return
+    raise _Stalled
+
+
+_IO_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+def _peer_addr(stream: trio.SocketStream) -> str:
+    try:
+        peer = stream.socket.getpeername()
+    except OSError:
+        return "?"
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host = str(peer[0])
+        return f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+    return str(peer)
+
+
+# -- master -------------------------------------------------------------------------------
+
+
+class _Waiter:
+    """One replication wait. `cancel()` drops it without a callback."""
+
+    __slots__ = ("_master", "callback", "deadline", "done", "offset")
+
+    def __init__(
+        self, master: HAMaster, offset: int, deadline: float, callback: Callable[[bool], None]
+    ) -> None:
+        self._master = master
+        self.offset = offset
+        self.deadline = deadline
+        self.callback = callback
+        self.done = False
+
+    def cancel(self) -> None:
+        if not self.done:
+            self.done = True
+            self._master._live_waiters -= 1
+
+
+class _SlaveConn:
+    """The master's side of one HA connection. `ack` is -1 until the first valid report."""
+
+    __slots__ = ("ack", "addr", "next_offset", "reported")
+
+    def __init__(self, addr: str) -> None:
+        self.addr = addr
+        self.ack = -1
+        self.next_offset = -1
+        self.reported = trio.Event()
+
+
+class HAMaster:
+    """Serves slaves on the HA port and tracks what they acknowledged.
+
+    Args:
+        store: The commitlog to replicate.
+        transfer_batch_size: Largest frame body sent.
+        heartbeat_interval_s: A heartbeat frame goes out after this long without a send.
+        housekeeping_interval_s: A connection is closed after this long without a read, or
+            when a send does not complete within it.
+        max_gap_not_in_sync: `slave_ok` is False from this many unacknowledged bytes on.
+        idle_poll_s: With nothing to send, look again after this long even without a
+            `notify_append`.
+
+    All methods are for the trio thread; `when_replicated` timeouts need `run` running.
+    """
+
+    def __init__(
+        self,
+        store: HAMasterStore,
+        *,
+        transfer_batch_size: int = DEFAULT_TRANSFER_BATCH_SIZE,
+        heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S,
+        housekeeping_interval_s: float = DEFAULT_HOUSEKEEPING_INTERVAL_S,
+        max_gap_not_in_sync: int = DEFAULT_MAX_GAP_NOT_IN_SYNC,
+        idle_poll_s: float = 0.1,
+    ) -> None:
+        if not 0 < transfer_batch_size <= MAX_FRAME_BODY:
+            raise ValueError(f"transfer_batch_size must be in 1..{MAX_FRAME_BODY}")
+        self.store = store
+        self.transfer_batch_size = transfer_batch_size
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.housekeeping_interval_s = housekeeping_interval_s
+        self.max_gap_not_in_sync = max_gap_not_in_sync
+        self.idle_poll_s = idle_poll_s
+        self.port = 0
+        self._conns: set[_SlaveConn] = set()
+        self._acked = 0
+        # Set (and dropped) by notify_append; created only while a writer waits, so an append
+        # with no writer waiting costs one attribute test.
+        self._wake: trio.Event | None = None
+        # Replication waiters: by offset (acknowledgements) and by deadline (timeouts); a
+        # finished waiter's entries are dropped lazily.
+        self._by_offset: list[tuple[int, int, _Waiter]] = []
+        self._deadlines: DeadlineHeap[_Waiter] = DeadlineHeap()
+        self._seq = itertools.count()
+        self._live_waiters = 0
+        self._ready: list[_Waiter] = []
+        self._timer_wake: trio.Event | None = None
+
+    # -- state ------------------------------------------------------------------------
+    @property
+    def acked_offset(self) -> int:
+        """The highest offset any slave acknowledged since start (never decreases: what a
+        slave acknowledged it holds, as RocketMQ's push2SlaveMaxOffset)."""
+        return self._acked
+
+    @property
+    def slave_count(self) -> int:
+        """Connections that sent a valid report and are still open."""
+        return sum(1 for c in self._conns if c.ack >= 0)
+
+    def slave_offsets(self) -> dict[str, int]:
+        """Slave address -> its last acknowledged offset (connected slaves)."""
+        return {c.addr: c.ack for c in self._conns if c.ack >= 0}
+
+    def slave_ok(self, next_offset: int) -> bool:
+        """A slave is connected and `next_offset` is less than `max_gap_not_in_sync` bytes
+        past what slaves acknowledged (else SYNC_MASTER answers SLAVE_NOT_AVAILABLE)."""
+        return self.slave_count > 0 and next_offset - self._acked < self.max_gap_not_in_sync
+
+    def notify_append(self) -> None:
+        """New commitlog bytes: wake the writers waiting for data."""
+        wake = self._wake
+        if wake is not None:
+            self._wake = None
+            wake.set()
+
+    # -- replication waits ------------------------------------------------------------
+    def when_replicated(
+        self, offset: int, callback: Callable[[bool], None], timeout_s: float
+    ) -> None:
+        """Call `callback(True)` once a slave acknowledged `offset` (the commitlog offset
+        after the record), or `callback(False)` after `timeout_s`. Never calls back from
+        within this call: an offset acknowledged already is answered by the timer task."""
+        self._add_waiter(offset, callback, timeout_s)
+
+    async def wait_replicated(self, offset: int, timeout_s: float) -> bool:
+        """Whether a slave acknowledged `offset` within `timeout_s`."""
+        if offset <= self._acked:
+            await trio.lowlevel.checkpoint()
+            return True
+        result = False
+        finished = trio.Event()
+
+        def done(ok: bool) -> None:
+            nonlocal result
+            result = ok
+            finished.set()
+
+        waiter = self._add_waiter(offset, done, timeout_s)
+        try:
+            # The timer answers at the deadline; this bound also holds without `run`.
+            with trio.move_on_at(waiter.deadline):
+                await finished.wait()
+        finally:
+            waiter.cancel()
+        return result or offset <= self._acked
+
+    def _add_waiter(
+        self, offset: int, callback: Callable[[bool], None], timeout_s: float
+    ) -> _Waiter:
+        waiter = _Waiter(self, offset, trio.current_time() + timeout_s, callback)
+        self._live_waiters += 1
+        if offset <= self._acked:
+            self._ready.append(waiter)
+            self._wake_timer()
+        else:
+            self._push_waiter(waiter)
+        return waiter
+
+    def _push_waiter(self, waiter: _Waiter) -> None:
+        heap = self._by_offset
+        # Timed-out waiters stay in the offset heap until passed: drop them all once they
+        # outnumber the live ones 4:1 (amortised O(1) per push).
+        if len(heap) > _COMPACT_MIN and len(heap) > 4 * self._live_waiters:
+            heap[:] = [e for e in heap if not e[2].done]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (waiter.offset, next(self._seq), waiter))
+        if self._deadlines.push(waiter.deadline, waiter, self._live_waiters):
+            self._wake_timer()
+
+    def _wake_timer(self) -> None:
+        wake = self._timer_wake
+        if wake is not None:
+            self._timer_wake = None
+            wake.set()
+
+    def _finish(self, waiter: _Waiter, ok: bool) -> None:
+        if waiter.done:
+            return
+        waiter.done = True
+        self._live_waiters -= 1
+        try:
+            waiter.callback(ok)
+        except Exception:
+            log.exception("ha_replica_callback_failed", offset=waiter.offset, ok=ok)
+
+    def _acknowledge(self, offset: int) -> None:
+        """Raise `acked_offset` and complete every waiter up to it (group commit)."""
+        if offset <= self._acked:
+            return
+        self._acked = offset
+        heap = self._by_offset
+        while heap and heap[0][0] <= offset:
+            self._finish(heapq.heappop(heap)[2], True)
+
+    async def _run_timer(self) -> None:
+        while True:
+            self._timer_wake = wake = trio.Event()
+            ready, self._ready = self._ready, []
+            for waiter in ready:
+                self._finish(waiter, True)
+            for waiter in self._deadlines.expire(trio.current_time()):
+                self._finish(waiter, False)
+            if self._ready:
+                continue
+            with trio.move_on_at(self._deadlines.next_deadline):
+                await wake.wait()
+
+    # -- serving ----------------------------------------------------------------------
+    async def run(
+        self, host: str, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Listen on host:port (0 = any free port) and serve slaves until cancelled;
+        `task_status.started(bound_port)` once listening."""
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        self.port = int(listeners[0].socket.getsockname()[1])
+        log.info("ha_master_listening", host=host, port=self.port)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._run_timer)
+                await nursery.start(
+                    partial(trio.serve_listeners, self._serve, listeners, handler_nursery=nursery)
+                )
+                task_status.started(self.port)
+        finally:
+            # No slave will acknowledge anything any more.
+            pending = [e[2] for e in self._by_offset] + self._ready
+            self._by_offset.clear()
+            self._ready.clear()
+            self._deadlines = DeadlineHeap()
+            for waiter in pending:
+                self._finish(waiter, False)
+
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        conn = _SlaveConn(_peer_addr(stream))
+        self._conns.add(conn)
+        log.info("ha_slave_connected", addr=conn.addr)
+        reason = "shutdown"
+        try:
+            async with stream, trio.open_nursery() as nursery:
+                end = _End(nursery.cancel_scope)
+                nursery.start_soon(self._read_reports, stream, conn, end)
+                nursery.start_soon(self._transfer, stream, conn, end)
+            reason = end.reason or "closed"
+        finally:
+            self._conns.discard(conn)
+            log.info(
+                "ha_slave_lost", addr=conn.addr, reason=reason, ack=conn.ack, next=conn.next_offset
+            )
+
+    async def _read_reports(self, stream: trio.SocketStream, conn: _SlaveConn, end: _End) -> None:
+        reader = ReportReader()
+        while True:
+            data: bytes | None = None
+            try:
+                with trio.move_on_after(self.housekeeping_interval_s):
+                    data = await stream.receive_some(_REPORT_READ_CHUNK)
+            except _IO_ERRORS as exc:
+                end(f"read error: {exc!r}")
+                return
+            if data is None:
+                end("housekeeping timeout")
+                return
+            if not data:
+                end("eof")
+                return
+            report = reader.feed(data)
+            if report is None:
+                continue
+            # Unauthenticated port: never let a report acknowledge bytes we do not have.
+            max_offset = self.store.max_phy_offset
+            if report < 0 or report > max_offset:
+                log.warning("ha_bad_report", addr=conn.addr, report=report, max=max_offset)
+                end("report out of range")
+                return
+            if conn.ack < 0:
+                conn.next_offset = report
+                conn.reported.set()
+                log.info("ha_slave_start", addr=conn.addr, report=report, max=max_offset)
+            conn.ack = report
+            self._acknowledge(report)
+
+    async def _transfer(self, stream: trio.SocketStream, conn: _SlaveConn, end: _End) -> None:
+        await conn.reported.wait()
+        store = self.store
+        nxt = conn.next_offset
+        if nxt == 0:
+            # An empty slave starts at the master's last file.
+            max_offset = store.max_phy_offset
+            nxt = max_offset - max_offset % store.config.mapped_file_size_commitlog
+        conn.next_offset = nxt
+        last_send = trio.current_time()
+        timeout = self.housekeeping_interval_s
+        try:
+            while True:
+                data = store.read_commitlog(nxt, self.transfer_batch_size)
+                if data:
+                    await _send(stream, encode_frame_header(nxt, len(data)) + data, timeout)
+                    nxt += len(data)
+                    conn.next_offset = nxt
+                    last_send = trio.current_time()
+                    continue
+                now = trio.current_time()
+                if now - last_send >= self.heartbeat_interval_s:
+                    await _send(stream, encode_frame_header(nxt, 0), timeout)
+                    last_send = trio.current_time()
+                    continue
+                # No checkpoint since the read: an append after it sets this event.
+                if self._wake is None:
+                    self._wake = trio.Event()
+                wake = self._wake
+                delay = min(self.idle_poll_s, last_send + self.heartbeat_interval_s - now)
+                with trio.move_on_after(delay):
+                    await wake.wait()
+        except _Stalled:
+            end("send stalled")
+        except _IO_ERRORS as exc:
+            end(f"write error: {exc!r}")
+
+
+# -- slave --------------------------------------------------------------------------------
+
+
+class HASlave:
+    """Follows a master's commitlog over its HA port.
+
+    Args:
+        store: The local commitlog.
+        master_addr: The master's HA address "host:port", or None (idle until `set_master`).
+        heartbeat_interval_s: A report goes out at least this often.
+        housekeeping_interval_s: The connection is closed after this long without a read
+            (the master sends heartbeats), or when a report cannot be sent within it.
+        connect_timeout_s: Bound of one connection attempt.
+        min_backoff_s, max_backoff_s: Wait before reconnecting; doubles from min to max
+            while connections fail without delivering a frame.
+        max_frame_body: Largest frame body accepted.
+    """
+
+    def __init__(
+        self,
+        store: HASlaveStore,
+        master_addr: str | None = None,
+        *,
+        heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S,
+        housekeeping_interval_s: float = DEFAULT_HOUSEKEEPING_INTERVAL_S,
+        connect_timeout_s: float = 5.0,
+        min_backoff_s: float = 1.0,
+        max_backoff_s: float = 5.0,
+        max_frame_body: int = MAX_FRAME_BODY,
+    ) -> None:
+        if master_addr is not None:
+            parse_addr(master_addr)
+        self.store = store
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.housekeeping_interval_s = housekeeping_interval_s
+        self.connect_timeout_s = connect_timeout_s
+        self.min_backoff_s = min_backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.max_frame_body = max_frame_body
+        self.last_report = -1
+        self._master_addr = master_addr
+        self._connected = False
+        self._session_scope: trio.CancelScope | None = None
+        self._addr_changed: trio.Event | None = None
+        self._report_wake: trio.Event | None = None
+
+    @property
+    def master_addr(self) -> str | None:
+        return self._master_addr
+
+    @property
+    def connected(self) -> bool:
+        """A TCP connection to the master is open."""
+        return self._connected
+
+    def set_master(self, addr: str | None) -> None:
+        """Follow `addr` from now on (None: no master). A change closes the current
+        connection; `run` connects to the new address at once."""
+        if addr is not None:
+            parse_addr(addr)
+        if addr == self._master_addr:
+            return
+        log.info("ha_master_address_changed", old=self._master_addr, new=addr)
+        self._master_addr = addr
+        if self._session_scope is not None:
+            self._session_scope.cancel()
+        changed = self._addr_changed
+        if changed is not None:
+            self._addr_changed = None
+            changed.set()
+
+    def _changed_event(self) -> trio.Event:
+        if self._addr_changed is None:
+            self._addr_changed = trio.Event()
+        return self._addr_changed
+
+    async def run(self) -> None:
+        """Connect, replicate, reconnect, until cancelled. A store error from
+        `append_replica` other than a ValueError (a refused offset or bytes) or an OSError
+        (both: reconnect after the backoff) ends it, e.g. the store closing: cancel the
+        slave before closing the store."""
+        backoff = self.min_backoff_s
+        while True:
+            addr = self._master_addr
+            if addr is None:
+                await self._changed_event().wait()
+                continue
+            changed = self._changed_event()
+            with trio.CancelScope() as scope:
+                self._session_scope = scope
+                try:
+                    progressed = await self._session(addr)
+                finally:
+                    self._session_scope = None
+            if scope.cancelled_caught:
+                # The address changed: go there at once.
+                backoff = self.min_backoff_s
+                continue
+            if progressed:
+                backoff = self.min_backoff_s
+            delay = backoff
+            backoff = min(backoff * 2, self.max_backoff_s)
+            with trio.move_on_after(delay):
+                await changed.wait()
+
+    async def _session(self, addr: str) -> bool:
+        """One connection to `addr`; True when it delivered at least one valid frame."""
+        host, port = parse_addr(addr)
+        stream: trio.SocketStream | None = None
+        try:
+            with trio.move_on_after(self.connect_timeout_s):
+                stream = await trio.open_tcp_stream(host, port)
+        except OSError as exc:
+            log.info("ha_connect_failed", addr=addr, error=str(exc))
+            return False
+        if stream is None:
+            log.info("ha_connect_failed", addr=addr, error="timeout")
+            return False
+        self._connected = True
+        log.info("ha_master_connected", addr=addr, local_max=self.store.max_phy_offset)
+        progress = [False]
+        reason = "cancelled"
+        try:
+            async with stream, trio.open_nursery() as nursery:
+                end = _End(nursery.cancel_scope)
+                nursery.start_soon(self._report_loop, stream, end)
+                nursery.start_soon(self._receive_loop, stream, end, progress)
+            reason = end.reason or "closed"
+        finally:
+            self._connected = False
+            log.info(
+                "ha_master_lost", addr=addr, reason=reason, local_max=self.store.max_phy_offset
+            )
+        return progress[0]
+
+    async def _report_loop(self, stream: trio.SocketStream, end: _End) -> None:
+        try:
+            while True:
+                # Made before reading the max: growth during the send below sets it.
+                self._report_wake = wake = trio.Event()
+                offset = self.store.max_phy_offset
+                await _send(stream, encode_report(offset), self.housekeeping_interval_s)
+                self.last_report = offset
+                with trio.move_on_after(self.heartbeat_interval_s):
+                    await wake.wait()
+        except _Stalled:
+            end("send stalled")
+        except _IO_ERRORS as exc:
+            end(f"write error: {exc!r}")
+        finally:
+            self._report_wake = None
+
+    async def _receive_loop(
+        self, stream: trio.SocketStream, end: _End, progress: list[bool]
+    ) -> None:
+        reader = FrameReader(self.max_frame_body)
+        store = self.store
+        while True:
+            data: bytes | None = None
+            try:
+                with trio.move_on_after(self.housekeeping_interval_s):
+                    data = await stream.receive_some(_FRAME_READ_CHUNK)
+            except _IO_ERRORS as exc:
+                end(f"read error: {exc!r}")
+                return
+            if data is None:
+                end("housekeeping timeout")
+                return
+            if not data:
+                end("eof")
+                return
+            try:
+                frames = reader.feed(data)
+            except HAProtocolError as exc:
+                log.warning("ha_bad_frame", error=str(exc))
+                end("bad frame")
+                return
+            before = store.max_phy_offset
+            for offset, body in frames:
+                local = store.max_phy_offset
+                if local != 0 and local != offset:
+                    log.warning("ha_offset_mismatch", local_max=local, frame_offset=offset)
+                    end("offset mismatch")
+                    return
+                progress[0] = True
+                if not body:
+                    continue
+                try:
+                    # Shielded: a half-done append must not be left behind by a master change.
+                    with trio.CancelScope(shield=True):
+                        await store.append_replica(offset, body)
+                except (ValueError, OSError) as exc:
+                    log.warning("ha_append_failed", offset=offset, size=len(body), error=str(exc))
+                    end("append failed")
+                    return
+            if store.max_phy_offset != before and self._report_wake is not None:
+                self._report_wake.set()
