@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from store.config import StoreConfig
-    from store.errors import StoreClosedError, StoreError, StoreLockedError
+    from store.errors import (
+        ReplicaDataError,
+        ReplicaOffsetError,
+        StoreClosedError,
+        StoreError,
+        StoreLockedError,
+    )
     from store.message_store import MessageStore
     from store.results import (
         AppendMessageResult,
@@ -34,6 +40,8 @@ _HOMES = {
     "PutMessageResult": "store.results",
     "PutMessageStatus": "store.results",
     "QueryMessageResult": "store.results",
+    "ReplicaDataError": "store.errors",
+    "ReplicaOffsetError": "store.errors",
     "StoreClosedError": "store.errors",
     "StoreConfig": "store.config",
     "StoreError": "store.errors",
@@ -48,6 +56,8 @@ __all__ = [
     "PutMessageResult",
     "PutMessageStatus",
     "QueryMessageResult",
+    "ReplicaDataError",
+    "ReplicaOffsetError",
     "StoreClosedError",
     "StoreConfig",
     "StoreError",

@@ -152,6 +152,14 @@ class Dispatcher:
             req = req._replace(tags_code=self._delivery_time(req))
         self.dispatch(req, notify=False)
 
+    def replicated(self, req: DispatchRequest) -> None:
+        """Dispatch a record a master sent (`MessageStore.append_replica`): as `recovered`
+        (the schedule-topic tags code is the delivery time, computed as the master's recovery
+        would), and the listeners are told, so long polls and delay timers wake on a slave."""
+        if req.topic == SCHEDULE_TOPIC:
+            req = req._replace(tags_code=self._delivery_time(req))
+        self.dispatch(req)
+
     def _delivery_time(self, req: DispatchRequest) -> int:
         props = req.properties or {}
         try:

@@ -500,6 +500,18 @@ class MappedFile:
             self.drain()
         return self._mm[pos : pos + size]
 
+    @property
+    def written_position(self) -> int:
+        """Bytes from 0 that are in the file (the page cache): the write position less the
+        bytes still staged (`stage`)."""
+        return self._staged_at if self._staged is not None else self.wrote_position
+
+    def read_written(self, pos: int, size: int) -> bytes:
+        """A copy of `size` bytes at relative `pos`, all below `written_position`, from the
+        map. Unlike `read` it never drains: staged bytes stay staged (their run writes
+        them)."""
+        return self._mm[pos : pos + size]
+
     def read_int32(self, pos: int) -> int:
         """Big-endian int32 at relative `pos`."""
         if self._staged is not None:

@@ -149,6 +149,13 @@ class MappedFileQueue:
             self.flushed_where = start
         return mf
 
+    @property
+    def prepared_offset(self) -> int | None:
+        """Start offset of the file created ahead of time (`prepare_next`, `prepare`), if
+        any."""
+        mf = self._prepared
+        return None if mf is None else mf.file_from_offset
+
     def _take_prepared(self, start: int) -> MappedFile | None:
         with self._prep_lock:
             mf, self._prepared = self._prepared, None
@@ -204,7 +211,8 @@ class MappedFileQueue:
     def prepare(self, start: int) -> None:
         """Have the file at `start` created and waiting (as `prepare_next` does in a worker
         thread), unless it is already. On the caller's thread: the event loop calls it only
-        when a roll is due and the worker thread has not prepared the file.
+        when a roll is due and the worker thread has not prepared the file; replica appends
+        (`MessageStore.append_replica`) call it in a worker thread.
 
         Raises:
             OSError: the file cannot be created (ENOSPC: no space to reserve it).

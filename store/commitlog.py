@@ -470,6 +470,26 @@ class CommitLog:
             return None
         return mf.read(rel, size)
 
+    def read_written(self, phy_offset: int, max_bytes: int) -> bytes | None:
+        """The bytes from `phy_offset` to the end of what its file holds, at most
+        `max_bytes`: staged bytes are left out, and not drained (see
+        `MappedFile.written_position`). None when there are none (at or past the max offset,
+        or below the min offset)."""
+        mf = self.mfq.find(phy_offset)
+        if mf is None:
+            return None
+        rel = phy_offset - mf.file_from_offset
+        end = min(mf.written_position, rel + max_bytes)
+        if end <= rel:
+            return None
+        return mf.read_written(rel, end - rel)
+
+    @property
+    def empty(self) -> bool:
+        """No byte was ever written (no file, or one empty file)."""
+        files = self.mfq.files
+        return not files or (len(files) == 1 and files[0].wrote_position == 0)
+
     def record_size_at(self, phy_offset: int) -> int | None:
         """TOTALSIZE of the message record at `phy_offset`, or None if there is none."""
         mf = self.mfq.find(phy_offset)

@@ -55,11 +55,18 @@ from store._recovery import (
     recover_commitlog,
     save_damaged_region,
 )
+from store._replica import ReplicaCursor, ReplicaScan, scan_replica
 from store.checkpoint import StoreCheckpoint
 from store.commitlog import CommitLog, is_not_queued
 from store.config import StoreConfig
 from store.consume_queue import CQ_UNIT_SIZE, GAP_UNIT_SIZE, ConsumeQueue
-from store.errors import StoreClosedError, StoreLockedError, StorePathError
+from store.errors import (
+    ReplicaDataError,
+    ReplicaOffsetError,
+    StoreClosedError,
+    StoreLockedError,
+    StorePathError,
+)
 from store.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexService
 from store.paths import (
     abort_path,
@@ -118,6 +125,19 @@ def _populate_first_pages(paths: Iterable[Path]) -> None:
 def _destroy_all(files: Iterable[MappedFile]) -> None:
     for mf in files:
         mf.destroy()
+
+
+def _unlink_all(files: Iterable[MappedFile], directory: Path) -> None:
+    """Remove the files' names and make that durable (blocking); the maps stay."""
+    for mf in files:
+        mf.path.unlink(missing_ok=True)
+    _fsync_path(directory)
+
+
+def _queues_room(todo: Iterable[tuple[ConsumeQueue, int, int]]) -> None:
+    """`ConsumeQueue.room_for(queue_offset, count)` of each (blocking: files are created)."""
+    for cq, queue_offset, count in todo:
+        cq.room_for(queue_offset, count)
 
 
 def _reindexing(
@@ -277,6 +297,12 @@ class MessageStore:
         self._index_flushed_at = float("-inf")
         self._trash_seq = 0
         self._stats = _Stats()
+        # Replica appends (`append_replica`): one at a time; where their dispatch stands.
+        self._replica_lock = trio.Lock()
+        self._replica = ReplicaCursor()
+        # Empty commitlog files an empty slave gave up for the master's start offset: already
+        # unlinked, unmapped at close (see `_replica_start_at`).
+        self._replica_discarded: list[MappedFile] = []
 
     # ================================================================== lifecycle
     async def __aenter__(self) -> MessageStore:
@@ -341,6 +367,7 @@ class MessageStore:
         self._running = True
         self._closing = False
         self._write_failed = None
+        self._replica = ReplicaCursor()  # recovery ended the commitlog at a record boundary
 
     def _take_lock(self) -> None:
         fd = os.open(lock_path(self.root), os.O_RDWR | os.O_CREAT, 0o644)
@@ -418,7 +445,7 @@ class MessageStore:
                 checkpoint_min_timestamp=scan_from_ts,
                 full=full,
                 check_crc=cfg.check_crc_on_recover,
-                max_size=cfg.max_message_size + 64 * 1024,
+                max_size=self._max_record_size,
                 dispatch=dispatch,
             )
         finally:
@@ -469,7 +496,7 @@ class MessageStore:
                     start,
                     end,
                     check_crc=False,  # recovery checked what it scanned; damage is skipped
-                    max_size=cfg.max_message_size + 64 * 1024,
+                    max_size=self._max_record_size,
                 )
                 rebuild.write_marker()
                 index.rebuild_below = end
@@ -647,6 +674,9 @@ class MessageStore:
         if index is not None:
             index.close()
         self.commitlog.mfq.close_all()
+        discarded, self._replica_discarded = self._replica_discarded, []
+        for mf in discarded:
+            mf.close()
         for cq in self.dispatcher.consume_queues.values():
             cq.mfq.close_all()
         if clean:
@@ -1052,6 +1082,268 @@ class MessageStore:
         res.message_count = len(buffers)
         res.buffer_total_size = total
         return res
+
+    # ================================================================== replication
+    def read_commitlog(self, phy_offset: int, max_bytes: int) -> bytes | None:
+        """A copy of the commitlog bytes from `phy_offset` on, what a master streams to its
+        slaves (RocketMQ's getCommitLogData): up to the write position of the file holding
+        it, never past that file's end (the next file's bytes come with the next call), at
+        most `max_bytes`. The BLANK filler padding a file's end is included, its header and
+        the zeros after it. None when `phy_offset` is at or past the max offset, or below
+        the min offset (deleted).
+
+        Only bytes written to the file are returned: bytes a run of sends staged
+        (`begin_staging`) come with a later call, once the run has written them; nothing is
+        drained. A copy from the page cache on the event loop: keep `max_bytes` small (the
+        HA stream sends at most 32 KiB at a time); a page no longer cached is read from disk.
+
+        Raises:
+            StoreClosedError: The store is not open.
+            ValueError: `max_bytes` is not positive.
+        """
+        self._require_open()
+        if max_bytes <= 0:
+            raise ValueError(f"max_bytes must be positive, not {max_bytes}")
+        return self.commitlog.read_written(phy_offset, max_bytes)
+
+    async def append_replica(self, phy_offset: int, data: bytes) -> None:
+        """Append commitlog bytes a master sent (its `read_commitlog`) at the same offset,
+        and dispatch every record they complete: consume queues, index and arrival listeners
+        (long polls and delay timers wake on a slave as on a master).
+
+        `phy_offset` must be the store's max phy offset. An empty store (nothing ever
+        written) takes instead any start of a commitlog file (a multiple of the file size),
+        and its first file is named by it: a new slave starts from the start of the
+        master's last file. `data` must lie within one commitlog file and may end inside a
+        record: that record is dispatched by the call that brings its last byte. Bytes at a
+        file's first byte go into a new file named by their offset. Everything is checked
+        (recovery's checks, `store._replica`) and every file needed is created before
+        anything is written, so a refused call changes nothing.
+
+        The bytes are made durable as puts are (the flush service; the checkpoint gets the
+        records' store timestamps). A store reopened after a stop (clean or not) recovers
+        to the end of the last complete record: bytes of a record whose end had not come are
+        cut, and the master sends them again from the max phy offset.
+
+        A store taking replica appends must take no puts (a broker refuses sends on a
+        slave): a put between two appends that leave a record incomplete would be written
+        into the middle of it. Mixing them is not supported.
+
+        Raises:
+            ReplicaOffsetError: `phy_offset` is not where the bytes must start.
+            ReplicaDataError: `data` runs past its file's end, or holds bytes that are no
+                record (garbage, a bad CRC, a record claiming another offset, or one larger
+                than ``max_message_size`` + 64 KiB, the limit recovery applies).
+            StoreClosedError: The store is not open, or closing.
+            OSError: A file could not be created (ENOSPC, ...) or the bytes not written:
+                nothing was written. Or a consume-queue or index write failed after the
+                commitlog write: the bytes are kept (the max phy offset moved) and the
+                records not dispatched are dispatched by the next call.
+        """
+        self._require_writable()
+        async with self._replica_lock:
+            self._require_writable()
+            cl = self.commitlog
+            size = cl.file_size
+            empty = cl.empty
+            if empty:
+                if phy_offset < 0 or phy_offset % size:
+                    raise ReplicaOffsetError(
+                        phy_offset,
+                        cl.max_offset,
+                        f"an empty store starts at a file start (a multiple of {size})",
+                    )
+            elif phy_offset != cl.max_offset:
+                raise ReplicaOffsetError(phy_offset, cl.max_offset)
+            if not data:
+                return
+            file_from = phy_offset - phy_offset % size
+            if phy_offset + len(data) > file_from + size:
+                raise ReplicaDataError(
+                    f"{len(data)} replica bytes at commitlog offset {phy_offset} run past the "
+                    f"end of their file at {file_from + size}"
+                )
+            cur = self._replica
+            if empty or cur.end != phy_offset:
+                cur.reset(phy_offset)
+            scan = self._scan_replica(phy_offset, data)
+            await self._replica_room(phy_offset, empty, scan.records)
+            mf = cl.mfq.file_for_append(phy_offset)
+            assert mf.end_offset == phy_offset, (mf, phy_offset)
+            try:
+                # Through pwrite, as the single records of puts (see `CommitLog`).
+                mf.pwrite_append(data)
+            except OSError as exc:  # nothing moved
+                if is_out_of_space(exc):
+                    self._out_of_space(exc, size, "commitlog")
+                else:
+                    log.exception("replica_write_failed", phy_offset=phy_offset)
+                raise
+            cur.end = cl.max_offset
+            self._dispatch_replica(scan)
+
+    @property
+    def _max_record_size(self) -> int:
+        """The largest record recovery keeps (and so a slave takes)."""
+        return self.config.max_message_size + 64 * 1024
+
+    def _require_writable(self) -> None:
+        if not self._running or self._closing:
+            raise StoreClosedError("the store is not open, or closing")
+
+    def _scan_replica(self, phy_offset: int, data: bytes) -> ReplicaScan:
+        """The records that `data`, at the max offset `phy_offset`, completes with the bytes
+        the cursor left pending (`store._replica`). Reads nothing while the pending record
+        still lacks bytes.
+
+        Raises:
+            ReplicaDataError: see `scan_replica`.
+        """
+        cur = self._replica
+        cl = self.commitlog
+        size = cl.file_size
+        max_size = self._max_record_size
+        file_from = phy_offset - phy_offset % size
+        pos = cur.pos
+        done: list[DispatchRequest] = []
+        if pos < file_from:
+            # A dispatch failed (OSError) after the bytes up to the previous file's end were
+            # written: the records left in that file first.
+            prev = pos - pos % size
+            tail = cl.read(pos, file_from - pos)
+            if prev + size != file_from or tail is None:
+                raise RuntimeError(f"replica cursor at {pos} lost behind {file_from}")
+            prev_scan = scan_replica(tail, pos, prev, size, max_size=max_size)
+            if prev_scan.next_pos != file_from:
+                raise ReplicaDataError(
+                    f"the commitlog file at {prev} ends at {prev_scan.next_pos} without "
+                    "its BLANK filler"
+                )
+            done = prev_scan.records
+            pos = file_from
+        elif cur.need and phy_offset - pos + len(data) < cur.need:
+            return ReplicaScan(pos, cur.need)
+        buf = data
+        if phy_offset > pos:
+            head = cl.read(pos, phy_offset - pos)
+            if head is None:
+                raise RuntimeError(f"replica bytes from {pos} to {phy_offset} unreadable")
+            buf = head + data
+        scan = scan_replica(buf, pos, file_from, size, max_size=max_size)
+        if done:
+            scan.records[:0] = done
+        return scan
+
+    async def _replica_room(
+        self, phy_offset: int, empty: bool, records: list[DispatchRequest]
+    ) -> None:
+        """Create, in worker threads, the files a replica append needs before anything is
+        written (a full disk refuses it whole, as `_make_room` does puts): the commitlog
+        file named by `phy_offset` when the bytes start one, and the next file of each
+        consume queue whose last one cannot take the units of `records`. Creating a file
+        (fallocate, mmap) blocks on the filesystem: never on the event loop, as the flush
+        service creates the next files of puts ahead of time.
+
+        Raises:
+            OSError: a file cannot be created (ENOSPC is told to the disk monitor).
+            StoreClosedError: the store closed meanwhile.
+        """
+        mfq = self.commitlog.mfq
+        awaited = False
+        if empty:
+            there = mfq.files[0].file_from_offset if mfq.files else mfq.prepared_offset
+            if there is not None and there != phy_offset:
+                await self._replica_start_at(phy_offset)
+                awaited = True
+        last = mfq.last_file
+        if (last is None or last.is_full) and mfq.prepared_offset != phy_offset:
+            try:
+                await trio.to_thread.run_sync(mfq.prepare, phy_offset)
+            except OSError as exc:
+                self._out_of_space(exc, mfq.file_size, "commitlog")
+                raise
+            awaited = True
+        todo = self._replica_queues_short(records)
+        if todo:
+            try:
+                await trio.to_thread.run_sync(_queues_room, todo)
+            except OSError as exc:
+                self._out_of_space(exc, self.config.mapped_file_size_consume_queue, "consume queue")
+                raise
+            awaited = True
+        if awaited:
+            self._require_writable()
+
+    def _replica_queues_short(
+        self, records: list[DispatchRequest]
+    ) -> list[tuple[ConsumeQueue, int, int]]:
+        """The consume queues whose last file cannot take the units of `records` (no system
+        call), each with its first queue offset and unit count."""
+        counts: dict[tuple[str, int], list[int]] = {}
+        for req in records:
+            if is_not_queued(req.sys_flag):
+                continue
+            key = (req.topic, req.queue_id)
+            seen = counts.get(key)
+            if seen is None:
+                counts[key] = [req.queue_offset, 1]
+            else:
+                seen[1] += 1
+        short: list[tuple[ConsumeQueue, int, int]] = []
+        cqs = self.dispatcher.consume_queues
+        for (topic, queue_id), (first, count) in counts.items():
+            cq = cqs.get((topic, queue_id))
+            if cq is None:
+                cq = self.dispatcher.get_cq(topic, queue_id)
+            else:
+                files = cq.mfq.files
+                if files and files[-1].remaining >= count * CQ_UNIT_SIZE:
+                    continue
+            short.append((cq, first, count))
+        return short
+
+    async def _replica_start_at(self, start: int) -> None:
+        """The first bytes of an empty store start at `start`, not where its empty first file
+        (or the file prepared at open) is: give those files up, so that the files on disk
+        follow one another from `start` (a file left at 0 would stop the next load at the
+        gap before `start`). Their names are removed, durably, in a worker thread before
+        anything is written; they stay mapped until close, since the flush service's worker
+        threads may be using the last file (reserving blocks ahead) without a lock."""
+        mfq = self.commitlog.mfq
+        async with self.flush_service.commitlog_lock:  # no flush round over them in flight
+            gone = mfq.detach_all()
+        self._replica_discarded.extend(gone)
+        log.info("replica_first_file", offset=start, given_up=[mf.path.name for mf in gone])
+        await trio.to_thread.run_sync(_unlink_all, gone, mfq.directory)
+
+    def _dispatch_replica(self, scan: ReplicaScan) -> None:
+        """Dispatch the records an append completed and move the cursor past them."""
+        cur = self._replica
+        cl = self.commitlog
+        table = cl.topic_queue_table
+        replicated = self.dispatcher.replicated
+        for req in scan.records:
+            try:
+                replicated(req)
+            except OSError:
+                # The bytes are written: the next append dispatches again from this record
+                # (consume queues and index skip what they hold already).
+                cur.need = 0
+                log.exception(
+                    "replica_dispatch_failed",
+                    phy_offset=req.commit_log_offset,
+                    topic=req.topic,
+                    queue_id=req.queue_id,
+                )
+                raise
+            cur.pos = req.commit_log_offset + req.size
+            cl.last_store_timestamp = req.store_timestamp
+            if not is_not_queued(req.sys_flag):
+                key = (req.topic, req.queue_id)
+                if table.get(key, 0) <= req.queue_offset:
+                    table[key] = req.queue_offset + 1
+        cur.pos = scan.next_pos
+        cur.need = scan.need
 
     # ================================================================== lookups
     def read_record(self, phy_offset: int, size: int | None = None) -> bytes | None:
