@@ -92,6 +92,8 @@ class BrokerConfig(BaseModel):
     (answered SLAVE_NOT_AVAILABLE)."""
     slave_timeout_ms: int = Field(default=3000, ge=1)
     """How long a SYNC_MASTER send waits for a slave before FLUSH_SLAVE_TIMEOUT."""
+    slave_sync_interval_ms: int = Field(default=10_000, ge=1)
+    """How often a slave copies its master's topics, groups and offsets."""
 
     # -- storage -------------------------------------------------------------------------
     store_dir: str = "~/store"

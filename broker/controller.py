@@ -27,6 +27,7 @@ from broker._persist import write_atomically
 from broker.commit import CommitBatcher
 from broker.config import BrokerConfig, parse_host_port
 from broker.consumer_manager import ConsumerManager
+from broker.ha import HAMaster, HASlave
 from broker.long_polling import LongPollingService
 from broker.offset_manager import OffsetManager
 from broker.processors.admin import AdminProcessor
@@ -41,6 +42,7 @@ from broker.producer_manager import ProducerManager
 from broker.queue_locks import QueueLockManager
 from broker.registration import RegistrationService
 from broker.schedule import ScheduleService
+from broker.slave_sync import SlaveSynchronize
 from broker.subscription_manager import SubscriptionManager
 from broker.topic_manager import TopicManager
 from broker.transaction import TransactionService
@@ -150,6 +152,8 @@ class BrokerController:
             topics=lambda: (self.topics.table(), self.topics.data_version),
             period_ms=config.register_name_server_period_ms,
             timeout_ms=config.register_timeout_ms,
+            ha_addr=lambda: self.ha_addr,
+            on_master=self._on_master,
         )
         self.schedule = ScheduleService(
             store_dir,
@@ -173,6 +177,12 @@ class BrokerController:
         self.admin = AdminProcessor(self)
         self.query = QueryProcessor(self)
         self._store: MessageStore | None = None
+        # Replication (`broker.ha`): a master serves its slaves, a slave follows its master.
+        self.ha_master: HAMaster | None = None
+        self.ha_slave: HASlave | None = None
+        self.ha_addr = ""
+        self.master_addr: str | None = None
+        self.slave_sync = SlaveSynchronize(self, config.slave_sync_interval_ms / 1000)
         self._commits: CommitBatcher | None = None
         self._nursery: trio.Nursery | None = None
         self._stop = trio.Event()
@@ -367,6 +377,37 @@ class BrokerController:
     def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         self.long_polling.notify(topic, queue_id, max_offset)
 
+    async def _start_ha_master(self, nursery: trio.Nursery, host: str, port: int) -> int:
+        """Listen for slaves: on `ha_listen_port`, else on the listen port + 1, or, when that
+        one is taken, on any free port (slaves learn the address from the NameServer)."""
+        assert self.ha_master is not None
+        cfg = self.config
+        try:
+            return int(await nursery.start(self.ha_master.run, host, cfg.ha_port(port)))
+        except OSError as exc:
+            if cfg.ha_listen_port:
+                raise
+            log.warning("ha_port_taken", port=port + 1, error=str(exc))
+            return int(await nursery.start(self.ha_master.run, host, 0))
+
+    def _on_master(self, ha_addr: str | None, master_addr: str | None) -> None:
+        """The NameServer's answer to a registration: a slave follows the master it names
+        (unless `ha_master_address` fixes it)."""
+        slave = self.ha_slave
+        if slave is None:
+            return
+        if self.config.ha_master_address:
+            if master_addr != self.master_addr:
+                self.master_addr = master_addr
+                self.slave_sync.trigger()
+            return
+        if ha_addr != slave.master_addr:
+            log.info("ha_master_changed", ha_addr=ha_addr, master_addr=master_addr)
+            slave.set_master(ha_addr)
+        if master_addr != self.master_addr:
+            self.master_addr = master_addr
+            self.slave_sync.trigger()
+
     def _on_disconnect(self, conn: Connection) -> None:
         changed = self.consumers.remove_channel(conn)
         self.producers.remove_channel(conn)
@@ -395,8 +436,26 @@ class BrokerController:
         ) as store:
             self._store = store
             # The inline processors of one received chunk append as one run (`broker.commit`).
+            if cfg.is_slave:
+                self.ha_slave = HASlave(
+                    store,
+                    cfg.ha_master_address,
+                    heartbeat_interval_s=cfg.ha_send_heartbeat_interval_ms / 1000,
+                    housekeeping_interval_s=cfg.ha_housekeeping_interval_ms / 1000,
+                )
+            else:
+                ha_master = self.ha_master = HAMaster(
+                    store,
+                    transfer_batch_size=cfg.ha_transfer_batch_size,
+                    heartbeat_interval_s=cfg.ha_send_heartbeat_interval_ms / 1000,
+                    housekeeping_interval_s=cfg.ha_housekeeping_interval_ms / 1000,
+                    max_gap_not_in_sync=cfg.ha_max_gap_not_in_sync,
+                )
+                # Told once records are written (a run's after its write): wake the senders.
+                store.add_arrival_listener(lambda _t, _q, _m: ha_master.notify_append())
             commits = self._commits = CommitBatcher(
                 store,
+                replication=self.ha_master if cfg.broker_role == "SYNC_MASTER" else None,
                 slave_timeout_s=cfg.slave_timeout_ms / 1000,
                 read_only="messages are put to the slave" if cfg.is_slave else None,
             )
@@ -410,6 +469,13 @@ class BrokerController:
                     async with trio.open_nursery() as nursery:
                         self._nursery = nursery
                         port = await nursery.start(partial(self.server.run, on_bound=self._bound))
+                        host = cfg.listen_host_port[0]
+                        if self.ha_master is not None:
+                            ha_port = await self._start_ha_master(nursery, host, port)
+                            self.ha_addr = f"{parse_host_port(self.addr)[0]}:{ha_port}"
+                        if self.ha_slave is not None:
+                            nursery.start_soon(self.ha_slave.run)
+                            nursery.start_soon(self.slave_sync.run)
                         if self.topics.dirty:
                             await self.persist_topics()
                         registered = await self.registration.register_all()

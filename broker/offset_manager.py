@@ -55,6 +55,13 @@ class OffsetManager:
         """Write the table now (blocking: from async code, write `snapshot()` in a thread)."""
         write_atomically(self.path, self.snapshot())
 
+    def take_master(self, table: dict[str, dict[int, int]]) -> None:
+        """A slave takes its master's offsets: the master's queues of a key replace the
+        slave's (RocketMQ's `putAll`); keys only the slave has stay."""
+        for key, queues in table.items():
+            self._table[key] = dict(queues)
+        self.dirty = True
+
     # -- operations -------------------------------------------------------------------------
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         queues = self._table.setdefault(self.key(topic, group), {})

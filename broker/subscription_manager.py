@@ -75,6 +75,23 @@ class SubscriptionManager:
         """Write the table now (blocking: from async code, write `snapshot()` in a thread)."""
         write_atomically(self.path, self.snapshot())
 
+    def take_master(self, wrapper: SubscriptionGroupWrapper) -> bool:
+        """A slave takes its master's groups when the master's data version differs; True
+        when it did."""
+        dv = wrapper.data_version
+        version = DataVersion(
+            timestamp=dv.get("timestamp", 0),
+            counter=dv.get("counter", 0),
+            state_version=dv.get("stateVersion", 0),
+        )
+        if version == self.data_version:
+            return False
+        self._table = dict(wrapper.subscription_group_table)
+        self._forbidden = dict(wrapper.forbidden_table)
+        self.data_version = version
+        self.dirty = True
+        return True
+
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         return self._table.get(group)
 

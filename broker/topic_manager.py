@@ -236,6 +236,18 @@ class TopicManager:
         return dict(self._table)
 
     # -- changes ----------------------------------------------------------------------------
+    def take_master(self, table: dict[str, TopicConfig], version: DataVersion) -> bool:
+        """A slave takes its master's whole table when the master's data version differs;
+        True when it did."""
+        if version == self.data_version:
+            return False
+        self._table = dict(table)
+        for name in self._system:
+            self._table.setdefault(name, TopicConfig(name, 1, 1))
+        self.data_version = version.copy()
+        self.dirty = True
+        return True
+
     def _changed(self) -> None:
         bump(self.data_version)
         self.dirty = True

@@ -11,13 +11,14 @@ from __future__ import annotations
 import inspect
 import itertools
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 import trio
 import trio.lowlevel
 import trio.testing
@@ -38,6 +39,21 @@ from broker.ha import (
 
 FILE = 1024
 FILLER = 0xBB
+
+
+@pytest.fixture(autouse=True)
+def _all_log_levels(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """`capture_logs` sees every level of `broker.ha`'s events, whatever logging set-up an
+    earlier test left (a level filter, a logger cached on first use)."""
+    import broker.ha
+
+    saved = structlog.get_config()
+    structlog.reset_defaults()
+    monkeypatch.setattr(broker.ha, "log", structlog.get_logger())
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)
 
 
 @dataclass

@@ -1,0 +1,128 @@
+"""Master/slave replication between two in-process brokers on 127.0.0.1: a SYNC_MASTER answers
+SLAVE_NOT_AVAILABLE until a slave is in sync, then SEND_OK once the slave has the bytes; the
+slave, which learns its master from the NameServer, ends with byte-identical commitlog files
+and serves pulls of what the master acknowledged; a master that loses its slave stops
+acknowledging as SEND_OK."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from broker.config import BrokerConfig
+from broker.controller import BrokerController
+from common.message import decode_records
+from namesrv.config import NamesrvConfig
+from namesrv.server import NameServer
+from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from remoting.protocol.headers import UpdateConsumerOffsetRequestHeader
+from tests.helpers import free_port, wait_until
+from tests.integration.test_broker_process import pull_request, send_request
+
+pytestmark = [pytest.mark.usefixtures("staging_guard"), pytest.mark.slow]
+
+
+def _config(tmp_path: Path, name: str, namesrv: str, **kw: object) -> BrokerConfig:
+    return BrokerConfig.model_validate(
+        {
+            "listen": f"127.0.0.1:{free_port()}",
+            "ha_listen_port": free_port(),
+            "store_dir": str(tmp_path / name),
+            "namesrv_addr": namesrv,
+            "mapped_file_size_commitlog": 64 * 1024,
+            "mapped_file_size_consume_queue": 20_000,
+            "register_name_server_period_ms": 300,
+            "slave_timeout_ms": 2000,
+            "slave_sync_interval_ms": 200,
+            **kw,
+        }
+    )
+
+
+def _commitlog(root: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((root / "commitlog").iterdir())}
+
+
+async def test_a_sync_master_acknowledges_what_its_slave_has(tmp_path: Path) -> None:
+    async with NameServer(NamesrvConfig(listen="127.0.0.1:0")) as ns:
+        namesrv = ns.address
+        master_cfg = _config(tmp_path, "master", namesrv, broker_role="SYNC_MASTER")
+        async with BrokerController(master_cfg) as master, RemotingClient() as client:
+            addr = f"127.0.0.1:{master.port}"
+            # No slave yet: stored, answered SLAVE_NOT_AVAILABLE (the header is filled).
+            first = await client.invoke(addr, send_request("RepT", b"before the slave"))
+            assert first.code == ResponseCode.SLAVE_NOT_AVAILABLE
+            assert first.ext_fields is not None
+            assert first.ext_fields["msgId"]
+            slave_cfg = _config(tmp_path, "slave", namesrv, broker_role="SLAVE", broker_id=1)
+            async with BrokerController(slave_cfg) as slave:
+                assert slave.ha_slave is not None
+                assert master.ha_master is not None
+                ha = master.ha_master
+                # Learned from the NameServer's register answer, then in sync.
+                await wait_until(lambda: ha.slave_count == 1)
+                await wait_until(lambda: slave.store.max_phy_offset == master.store.max_phy_offset)
+                answers = []
+                for i in range(200):  # several 64 KiB commitlog files
+                    body = b"m%03d-" % i + b"x" * 700
+                    answers.append(await client.invoke(addr, send_request("RepT", body)))
+                assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 200
+                # Acknowledged means the slave reported it: it holds every byte.
+                assert ha.acked_offset >= master.store.max_phy_offset
+                assert slave.store.max_phy_offset >= master.store.max_phy_offset
+                await wait_until(lambda: slave.store.max_phy_offset == master.store.max_phy_offset)
+                assert _commitlog(master_cfg.store_path) == _commitlog(slave_cfg.store_path)
+                # The slave serves the acknowledged messages (once it copied the topic).
+                await wait_until(lambda: slave.topics.get("RepT") is not None)
+                saddr = f"127.0.0.1:{slave.port}"
+                got: list[bytes] = []
+                offset = 0
+                while len(got) < 201:
+                    resp = await client.invoke(saddr, pull_request("RepT", offset, max_msgs=64))
+                    assert resp.code == ResponseCode.SUCCESS, resp.remark
+                    records = decode_records(resp.body_bytes())
+                    got.extend(r.body for r in records if r.body is not None)
+                    offset += len(records)
+                assert got[0] == b"before the slave"
+                assert got[1:] == [b"m%03d-" % i + b"x" * 700 for i in range(200)]
+                # The master's consumer offsets and groups reach the slave too.
+                upd = UpdateConsumerOffsetRequestHeader(
+                    consumer_group="CG", topic="RepT", queue_id=0, commit_offset=150
+                )
+                cmd = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, upd.to_fields())
+                assert (await client.invoke(addr, cmd)).code == ResponseCode.SUCCESS
+                await wait_until(lambda: slave.offsets.query("CG", "RepT", 0) == 150)
+                await wait_until(
+                    lambda: set(slave.subscriptions.groups()) == set(master.subscriptions.groups())
+                )
+                # Sends to the slave are refused.
+                refused = await client.invoke(saddr, send_request("RepT", b"to the slave"))
+                assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+            # The slave is gone: stored but not acknowledged as SEND_OK.
+            await wait_until(lambda: ha.slave_count == 0)
+            with trio.fail_after(10):
+                after = await client.invoke(addr, send_request("RepT", b"after the slave"))
+            assert after.code == ResponseCode.SLAVE_NOT_AVAILABLE
+
+
+async def test_an_async_master_answers_at_once_and_its_slave_follows(tmp_path: Path) -> None:
+    async with NameServer(NamesrvConfig(listen="127.0.0.1:0")) as ns:
+        master_cfg = _config(tmp_path, "master", ns.address)
+        slave_cfg = _config(
+            tmp_path,
+            "slave",
+            ns.address,
+            broker_role="SLAVE",
+            broker_id=1,
+            ha_master_address=f"127.0.0.1:{master_cfg.ha_listen_port}",
+        )
+        async with BrokerController(master_cfg) as master, RemotingClient() as client:
+            addr = f"127.0.0.1:{master.port}"
+            for i in range(50):
+                resp = await client.invoke(addr, send_request("AsyncT", b"a%d" % i))
+                assert resp.code == ResponseCode.SUCCESS
+            async with BrokerController(slave_cfg) as slave:  # starts empty, catches up
+                await wait_until(lambda: slave.store.max_phy_offset == master.store.max_phy_offset)
+                assert _commitlog(master_cfg.store_path) == _commitlog(slave_cfg.store_path)
