@@ -523,18 +523,8 @@ class HAMaster:
     async def _read_reports(self, stream: trio.SocketStream, conn: _SlaveConn, end: _End) -> None:
         reader = ReportReader()
         while True:
-            data: bytes | None = None
-            try:
-                with trio.move_on_after(self.housekeeping_interval_s):
-                    data = await stream.receive_some(_REPORT_READ_CHUNK)
-            except _IO_ERRORS as exc:
-                end(f"read error: {exc!r}")
-                return
+            data = await _receive(stream, _REPORT_READ_CHUNK, self.housekeeping_interval_s, end)
             if data is None:
-                end("housekeeping timeout")
-                return
-            if not data:
-                end("eof")
                 return
             report = reader.feed(data)
             if report is None:
@@ -748,18 +738,8 @@ class HASlave:
         reader = FrameReader(self.max_frame_body)
         store = self.store
         while True:
-            data: bytes | None = None
-            try:
-                with trio.move_on_after(self.housekeeping_interval_s):
-                    data = await stream.receive_some(_FRAME_READ_CHUNK)
-            except _IO_ERRORS as exc:
-                end(f"read error: {exc!r}")
-                return
+            data = await _receive(stream, _FRAME_READ_CHUNK, self.housekeeping_interval_s, end)
             if data is None:
-                end("housekeeping timeout")
-                return
-            if not data:
-                end("eof")
                 return
             try:
                 frames = reader.feed(data)
@@ -787,3 +767,24 @@ class HASlave:
                     return
             if store.max_phy_offset != before and self._report_wake is not None:
                 self._report_wake.set()
+
+
+async def _receive(
+    stream: trio.SocketStream, size: int, timeout_s: float, end: _End
+) -> bytes | None:
+    """The next bytes from the peer, or None after `end(reason)`: a read error, the peer's
+    close, or nothing within `timeout_s` (the housekeeping interval)."""
+    data: bytes | None = None
+    try:
+        with trio.move_on_after(timeout_s):
+            data = await stream.receive_some(size)
+    except _IO_ERRORS as exc:
+        end(f"read error: {exc!r}")
+        return None
+    if data is None:
+        end("housekeeping timeout")
+        return None
+    if not data:
+        end("eof")
+        return None
+    return data
