@@ -41,7 +41,7 @@ def native_threads() -> int:
         try:
             with open(f"/proc/self/task/{task}/comm") as fh:
                 count += fh.read().strip() == "trimq-fsync"
-        except FileNotFoundError:  # the thread ended meanwhile
+        except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
             pass
     return count
 
