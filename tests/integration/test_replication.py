@@ -21,7 +21,7 @@ from remoting.protocol.headers import UpdateConsumerOffsetRequestHeader
 from tests.helpers import free_port, wait_until
 from tests.integration.test_broker_process import pull_request, send_request
 
-pytestmark = [pytest.mark.usefixtures("staging_guard"), pytest.mark.slow]
+pytestmark = pytest.mark.usefixtures("staging_guard")
 
 
 def _config(tmp_path: Path, name: str, namesrv: str, **kw: object) -> BrokerConfig:
