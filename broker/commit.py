@@ -212,13 +212,14 @@ class CommitBatcher:
         self._store.end_staging()
         if not waiting:
             return
-        settled = [w for w in waiting if w[0].settled]
+        settled: list[tuple[CommitTicket, Responder, Build]] = []
+        unsettled: list[tuple[CommitTicket, Responder, Build]] = []
+        for w in waiting:
+            (settled if w[0].settled else unsettled).append(w)
         if settled:
             _answer(settled, [t.result for t, _, _ in settled])
-            if len(settled) == len(waiting):
-                return
-            waiting = [w for w in waiting if not w[0].settled]
-        self._wait(waiting)
+        if unsettled:
+            self._wait(unsettled)
 
     def append(self, msgs: Sequence[MessageInner]) -> CommitTicket:
         """Append `msgs` (one topic and queue) within the open run.

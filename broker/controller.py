@@ -396,12 +396,7 @@ class BrokerController:
         slave = self.ha_slave
         if slave is None:
             return
-        if self.config.ha_master_address:
-            if master_addr != self.master_addr:
-                self.master_addr = master_addr
-                self.slave_sync.trigger()
-            return
-        if ha_addr != slave.master_addr:
+        if not self.config.ha_master_address and ha_addr != slave.master_addr:
             log.info("ha_master_changed", ha_addr=ha_addr, master_addr=master_addr)
             slave.set_master(ha_addr)
         if master_addr != self.master_addr:

@@ -46,6 +46,7 @@ from typing import Protocol
 import structlog
 import trio
 
+from broker.config import parse_host_port
 from common.deadlines import DeadlineHeap
 
 __all__ = [
@@ -185,14 +186,14 @@ class FrameReader:
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
-    """An address "host:port" (IPv6 hosts in brackets) -> (host, port); ValueError when
-    malformed."""
-    host, sep, port_text = addr.strip().rpartition(":")
+    """An address "host:port" (IPv6 hosts in brackets) -> (host, port): `parse_host_port`
+    without the brackets and port 0; ValueError when malformed."""
+    host, port = parse_host_port(addr, what="HA address")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    if not host or port == 0:
         raise ValueError(f"not a host:port address: {addr!r}")
-    return host, int(port_text)
+    return host, port
 
 
 # -- store interface ----------------------------------------------------------------------

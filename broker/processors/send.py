@@ -225,6 +225,8 @@ class SendProcessor:
 
     def __init__(self, ctrl: BrokerController) -> None:
         self.ctrl = ctrl
+        # The role is fixed for the broker's life: read once, not on every send.
+        self._is_slave = ctrl.config.is_slave
 
     def region_fields(self) -> dict[str, str]:
         """extFields of every send response (Java producers read them without a null check)."""
@@ -540,7 +542,7 @@ class SendProcessor:
         self, conn: Connection, cmd: RemotingCommand, msgs: Sequence[MessageInner], queue_id: int
     ) -> RemotingCommand | None:
         """Append `msgs`: the answer now, or None when the commit ticket answers it later."""
-        if self.ctrl.config.is_slave:
+        if self._is_slave:
             return self._response(cmd, ResponseCode.SERVICE_NOT_AVAILABLE, self._slave_remark())
         ticket = self.ctrl.commits.append(msgs)
         if ticket.settled:
