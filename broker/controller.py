@@ -248,6 +248,7 @@ class BrokerController:
         reg(R.SEARCH_OFFSET_BY_TIMESTAMP, self.admin.search_offset_by_timestamp)
         reg(R.GET_EARLIEST_MSG_STORETIME, self.admin.get_earliest_msg_storetime)
         reg(R.GET_BROKER_RUNTIME_INFO, self.admin.get_broker_runtime_info)
+        reg(R.GET_BROKER_HA_STATUS, self.admin.get_broker_ha_status)
         reg(R.GET_TOPIC_STATS_INFO, self.admin.get_topic_stats_info)
         reg(R.GET_CONSUME_STATS, self.admin.get_consume_stats)
         reg(R.INVOKE_BROKER_TO_RESET_OFFSET, self.admin.invoke_broker_to_reset_offset)

@@ -39,6 +39,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import struct
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Protocol
@@ -48,6 +49,7 @@ import trio
 
 from broker.config import parse_host_port
 from common.deadlines import DeadlineHeap
+from remoting.protocol.bodies import HAClientRuntimeInfo, HAConnectionRuntimeInfo, HARuntimeInfo
 
 __all__ = [
     "DEFAULT_HEARTBEAT_INTERVAL_S",
@@ -375,6 +377,27 @@ class HAMaster:
         """Slave address -> its last acknowledged offset (connected slaves)."""
         return {c.addr: c.ack for c in self._conns if c.ack >= 0}
 
+    def runtime_info(self) -> HARuntimeInfo:
+        """RocketMQ's HA status of a master (GET_BROKER_HA_STATUS)."""
+        max_offset = self.store.max_phy_offset
+        conns = [
+            HAConnectionRuntimeInfo(
+                addr=c.addr,
+                slave_ack_offset=c.ack,
+                diff=max_offset - c.ack,
+                in_sync=max_offset - c.ack < self.max_gap_not_in_sync,
+                transfer_from_where=c.next_offset,
+            )
+            for c in self._conns
+            if c.ack >= 0
+        ]
+        return HARuntimeInfo(
+            master=True,
+            master_commit_log_max_offset=max_offset,
+            in_sync_slave_nums=sum(1 for c in conns if c.in_sync),
+            ha_connection_info=conns,
+        )
+
     def slave_ok(self, next_offset: int) -> bool:
         """A slave is connected and `next_offset` is less than `max_gap_not_in_sync` bytes
         past what slaves acknowledged (else SYNC_MASTER answers SLAVE_NOT_AVAILABLE)."""
@@ -621,6 +644,8 @@ class HASlave:
         self.max_backoff_s = max_backoff_s
         self.max_frame_body = max_frame_body
         self.last_report = -1
+        self.last_read_ms = 0  # wall clock of the last frame received, 0 = never
+        self.last_write_ms = 0  # wall clock of the last report sent
         self._master_addr = master_addr
         self._connected = False
         self._session_scope: trio.CancelScope | None = None
@@ -635,6 +660,19 @@ class HASlave:
     def connected(self) -> bool:
         """A TCP connection to the master is open."""
         return self._connected
+
+    def runtime_info(self) -> HARuntimeInfo:
+        """RocketMQ's HA status of a slave (GET_BROKER_HA_STATUS)."""
+        return HARuntimeInfo(
+            master=False,
+            ha_client_runtime_info=HAClientRuntimeInfo(
+                master_addr=self._master_addr,
+                max_offset=self.store.max_phy_offset,
+                last_read_timestamp=self.last_read_ms,
+                last_write_timestamp=self.last_write_ms,
+                activated=self._connected,
+            ),
+        )
 
     def set_master(self, addr: str | None) -> None:
         """Follow `addr` from now on (None: no master). A change closes the current
@@ -724,6 +762,7 @@ class HASlave:
                 offset = self.store.max_phy_offset
                 await _send(stream, encode_report(offset), self.housekeeping_interval_s)
                 self.last_report = offset
+                self.last_write_ms = int(time.time() * 1000)
                 with trio.move_on_after(self.heartbeat_interval_s):
                     await wake.wait()
         except _Stalled:
@@ -748,6 +787,8 @@ class HASlave:
                 log.warning("ha_bad_frame", error=str(exc))
                 end("bad frame")
                 return
+            if frames:
+                self.last_read_ms = int(time.time() * 1000)
             before = store.max_phy_offset
             for offset, body in frames:
                 local = store.max_phy_offset

@@ -506,6 +506,10 @@ class MQClientAPI:
         resp = await self._offset_call(addr, RequestCode.GET_BROKER_RUNTIME_INFO, {})
         return dict(bodies.KVTable.from_json(resp.body_bytes()).table)
 
+    async def get_broker_ha_status(self, addr: str) -> bodies.HARuntimeInfo:
+        resp = await self._offset_call(addr, RequestCode.GET_BROKER_HA_STATUS, {})
+        return bodies.HARuntimeInfo.from_json(resp.body_bytes())
+
     async def get_topic_stats_info(self, addr: str, topic: str) -> bodies.TopicStatsTable:
         resp = await self._offset_call(
             addr,

@@ -83,6 +83,38 @@ class BrokerRow:
     broker_id: int
     addr: str
     runtime: dict[str, str]
+    ha: bodies.HARuntimeInfo | None = None
+
+    @property
+    def role(self) -> str:
+        """The broker's role as it reports it (`brokerRole`), else by id."""
+        role = self.runtime.get("brokerRole")
+        if role:
+            return role
+        return "MASTER" if self.broker_id == 0 else "SLAVE"
+
+    @property
+    def ha_offset(self) -> int | None:
+        """The commitlog max offset this broker reported."""
+        raw = self.runtime.get("commitLogMaxOffset")
+        return int(raw) if raw and raw.lstrip("-").isdigit() else None
+
+
+def replication_lag(rows: list[BrokerRow], row: BrokerRow) -> int | None:
+    """Bytes `row` is behind: a master's slowest connected slave (its HA status), a slave's
+    distance to its master's max offset (both reported at the time of the listing)."""
+    if row.broker_id == 0:
+        if row.ha is None or not row.ha.ha_connection_info:
+            return None
+        return max(c.diff for c in row.ha.ha_connection_info)
+    mine = row.ha_offset
+    for other in rows:
+        if other.broker_name == row.broker_name and other.broker_id == 0:
+            theirs = other.ha_offset
+            if mine is None or theirs is None:
+                return None
+            return max(0, theirs - mine)
+    return None
 
 
 class Admin:
@@ -168,8 +200,18 @@ class Admin:
                     except Exception as exc:
                         log.warning("broker_runtime_failed", addr=addr, error=str(exc))
                         runtime = {}
-                    rows.append(BrokerRow(cluster, name, int(bid), addr, runtime))
+                    ha = None
+                    if runtime:
+                        try:
+                            ha = await self.instance.api.get_broker_ha_status(addr)
+                        except Exception as exc:  # no HA service, or an older broker
+                            log.debug("broker_ha_status_failed", addr=addr, error=str(exc))
+                    rows.append(BrokerRow(cluster, name, int(bid), addr, runtime, ha))
         return rows
+
+    async def ha_status(self, addr: str) -> bodies.HARuntimeInfo:
+        """A broker's replication status (GET_BROKER_HA_STATUS)."""
+        return await self.instance.api.get_broker_ha_status(addr)
 
     async def broker_status(self, addr: str) -> dict[str, str]:
         """A broker's runtime info (GET_BROKER_RUNTIME_INFO)."""

@@ -196,6 +196,8 @@ class AdminProcessor:
             {
                 "brokerVersion": str(BROKER_VERSION),
                 "brokerVersionDesc": BROKER_VERSION_DESC,
+                # trimq's own key (RocketMQ has none): `mqadmin clusterList` shows it.
+                "brokerRole": ctrl.config.broker_role,
                 "bootTimestamp": str(ctrl.boot_timestamp_ms),
                 "runtime": _uptime(ctrl.boot_timestamp_ms),
                 "commitLogMaxOffset": str(store.max_phy_offset),
@@ -219,6 +221,16 @@ class AdminProcessor:
         )
         table.update(await _disk_usage(ctrl.config.store_path))
         return cmd.make_response(ResponseCode.SUCCESS, body=KVTable(table).to_json())
+
+    @guarded()
+    async def get_broker_ha_status(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        ctrl = self.ctrl
+        source = ctrl.ha_master if ctrl.ha_master is not None else ctrl.ha_slave
+        if source is None:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, "this broker runs no HA service")
+        return cmd.make_response(ResponseCode.SUCCESS, body=source.runtime_info().to_json())
 
     @guarded()
     async def get_topic_stats_info(

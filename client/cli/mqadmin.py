@@ -35,10 +35,12 @@ from client import (
     Producer,
     PullConsumer,
 )
+from client.admin import replication_lag
 from client.cli._options import serialize_type_option
 from client.errors import MQClientError
 from remoting.errors import RemoteError, RemotingError
 from remoting.logs import configure_logging
+from remoting.protocol.bodies import HARuntimeInfo
 
 T = TypeVar("T")
 
@@ -362,7 +364,11 @@ def cluster_list(namesrv: str | None, as_json: bool) -> None:
                     "broker_name": r.broker_name,
                     "broker_id": r.broker_id,
                     "addr": r.addr,
+                    "role": r.role,
+                    "ha_offset": r.ha_offset,
+                    "lag_bytes": replication_lag(rows, r),
                     "runtime": r.runtime,
+                    "ha": r.ha.to_dict() if r.ha is not None else None,
                 }
                 for r in rows
             ]
@@ -372,18 +378,68 @@ def cluster_list(namesrv: str | None, as_json: bool) -> None:
     def first(v: str | None) -> str:
         return (v or "-").split(" ")[0]
 
+    def opt(v: int | None) -> str:
+        return "-" if v is None else str(v)
+
     _table(
         None,
-        ["#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version", "#InTPS", "#OutTPS",
-         "#Topics", "#Uptime"],
+        ["#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Role", "#Version", "#InTPS",
+         "#OutTPS", "#HAOffset", "#Lag(bytes)", "#Topics", "#Uptime"],
         [
-            [r.cluster, r.broker_name, r.broker_id, r.addr,
+            [r.cluster, r.broker_name, r.broker_id, r.addr, r.role if r.runtime else "-",
              r.runtime.get("brokerVersionDesc", "-"), first(r.runtime.get("putTps")),
-             first(r.runtime.get("getTransferedTps")), r.runtime.get("topicCount", "-"),
+             first(r.runtime.get("getTransferedTps")), opt(r.ha_offset),
+             opt(replication_lag(rows, r)), r.runtime.get("topicCount", "-"),
              r.runtime.get("runtime", "-")]
             for r in rows
         ],
     )  # fmt: skip
+
+
+@cli.command("haStatus")
+@namesrv_option
+@click.option("-b", "--brokerAddr", "broker", help="Broker address HOST:PORT.")
+@click.option("-c", "--clusterName", "cluster", help="Every broker of this cluster.")
+@json_option
+def ha_status(namesrv: str | None, broker: str | None, cluster: str | None, as_json: bool) -> None:
+    """Replication status: a master's slaves and their offsets, a slave's master."""
+    if not broker and not cluster:
+        raise click.UsageError("give -b BROKER_ADDR or -c CLUSTER")
+
+    async def body(a: Admin) -> dict[str, HARuntimeInfo]:
+        if broker:
+            return {broker: await a.ha_status(broker)}
+        out = {}
+        for r in await a.cluster_list():
+            if r.cluster == cluster and r.ha is not None:
+                out[r.addr] = r.ha
+        if not out:
+            raise MQClientError(f"no broker of cluster {cluster} answered with an HA status")
+        return out
+
+    infos = _with_admin(namesrv, body)
+    if as_json:
+        _emit_json({addr: info.to_dict() for addr, info in infos.items()})
+        return
+    for addr, info in infos.items():
+        if info.master:
+            _table(
+                f"{addr}: master, commitlog max {info.master_commit_log_max_offset}, "
+                f"{info.in_sync_slave_nums} in sync",
+                ["#Slave", "#AckOffset", "#Diff(bytes)", "#InSync", "#TransferFrom"],
+                [
+                    [c.addr, c.slave_ack_offset, c.diff, c.in_sync, c.transfer_from_where]
+                    for c in info.ha_connection_info
+                ],
+            )
+        else:
+            cl = info.ha_client_runtime_info
+            _table(
+                f"{addr}: slave",
+                ["#Master", "#MaxOffset", "#Connected", "#LastRead", "#LastReport"],
+                [[cl.master_addr or "-", cl.max_offset, cl.activated, cl.last_read_timestamp,
+                  cl.last_write_timestamp]],
+            )  # fmt: skip
 
 
 @cli.command("brokerStatus")

@@ -30,6 +30,9 @@ __all__ = [
     "ConsumerConnection",
     "ConsumerData",
     "ConsumerListBody",
+    "HAClientRuntimeInfo",
+    "HAConnectionRuntimeInfo",
+    "HARuntimeInfo",
     "HeartbeatData",
     "KVTable",
     "LockBatchRequestBody",
@@ -468,6 +471,110 @@ class KVTable(_Body):
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Self:
         return cls({str(k): str(v) for k, v in (raw.get("table") or {}).items()})
+
+
+@dataclass(slots=True)
+class HAConnectionRuntimeInfo(_Body):
+    """One slave connection in an HARuntimeInfo (master side)."""
+
+    addr: str = ""
+    slave_ack_offset: int = 0
+    diff: int = 0
+    in_sync: bool = False
+    transferred_byte_in_second: int = 0
+    transfer_from_where: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "addr": self.addr,
+            "diff": self.diff,
+            "inSync": self.in_sync,
+            "slaveAckOffset": self.slave_ack_offset,
+            "transferFromWhere": self.transfer_from_where,
+            "transferredByteInSecond": self.transferred_byte_in_second,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        return cls(
+            str(raw.get("addr") or ""),
+            int(raw.get("slaveAckOffset") or 0),
+            int(raw.get("diff") or 0),
+            _bool(raw.get("inSync")),
+            int(raw.get("transferredByteInSecond") or 0),
+            int(raw.get("transferFromWhere") or 0),
+        )
+
+
+@dataclass(slots=True)
+class HAClientRuntimeInfo(_Body):
+    """A slave's HA client in an HARuntimeInfo."""
+
+    master_addr: str | None = None
+    transferred_byte_in_second: int = 0
+    max_offset: int = 0
+    last_read_timestamp: int = 0
+    last_write_timestamp: int = 0
+    master_flush_offset: int = 0
+    activated: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return _drop_none(
+            {
+                "activated": self.activated,
+                "lastReadTimestamp": self.last_read_timestamp,
+                "lastWriteTimestamp": self.last_write_timestamp,
+                "masterAddr": self.master_addr,
+                "masterFlushOffset": self.master_flush_offset,
+                "maxOffset": self.max_offset,
+                "transferredByteInSecond": self.transferred_byte_in_second,
+            }
+        )
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        addr = raw.get("masterAddr")
+        return cls(
+            str(addr) if addr is not None else None,
+            int(raw.get("transferredByteInSecond") or 0),
+            int(raw.get("maxOffset") or 0),
+            int(raw.get("lastReadTimestamp") or 0),
+            int(raw.get("lastWriteTimestamp") or 0),
+            int(raw.get("masterFlushOffset") or 0),
+            _bool(raw.get("activated")),
+        )
+
+
+@dataclass(slots=True)
+class HARuntimeInfo(_Body):
+    """GET_BROKER_HA_STATUS (907) body: a master's slave connections or a slave's client."""
+
+    master: bool = True
+    master_commit_log_max_offset: int = 0
+    in_sync_slave_nums: int = 0
+    ha_connection_info: list[HAConnectionRuntimeInfo] = field(default_factory=list)
+    ha_client_runtime_info: HAClientRuntimeInfo = field(default_factory=HAClientRuntimeInfo)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "haClientRuntimeInfo": self.ha_client_runtime_info.to_dict(),
+            "haConnectionInfo": [c.to_dict() for c in self.ha_connection_info],
+            "inSyncSlaveNums": self.in_sync_slave_nums,
+            "master": self.master,
+            "masterCommitLogMaxOffset": self.master_commit_log_max_offset,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        conns = raw.get("haConnectionInfo") or []
+        client = raw.get("haClientRuntimeInfo") or {}
+        return cls(
+            _bool(raw.get("master"), True),
+            int(raw.get("masterCommitLogMaxOffset") or 0),
+            int(raw.get("inSyncSlaveNums") or 0),
+            [HAConnectionRuntimeInfo.from_dict(c) for c in conns],
+            HAClientRuntimeInfo.from_dict(client),
+        )
 
 
 @dataclass(slots=True)

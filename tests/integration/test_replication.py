@@ -13,6 +13,8 @@ import trio
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
+from client import Admin, ClientConfig
+from client.admin import replication_lag
 from common.message import decode_records
 from namesrv.config import NamesrvConfig
 from namesrv.server import NameServer
@@ -126,3 +128,24 @@ async def test_an_async_master_answers_at_once_and_its_slave_follows(tmp_path: P
             async with BrokerController(slave_cfg) as slave:  # starts empty, catches up
                 await wait_until(lambda: slave.store.max_phy_offset == master.store.max_phy_offset)
                 assert _commitlog(master_cfg.store_path) == _commitlog(slave_cfg.store_path)
+                # What mqadmin clusterList and haStatus show: roles, offsets, the slave's lag.
+                async with Admin(ClientConfig(namesrv_addr=ns.address)) as admin:
+                    await wait_until(lambda: master.ha_master is not None)
+                    rows = await admin.cluster_list()
+                    by_id = {r.broker_id: r for r in rows}
+                    assert sorted(by_id) == [0, 1]
+                    assert (by_id[0].role, by_id[1].role) == ("ASYNC_MASTER", "SLAVE")
+                    assert by_id[0].ha_offset == by_id[1].ha_offset == master.store.max_phy_offset
+                    assert replication_lag(rows, by_id[1]) == 0
+                    assert replication_lag(rows, by_id[0]) == 0
+                    mstatus = await admin.ha_status(by_id[0].addr)
+                    assert mstatus.master and mstatus.in_sync_slave_nums == 1
+                    [conn] = mstatus.ha_connection_info
+                    assert conn.slave_ack_offset == master.store.max_phy_offset
+                    sstatus = await admin.ha_status(by_id[1].addr)
+                    assert not sstatus.master
+                    assert sstatus.ha_client_runtime_info.activated
+                    assert sstatus.ha_client_runtime_info.master_addr == (
+                        f"127.0.0.1:{master_cfg.ha_listen_port}"
+                    )
+                    assert sstatus.ha_client_runtime_info.max_offset == slave.store.max_phy_offset
