@@ -94,6 +94,12 @@ class BrokerConfig(BaseModel):
     """How long a SYNC_MASTER send waits for a slave before FLUSH_SLAVE_TIMEOUT."""
     slave_sync_interval_ms: int = Field(default=10_000, ge=1)
     """How often a slave copies its master's topics, groups and offsets."""
+    slave_read_enable: bool = False
+    """A pull that reads further behind than `access_message_in_memory_max_ratio` of memory
+    is answered with the group's `whichBrokerWhenConsumeSlowly` as `suggestWhichBrokerId`
+    (the consumer reads from that slave next); off: always the master."""
+    access_message_in_memory_max_ratio: int = Field(default=40, ge=0, le=100)
+    """See store.config.StoreConfig."""
 
     # -- storage -------------------------------------------------------------------------
     store_dir: str = "~/store"

@@ -347,6 +347,55 @@ class ClientInstance:
             return addrs[MASTER_ID]
         return addrs[min(addrs)] if addrs else None
 
+    def find_subscribe_addr(
+        self, broker_name: str, broker_id: int = MASTER_ID, *, only_this: bool = False
+    ) -> tuple[str, bool] | None:
+        """Where to read `broker_name` from, as RocketMQ's findBrokerAddressInSubscribe:
+        the address of `broker_id`; for a slave id missing, the next id; else, unless
+        `only_this`, the lowest id known (the master, or a slave while the master is gone
+        from the route). Returns (address, is a slave), or None."""
+        addrs = self.broker_addrs.get(broker_name)
+        if not addrs:
+            return None
+        if broker_id in addrs:
+            return addrs[broker_id], broker_id != MASTER_ID
+        if broker_id != MASTER_ID and broker_id + 1 in addrs:
+            return addrs[broker_id + 1], True
+        if only_this:
+            return None
+        first = min(addrs)
+        return addrs[first], first != MASTER_ID
+
+    async def find_read_addr(
+        self, broker_name: str, topic: str | None = None, broker_id: int = MASTER_ID
+    ) -> tuple[str, bool]:
+        """`find_subscribe_addr` without `only_this`, refreshing the topic's route once if
+        the broker is unknown.
+
+        Raises:
+            MQClientError: no address of the broker is known.
+        """
+        found = self.find_subscribe_addr(broker_name, broker_id)
+        if found is None and topic is not None:
+            await self.update_topic_route(topic)
+            found = self.find_subscribe_addr(broker_name, broker_id)
+        if found is None:
+            raise MQClientError(f"The broker[{broker_name}] not exist")
+        return found
+
+    async def find_offset_addr(self, broker_name: str, topic: str | None = None) -> str:
+        """Where consumer offsets of `broker_name` are read and committed: its master; with
+        the master gone from the route (after one refresh), a slave, which stores them
+        until the master is back (RocketMQ's RemoteBrokerOffsetStore does the same).
+
+        Raises:
+            MQClientError: no address of the broker is known.
+        """
+        found = self.find_subscribe_addr(broker_name, only_this=True)
+        if found is None:
+            found = await self.find_read_addr(broker_name, topic)
+        return found[0]
+
     async def find_master_addr(self, broker_name: str, topic: str | None = None) -> str:
         """The master's address, refreshing the topic's route once if unknown.
 

@@ -63,6 +63,10 @@ class StoreConfig(BaseModel):
         check_crc_on_recover: Verify body CRCs while recovering.
         message_delay_level: Delay levels (for SCHEDULE_TOPIC_XXXX tags codes on recovery),
             in `common.schedule.parse_delay_levels`'s format.
+        access_message_in_memory_max_ratio: Percent of physical memory the commitlog tail
+            is assumed to keep in the page cache: a read further behind the commitlog's end
+            than that is marked `suggest_pulling_from_slave` (a broker with slave reads
+            enabled sends the consumer to a slave).
     """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -78,6 +82,7 @@ class StoreConfig(BaseModel):
     flush_interval_consume_queue_ms: int = Field(default=1000, ge=1)
     flush_interval_index_ms: int = Field(default=10_000, ge=0)
     warm_mapped_file_enable: bool = False
+    access_message_in_memory_max_ratio: int = Field(default=40, ge=0, le=100)
     sync_flush_timeout_ms: int = Field(default=5000, ge=1)
     file_reserved_hours: float = Field(default=72, ge=0)
     delete_when: str = "04"

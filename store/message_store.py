@@ -220,6 +220,10 @@ class MessageStore:
         self.config = config
         self.root = Path(config.store_path_root_dir)
         self._clock: Clock = clock or time.time
+        # Reads further behind the commitlog's end than this are likely not in the page cache.
+        self._in_memory_bytes = (
+            _physical_memory() * config.access_message_in_memory_max_ratio // 100
+        )
         # Free space every new mapped file must leave: an index file (sparse, written through
         # a map) may still grow to its full size, plus the metadata files (store._disk).
         headroom = METADATA_HEADROOM
@@ -1052,6 +1056,7 @@ class MessageStore:
         qoffs = res.queue_offsets
         total = 0
         i = 0
+        last_phy = 0
         count, units = found
         damaged = self._damaged
         for i, (phy, size, tags) in enumerate(units):
@@ -1071,6 +1076,7 @@ class MessageStore:
                 next_phy_file_start = self.commitlog.roll_next_file(phy)
                 continue
             buffers.append(data)
+            last_phy = phy
             qoffs.append(offset + i)
             total += size
             status = GetMessageStatus.FOUND
@@ -1079,6 +1085,10 @@ class MessageStore:
             i = count
         res.status = status
         res.next_begin_offset = offset + i
+        if buffers:
+            res.suggest_pulling_from_slave = (
+                self.commitlog.max_offset - last_phy > self._in_memory_bytes
+            )
         res.message_count = len(buffers)
         res.buffer_total_size = total
         return res
@@ -1608,3 +1618,11 @@ class MessageStore:
     def _require_open(self) -> None:
         if not self._running:
             raise StoreClosedError("the store is not open")
+
+
+def _physical_memory() -> int:
+    """Bytes of physical memory (0 where the platform does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0

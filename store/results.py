@@ -100,6 +100,9 @@ class GetMessageResult:
         message_count: len(buffers).
         buffer_total_size: Sum of the buffer sizes.
         queue_offsets: Logical offset of each buffer.
+        suggest_pulling_from_slave: The last record read lies further behind the
+            commitlog's end than the page cache is assumed to hold
+            (`access_message_in_memory_max_ratio`).
     """
 
     status: GetMessageStatus
@@ -110,6 +113,7 @@ class GetMessageResult:
     message_count: int = 0
     buffer_total_size: int = 0
     queue_offsets: list[int] = field(default_factory=list)
+    suggest_pulling_from_slave: bool = False
 
 
 @dataclass(slots=True)

@@ -21,6 +21,7 @@ from common.pull import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION, PULL_FL
 from remoting import Connection, RemotingCommand, Responder, ResponseCode
 from remoting.protocol.bodies import SubscriptionData
 from remoting.protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
+from remoting.protocol.route import MASTER_ID
 from store.results import GetMessageResult, GetMessageStatus
 
 if TYPE_CHECKING:
@@ -159,7 +160,19 @@ class PullProcessor:
             and not conn.closed
         ):
             return self._hold(conn, cmd, hdr, max_msgs, match, result)
-        return self._response(cmd, code, result)
+        return self._response(cmd, code, result, hdr.consumer_group)
+
+    def _suggest(self, group: str, result: GetMessageResult) -> int:
+        """suggestWhichBrokerId: with slave reads on, the group's `whichBrokerWhenConsumeSlowly`
+        for a read from beyond the page cache, else the group's `brokerId`; off: the master."""
+        if not self.ctrl.config.slave_read_enable:
+            return MASTER_ID
+        cfg = self.ctrl.subscriptions.get(group)
+        if cfg is None:
+            return MASTER_ID
+        if result.suggest_pulling_from_slave:
+            return cfg.which_broker_when_consume_slowly
+        return cfg.broker_id
 
     @staticmethod
     def _illegal(cmd: RemotingCommand, hdr: PullMessageRequestHeader) -> RemotingCommand:
@@ -196,7 +209,9 @@ class PullProcessor:
         else:
             wait_ms = cfg.short_polling_time_ms
         if wait_ms <= 0:
-            return self._response(cmd, pull_code(first.status, hdr.queue_offset), first)
+            return self._response(
+                cmd, pull_code(first.status, hdr.queue_offset), first, hdr.consumer_group
+            )
         deadline = trio.current_time() + wait_ms / 1000
         if not cfg.long_polling_enable:
             ctrl.spawn(self._short_poll, conn.defer(cmd), hdr, max_msgs, match, deadline)
@@ -213,7 +228,9 @@ class PullProcessor:
             ):
                 p.offset = result.next_begin_offset  # only filtered-out messages: wait on
                 return False
-            response = self._response(cmd, pull_code(result.status, p.offset), result)
+            response = self._response(
+                cmd, pull_code(result.status, p.offset), result, hdr.consumer_group
+            )
             assert responder is not None  # set right after `park`, before any arrival
             responder.respond(response, direct=True)
             return True
@@ -228,7 +245,9 @@ class PullProcessor:
         ):
             responder = conn.defer(cmd)
             return None
-        return self._response(cmd, pull_code(first.status, hdr.queue_offset), first)
+        return self._response(
+            cmd, pull_code(first.status, hdr.queue_offset), first, hdr.consumer_group
+        )
 
     async def _short_poll(
         self,
@@ -244,7 +263,9 @@ class PullProcessor:
         cmd = responder.request
         try:
             result = self._get(hdr, hdr.queue_offset, max_msgs, match)
-            response = self._response(cmd, pull_code(result.status, hdr.queue_offset), result)
+            response = self._response(
+                cmd, pull_code(result.status, hdr.queue_offset), result, hdr.consumer_group
+            )
         except Exception as exc:
             log.exception("short_poll_failed", topic=hdr.topic)
             response = error(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
@@ -268,10 +289,10 @@ class PullProcessor:
         )
 
     def _response(
-        self, cmd: RemotingCommand, code: int, result: GetMessageResult
+        self, cmd: RemotingCommand, code: int, result: GetMessageResult, group: str
     ) -> RemotingCommand:
         fields = PullMessageResponseHeader(
-            suggest_which_broker_id=0,
+            suggest_which_broker_id=self._suggest(group, result),
             next_begin_offset=result.next_begin_offset,
             min_offset=result.min_offset,
             max_offset=result.max_offset,

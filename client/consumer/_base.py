@@ -51,6 +51,7 @@ from remoting.codes import ResponseCode
 from remoting.errors import RemoteError
 from remoting.protocol import bodies
 from remoting.protocol.headers import PullMessageRequestHeader
+from remoting.protocol.route import MASTER_ID
 
 log = structlog.get_logger()
 
@@ -78,11 +79,11 @@ class _BrokerOffsets:
         self._instance = instance
 
     async def fetch_consumer_offset(self, group: str, mq: MessageQueue) -> int:
-        addr = await self._instance.find_master_addr(mq.broker_name, mq.topic)
+        addr = await self._instance.find_offset_addr(mq.broker_name, mq.topic)
         return await self._instance.api.query_consumer_offset(addr, group, mq)
 
     async def store_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
-        addr = await self._instance.find_master_addr(mq.broker_name, mq.topic)
+        addr = await self._instance.find_offset_addr(mq.broker_name, mq.topic)
         await self._instance.api.update_consumer_offset(addr, group, mq, offset)
 
 
@@ -179,6 +180,8 @@ class ConsumerBase:
         )
         self.subscriptions: dict[str, Subscription] = {}
         self.queues: dict[MessageQueue, _QueueState] = {}
+        # Queue -> the broker id its last pull answer suggested (absent: the master).
+        self._pull_from: dict[MessageQueue, int] = {}
         self._instance = instance
         self._stack = AsyncExitStack()
         self._nursery: trio.Nursery | None = None
@@ -359,6 +362,7 @@ class ConsumerBase:
         st = self.queues.pop(mq, None)
         if st is None:
             return
+        self._pull_from.pop(mq, None)
         st.pq.dropped = True
         st.scope.cancel()
         self._on_queue_removed(mq, st.pq)
@@ -386,7 +390,7 @@ class ConsumerBase:
         where = self.consume_from_where
         if where is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
             return 0
-        addr = await self.instance.find_master_addr(mq.broker_name, mq.topic)
+        addr, _ = await self.instance.find_read_addr(mq.broker_name, mq.topic)
         if where is ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET:
             return 0 if is_retry else await self.instance.api.get_max_offset(addr, mq)
         if is_retry:
@@ -442,9 +446,14 @@ class ConsumerBase:
         commit = -1
         if self.message_model is MessageModel.CLUSTERING and self.commit_offset_on_pull:
             commit = self.offset_store.table().get(mq, -1)
+        # The broker the last answer suggested (a slave when the master is behind on
+        # reads), else the master; with the master gone from the route, a slave.
+        addr, from_slave = await self.instance.find_read_addr(
+            mq.broker_name, mq.topic, self._pull_from.get(mq, MASTER_ID)
+        )
         # The subscription travels with every pull, so a pull never races the heartbeat.
         flags = PULL_FLAG_SUSPEND | PULL_FLAG_SUBSCRIPTION
-        if commit > 0:
+        if commit > 0 and not from_slave:  # a slave would not store it
             flags |= PULL_FLAG_COMMIT_OFFSET
         header = PullMessageRequestHeader(
             consumer_group=self.group,
@@ -459,12 +468,13 @@ class ConsumerBase:
             sub_version=sub.sub_version,
             expression_type=sub.expression_type,
         )
-        addr = self.instance.master_addr(mq.broker_name) or self.instance.any_addr(mq.broker_name)
-        if addr is None:
-            addr = await self.instance.find_master_addr(mq.broker_name, mq.topic)
         result = await self.instance.api.pull_message(
             addr, mq.broker_name, header, self.config.consumer_timeout_when_suspend_ms
         )
+        if result.suggest_which_broker_id == MASTER_ID:
+            self._pull_from.pop(mq, None)
+        else:
+            self._pull_from[mq] = result.suggest_which_broker_id
         if result.status is PullStatus.FOUND:
             msgs = result.messages
             if sub.tags_set:  # "*" matches everything: no per-message tag check

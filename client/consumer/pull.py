@@ -176,7 +176,8 @@ class PullConsumer(ConsumerBase):
         self._nursery.start_soon(self._pull_loop, mq, fresh)
 
     async def _addr(self, mq: MessageQueue) -> str:
-        return await self.instance.find_master_addr(mq.broker_name, mq.topic)
+        addr, _ = await self.instance.find_read_addr(mq.broker_name, mq.topic)
+        return addr
 
     async def seek_to_begin(self, mq: MessageQueue) -> None:
         await self.seek(mq, await self.instance.api.get_min_offset(await self._addr(mq), mq))

@@ -165,13 +165,14 @@ class Conn:
         retries: int = 3,
         retry_interval_ms: int = 10,
     ) -> dict[str, dict[str, tuple[int, int]]]:
-        """`{topic: {"broker:queue": (min offset, max offset)}}` asked of the masters."""
+        """`{topic: {"broker:queue": (min offset, max offset)}}` asked of the masters (a
+        slave while its master is gone from the route)."""
 
         async def one(topic: str, broker: str, qid: int, out: dict[str, tuple[int, int]]) -> None:
             mq = MessageQueue(topic, broker, qid)
             for attempt in range(retries + 1):
                 try:
-                    addr = await self.instance.find_master_addr(broker, topic)
+                    addr, _ = await self.instance.find_read_addr(broker, topic)
                     lo = await self.instance.api.get_min_offset(addr, mq)
                     hi = await self.instance.api.get_max_offset(addr, mq)
                 except Exception:
@@ -198,7 +199,7 @@ class Conn:
 
         async def one(topic: str, key: str, off: int) -> None:
             broker, qid = parse_queue_key(key)
-            addr = await self.instance.find_master_addr(broker, topic)
+            addr = await self.instance.find_offset_addr(broker, topic)
             await self.instance.api.update_consumer_offset(
                 addr, group, MessageQueue(topic, broker, qid), off
             )
@@ -280,7 +281,7 @@ class Conn:
         empty = 0
         where = f"{rng.topic} {queue_key(rng.broker, rng.queue_id)}"
         while off < rng.end:
-            addr = await self.instance.find_master_addr(rng.broker, rng.topic)
+            addr, _ = await self.instance.find_read_addr(rng.broker, rng.topic)
             status, rh, body = await self._pull(
                 addr, rng, off, min(batch, rng.end - off), sub_expression, timeout_ms
             )

@@ -13,7 +13,16 @@ import trio
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
-from client import Admin, ClientConfig
+from client import (
+    Admin,
+    ClientConfig,
+    ConsumeFromWhere,
+    ConsumeStatus,
+    Message,
+    MessageExt,
+    Producer,
+    PushConsumer,
+)
 from client.admin import replication_lag
 from common.message import decode_records
 from namesrv.config import NamesrvConfig
@@ -21,6 +30,7 @@ from namesrv.server import NameServer
 from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from remoting.protocol.headers import UpdateConsumerOffsetRequestHeader
 from tests.helpers import free_port, wait_until
+from tests.integration.client_support import create_topic, fast_config
 from tests.integration.test_broker_process import pull_request, send_request
 
 pytestmark = pytest.mark.usefixtures("staging_guard")
@@ -139,7 +149,8 @@ async def test_an_async_master_answers_at_once_and_its_slave_follows(tmp_path: P
                     assert replication_lag(rows, by_id[1]) == 0
                     assert replication_lag(rows, by_id[0]) == 0
                     mstatus = await admin.ha_status(by_id[0].addr)
-                    assert mstatus.master and mstatus.in_sync_slave_nums == 1
+                    assert mstatus.master
+                    assert mstatus.in_sync_slave_nums == 1
                     [conn] = mstatus.ha_connection_info
                     assert conn.slave_ack_offset == master.store.max_phy_offset
                     sstatus = await admin.ha_status(by_id[1].addr)
@@ -149,3 +160,131 @@ async def test_an_async_master_answers_at_once_and_its_slave_follows(tmp_path: P
                         f"127.0.0.1:{master_cfg.ha_listen_port}"
                     )
                     assert sstatus.ha_client_runtime_info.max_offset == slave.store.max_phy_offset
+
+
+async def test_consumers_read_and_commit_on_the_slave_while_the_master_is_down(
+    tmp_path: Path,
+) -> None:
+    async with NameServer(NamesrvConfig(listen="127.0.0.1:0")) as ns:
+        master_cfg = _config(tmp_path, "master", ns.address)
+        slave_cfg = _config(
+            tmp_path,
+            "slave",
+            ns.address,
+            broker_role="SLAVE",
+            broker_id=1,
+            ha_master_address=f"127.0.0.1:{master_cfg.ha_listen_port}",
+        )
+        async with BrokerController(slave_cfg) as slave:
+            async with BrokerController(master_cfg) as master:
+                await create_topic(ns.address, "FromSlaveT", queues=2)
+                async with Producer("PG", fast_config(ns.address)) as producer:
+                    sent = {
+                        (await producer.send(Message("FromSlaveT", b"s%d" % i))).msg_id
+                        for i in range(40)
+                    }
+                await wait_until(lambda: slave.store.max_phy_offset == master.store.max_phy_offset)
+                await wait_until(lambda: slave.topics.get("FromSlaveT") is not None)
+            # The master is gone (it unregistered): the route names the slave only.
+            got: dict[str, bytes] = {}
+
+            async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+                for m in msgs:
+                    got[m.msg_id] = m.body or b""
+                return ConsumeStatus.CONSUME_SUCCESS
+
+            consumer = PushConsumer(
+                "SlaveReaders",
+                fast_config(ns.address),
+                listener=listener,
+                consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+            )
+            consumer.subscribe("FromSlaveT")
+            async with consumer:
+                await wait_until(lambda: set(got) == sent, total=20, what="read from the slave")
+                # Offsets are committed to the slave, which keeps them.
+                await wait_until(
+                    lambda: (
+                        sum(slave.offsets.query("SlaveReaders", "FromSlaveT", q) for q in (0, 1))
+                        == 40
+                    ),
+                    total=10,
+                    what="offsets on the slave",
+                )
+
+
+@pytest.mark.parametrize(
+    ("slave_read", "ratio", "expected"),
+    [(True, 0, 1), (True, 40, 0), (False, 0, 0)],
+)
+async def test_a_read_from_beyond_the_page_cache_is_sent_to_the_slave(
+    tmp_path: Path, slave_read: bool, ratio: int, expected: int
+) -> None:
+    # Ratio 0 makes every record "beyond the page cache"; 40 % of memory covers this store.
+    cfg = _config(
+        tmp_path,
+        "master",
+        "",
+        slave_read_enable=slave_read,
+        access_message_in_memory_max_ratio=ratio,
+    )
+    async with BrokerController(cfg) as broker, RemotingClient() as client:
+        addr = f"127.0.0.1:{broker.port}"
+        for i in range(3):
+            assert (await client.invoke(addr, send_request("SugT", b"%d" % i))).code == 0
+        resp = await client.invoke(addr, pull_request("SugT", 0, max_msgs=1))
+        assert resp.code == ResponseCode.SUCCESS
+        assert resp.ext_fields is not None
+        assert int(resp.ext_fields["suggestWhichBrokerId"]) == expected
+
+
+async def test_a_consumer_follows_the_suggestion_to_the_slave_and_back(tmp_path: Path) -> None:
+    async with NameServer(NamesrvConfig(listen="127.0.0.1:0")) as ns:
+        master_cfg = _config(
+            tmp_path,
+            "master",
+            ns.address,
+            slave_read_enable=True,
+            access_message_in_memory_max_ratio=0,
+        )
+        slave_cfg = _config(
+            tmp_path,
+            "slave",
+            ns.address,
+            broker_role="SLAVE",
+            broker_id=1,
+            ha_master_address=f"127.0.0.1:{master_cfg.ha_listen_port}",
+        )
+        async with BrokerController(master_cfg) as master, BrokerController(slave_cfg) as slave:
+            await create_topic(ns.address, "SuggestT", queues=1)
+            async with Producer("PG", fast_config(ns.address)) as producer:
+                sent = {
+                    (await producer.send(Message("SuggestT", b"g%d" % i))).msg_id for i in range(60)
+                }
+            await wait_until(lambda: slave.store.max_phy_offset == master.store.max_phy_offset)
+            await wait_until(lambda: slave.topics.get("SuggestT") is not None)
+            got: set[str] = set()
+
+            async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+                got.update(m.msg_id for m in msgs)
+                return ConsumeStatus.CONSUME_SUCCESS
+
+            consumer = PushConsumer(
+                "Followers",
+                fast_config(ns.address, pull_batch_size=8),
+                listener=listener,
+                consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+            )
+            consumer.subscribe("SuggestT")
+            async with consumer:
+                await wait_until(lambda: got == sent, total=20, what="every message")
+                # Both served pulls: the master sends the consumer to the slave, the slave (not
+                # behind by its own measure) back to the master.
+                assert slave.stats.get_count > 0
+                assert master.stats.get_count > 0
+                # Offsets still go to the master, which is in the route.
+                await wait_until(
+                    lambda: master.offsets.query("Followers", "SuggestT", 0) == 60,
+                    total=10,
+                    what="offsets on the master",
+                )

@@ -89,3 +89,21 @@ async def test_get_message_nowait_matches_get_message(tmp_path: Path) -> None:
         assert now.buffers == later.buffers
         assert now.queue_offsets == [1, 2, 3]
         assert now.next_begin_offset == 4
+
+
+async def test_a_read_behind_the_cached_tail_suggests_a_slave(tmp_path: Path) -> None:
+    # Ratio 0: nothing counts as cached, so any record before the end is "behind".
+    async with MessageStore(cfg(tmp_path / "a", access_message_in_memory_max_ratio=0)) as store:
+        store.put_messages_nowait([msg(), msg()])
+        got = store.get_message_nowait("G", "T", 0, 0, 1, 1 << 20)
+        assert got.message_count == 1
+        assert got.suggest_pulling_from_slave
+        none = store.get_message_nowait("G", "T", 0, 2, 1, 1 << 20)
+        assert none.message_count == 0
+        assert not none.suggest_pulling_from_slave
+    # The default (40 % of memory) covers a small store entirely.
+    async with MessageStore(cfg(tmp_path / "b")) as store:
+        store.put_messages_nowait([msg(), msg()])
+        got = store.get_message_nowait("G", "T", 0, 0, 1, 1 << 20)
+        assert got.message_count == 1
+        assert not got.suggest_pulling_from_slave
