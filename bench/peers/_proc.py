@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -109,6 +110,21 @@ class System:
             s.stop()
 
 
+def _wait_usage(
+    proc: subprocess.Popen[Any], deadline: float
+) -> tuple[int, resource.struct_rusage | None]:
+    """Reap `proc` (SIGKILL by PID at `deadline`): its status and resource usage."""
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            return status, usage
+        if time.monotonic() > deadline:
+            os.kill(proc.pid, signal.SIGKILL)
+            _pid, status, usage = os.wait4(proc.pid, 0)
+            return status, usage
+        time.sleep(0.02)
+
+
 @dataclass
 class ClientRun:
     """What a client process printed (its last JSON line) and the CPU it used."""
@@ -132,19 +148,18 @@ def run_client(
     t0 = time.monotonic()
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         proc = subprocess.Popen(list(args), stdout=out, stderr=err, cwd=cwd, env=env)
-        deadline = t0 + timeout
-        status, usage = 0, None
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() > deadline:
-                os.kill(proc.pid, signal.SIGKILL)
-                pid, status, usage = os.wait4(proc.pid, 0)
-                break
-            time.sleep(0.02)
+        status, usage = _wait_usage(proc, t0 + timeout)
         proc.returncode = os.waitstatus_to_exitcode(status)
-    wall = time.monotonic() - t0
+    return _client_run(proc.returncode, usage, time.monotonic() - t0, out_path, err_path)
+
+
+def _client_run(
+    returncode: int,
+    usage: resource.struct_rusage | None,
+    wall: float,
+    out_path: Path,
+    err_path: Path,
+) -> ClientRun:
     text = out_path.read_text(errors="replace")
     stderr = err_path.read_text(errors="replace")[-2000:]
     result: dict[str, Any] = {}
@@ -153,4 +168,65 @@ def run_client(
             result = json.loads(line)
             break
     cpu = (usage.ru_utime + usage.ru_stime) if usage is not None else 0.0
-    return ClientRun(result, cpu, wall, proc.returncode, stderr)
+    return ClientRun(result, cpu, wall, returncode, stderr)
+
+
+class Sidecar:
+    """A helper process that runs alongside a client (a sampler): started, waited for until it
+    touches its ready file, told to finish by closing its standard input, then reaped (killed
+    by PID if it does not end in time) with its last JSON line and CPU, as `run_client`.
+
+    Use as a context manager: leaving it always reaps the process.
+    """
+
+    def __init__(
+        self, args: Sequence[str], cwd: Path, env: dict[str, str], scratch: Path, name: str
+    ) -> None:
+        self.args = list(args)
+        self.cwd, self.env = cwd, env
+        self.ready = scratch / f"{name}.ready"
+        self.out_path = scratch / f"{name}.out"
+        self.err_path = scratch / f"{name}.err"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.run: ClientRun | None = None
+        self._t0 = 0.0
+
+    def __enter__(self) -> Sidecar:
+        self.ready.unlink(missing_ok=True)
+        self._t0 = time.monotonic()
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                [*self.args, "--ready", str(self.ready)],
+                stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=self.cwd, env=self.env,
+            )  # fmt: skip
+        return self
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Until the process says it is ready; RuntimeError if it ends or times out first."""
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while not self.ready.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                err = self.err_path.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"{self.args[:4]} not ready: exit {self.proc.poll()}\n{err}")
+            time.sleep(0.02)
+
+    def finish(self, timeout: float = 30.0) -> ClientRun:
+        """Close its standard input and reap it (SIGKILL by PID after `timeout` s)."""
+        if self.run is not None:
+            return self.run
+        assert self.proc is not None
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        if self.proc.returncode is None:
+            status, usage = _wait_usage(self.proc, time.monotonic() + timeout)
+            self.proc.returncode = os.waitstatus_to_exitcode(status)
+        else:  # reaped by poll(): no rusage left to read
+            usage = None
+        wall = time.monotonic() - self._t0
+        self.run = _client_run(self.proc.returncode, usage, wall, self.out_path, self.err_path)
+        return self.run
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.finish(timeout=5.0)

@@ -13,6 +13,8 @@ from typing import Any
 
 from .run import (
     CONFIGS,
+    LAG_METRICS,
+    LAG_SAMPLED,
     METRICS,
     PAIRS,
     WORKLOADS,
@@ -20,7 +22,9 @@ from .run import (
     _ratio,
     cpu_per_msg_us,
     cpu_reference_line,
+    lag_line,
     metric,
+    pair_label,
 )
 
 Runs = dict[str, list[dict[str, Any]]]
@@ -96,7 +100,45 @@ def targets(all_runs: Runs) -> list[tuple[str, bool | None, str]]:
         False,
         cpu("nats", "W1"),
     )
+    sm1 = m("trimq-sync-master", "W1", "msgs_per_s")
+    check("SYNC_MASTER W1 >= 0.5x ASYNC_MASTER W1", sm1, None, True, w1, 0.5)
+    lag99 = (
+        metric(all_runs["trimq-sync-master"], "W1", ("lag_ms", "p99"), "replication_lag")
+        if "trimq-sync-master" in all_runs
+        else None
+    )
+    check("SYNC_MASTER replication lag p99 <= 50 ms under W1", lag99, 50.0, False)
     return out
+
+
+def failures(all_runs: Runs) -> list[str]:
+    """Workload runs whose client counted failed sends or answers other than SEND_OK (those
+    are left out of its msgs/s), or messages it never received (W4)."""
+    notes = []
+    for config, runs in all_runs.items():
+        for i, run in enumerate(runs):
+            for w in WORKLOADS:
+                result = run.get(w, {}).get("result", {})
+                errors = result.get("errors") or 0
+                if not errors:
+                    continue
+                not_ok = result.get("not_ok") or {}
+                detail = ", ".join(f"{k} {v:,}" for k, v in sorted(not_ok.items()))
+                notes.append(
+                    f"{config} run {i + 1} {w}: {errors:,} errors"
+                    + (f" (messages answered {detail})" if detail else "")
+                )
+    return notes
+
+
+def lag_notes(all_runs: Runs) -> list[str]:
+    """One line per run of each lag-sampled config: its replication lag and poll interval."""
+    notes = []
+    for config, w in LAG_SAMPLED.items():
+        for i, run in enumerate(all_runs.get(config, [])):
+            lag = run.get(w, {}).get("replication_lag", {})
+            notes.append(f"{config} run {i + 1} {w}: {lag_line(lag)}")
+    return notes
 
 
 # Cores' worth of CPU other processes may use during a workload before its figures are flagged.
@@ -122,13 +164,18 @@ def render(data: dict[str, Any]) -> str:
     runs: Runs = data["runs"]
     configs = [c for c in CONFIGS if c in runs]
     pairs = [p for p in PAIRS if p[0] in runs and p[1] in runs]
-    head = ["metric", *configs, *(f"{a.split('-')[1]}/{b}" for a, b in pairs)]
+    head = ["metric", *configs, *(pair_label(a, b) for a, b in pairs)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, w, path, _higher in METRICS:
         vals = {c: metric(runs[c], w, path) for c in configs}
         row = [label, *(_fmt(vals[c]) for c in configs)]
         row += [_ratio(vals[a], vals[b]) for a, b in pairs]
         lines.append("| " + " | ".join(row) + " |")
+    if any(c in LAG_SAMPLED for c in configs):
+        for label, w, path in LAG_METRICS:
+            vals = {c: metric(runs[c], w, path, "replication_lag") for c in configs}
+            row = [label, *(_fmt(vals[c]) for c in configs), *("-" for _ in pairs)]
+            lines.append("| " + " | ".join(row) + " |")
     for w in WORKLOADS:
         for key, name in (("server_cpu_s", "server"), ("client_cpu_s", "client")):
             vals = {c: cpu_per_msg_us(runs[c], w, key) for c in configs}
@@ -137,13 +184,17 @@ def render(data: dict[str, Any]) -> str:
             lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     lines.append(cpu_reference_line(data.get("machine", {})))
+    lag = lag_notes(runs)
+    if lag:
+        lines.append("")
+        lines.extend(f"- {note}" for note in lag)
     lines.append("")
     lines.append("| target | result | figures |")
     lines.append("|---|---|---|")
     for desc, ok, figures in targets(runs):
         mark = "not measured" if ok is None else ("met" if ok else "missed")
         lines.append(f"| {desc} | {mark} | {figures} |")
-    notes = disturbed(runs)
+    notes = [*failures(runs), *disturbed(runs)]
     if notes:
         lines.append("")
         lines.extend(f"- {note}" for note in notes)

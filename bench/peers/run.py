@@ -11,7 +11,11 @@ stopped by PID in a `finally`:
   - redis-everysec / redis-always: `redis-server --appendonly yes --appendfsync everysec|always`;
   - rocketmq-rust (optional, `make bench-rmqrs`): rocketmq-rust's NameServer + broker,
     ASYNC_FLUSH, driven by trimq's own client with JSON headers (bench/peers/rmqrs.py);
-    rocketmq-rust-shipped: the same with its defaults as shipped (only with --only).
+    rocketmq-rust-shipped: the same with its defaults as shipped (only with --only);
+  - trimq-sync-master: `mqnamesrv` + a SYNC_MASTER broker + its SLAVE (same broker name, id 1),
+    both ASYNC_FLUSH, each with its own store; measured once the slave is in sync (every send
+    must answer SEND_OK), against the master; during W1 a separate process (`ha_lag`) samples
+    the replication lag every 5 ms with GET_BROKER_HA_STATUS. Server CPU is all three's.
 Each workload runs in a separate client process with the system's own Python client (trimq:
 `mqbench --json`, and `bench.peers.trimq_e2e` for W4; nats-py; redis-py + hiredis), 1 KiB bodies:
   W1 durable publish, 64 in flight    W2 batches of 32 (4 in flight)
@@ -20,7 +24,9 @@ Each workload runs in a separate client process with the system's own Python cli
   W5 sequential publish, 1 in flight, 20,000 messages
 Also measured: the disk (MB/s with fdatasync, 1 KiB fsyncs/s) and CPU seconds of the server
 and client processes per workload. trimq-async is compared with nats and redis-everysec,
-trimq-sync with redis-always, trimq-async with rocketmq-rust; ratios are trimq/peer from this run.
+trimq-sync with redis-always, trimq-async with rocketmq-rust, trimq-sync-master with
+trimq-async; ratios are trimq/peer (the first over the second) from this run. Sends answered
+other than SEND_OK are failures (not throughput), named under the table.
 """
 
 from __future__ import annotations
@@ -44,7 +50,15 @@ from rich.console import Console
 from rich.table import Table
 
 from . import _cpu, _disk, rmqrs
-from ._proc import ClientRun, Server, System, free_port, host_busy_seconds, run_client
+from ._proc import (
+    ClientRun,
+    Server,
+    Sidecar,
+    System,
+    free_port,
+    host_busy_seconds,
+    run_client,
+)
 from ._stats import BODY_POOL
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,6 +73,7 @@ CONFIGS = {
     "redis-always": ("redis", "always"),
     "rocketmq-rust": ("rmqrs", "tuned"),
     "rocketmq-rust-shipped": ("rmqrs", "shipped"),
+    "trimq-sync-master": ("trimq", "sync-master"),
 }
 # Run only when named in --only.
 OPT_IN = ("rocketmq-rust-shipped",)
@@ -68,7 +83,11 @@ PAIRS = (
     ("trimq-sync", "redis-always"),
     ("trimq-async", "rocketmq-rust"),
     ("trimq-async", "rocketmq-rust-shipped"),
+    ("trimq-sync-master", "trimq-async"),
 )
+# The workload during which a config's replication lag is sampled (`ha_lag`, every 5 ms).
+LAG_SAMPLED = {"trimq-sync-master": "W1"}
+LAG_INTERVAL_MS = 5.0
 # The client each kind of system runs (rocketmq-rust runs trimq's).
 CLIENT_OF = {"trimq": "trimq", "nats": "nats", "redis": "redis", "rmqrs": "trimq"}
 
@@ -123,6 +142,64 @@ def _start_trimq(root: Path, flush: str, log: Any) -> System:
     return system
 
 
+def _start_trimq_sync_master(root: Path, log: Any) -> System:
+    """NameServer, SYNC_MASTER and its SLAVE (same broker name, id 1), both ASYNC_FLUSH, each
+    with its own store; returns once the master counts the slave in sync (before that every
+    send would answer SLAVE_NOT_AVAILABLE)."""
+    ns_port, m_port, m_ha, s_port = free_port(), free_port(), free_port(), free_port()
+    ns_addr = f"127.0.0.1:{ns_port}"
+
+    def broker(name: str, port: int, role: str, extra: list[str]) -> Server:
+        return Server(
+            name,
+            [str(BIN / "mqbroker"), "-n", ns_addr, "--listen", f"127.0.0.1:{port}",
+             "--name", "broker-a", "--store-dir", str(root / name), "--flush", "async",
+             "--role", role, *extra, "--log-level", "warning"],
+            log,
+            port,
+        )  # fmt: skip
+
+    ns = Server(
+        "mqnamesrv",
+        [str(BIN / "mqnamesrv"), "--listen", ns_addr, "--log-level", "warning"],
+        log,
+        ns_port,
+    )
+    master = broker("master", m_port, "sync_master", ["--id", "0", "--ha-port", str(m_ha)])
+    slave = broker("slave", s_port, "slave", ["--id", "1"])
+    system = System("trimq-sync-master", [ns, master, slave])
+    try:
+        ns.start()
+        master.start()
+        # A fixed master address: the slave does not depend on the NameServer's answer.
+        slave.start(env=dict(os.environ, TRIMQ_HA_MASTER_ADDRESS=f"127.0.0.1:{m_ha}"))
+        for topic in ("Bench", "BenchE2E", "BenchSeq"):
+            _create_topic(ns_addr, topic)
+        wait_in_sync(ns_addr, f"127.0.0.1:{m_port}")
+    except BaseException:
+        system.stop()
+        raise
+    return system
+
+
+def wait_in_sync(ns_addr: str, master_addr: str, timeout: float = 60.0) -> None:
+    """Until `mqadmin haStatus` shows the master with a slave in sync."""
+    args = [str(BIN / "mqadmin"), "haStatus", "-n", ns_addr, "-b", master_addr, "--json"]
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        done = subprocess.run(args, capture_output=True, text=True, check=False, timeout=30)
+        if done.returncode == 0:
+            info = json.loads(done.stdout).get(master_addr, {})
+            if info.get("inSyncSlaveNums", 0) >= 1:
+                return
+            last = done.stdout.strip()
+        else:
+            last = done.stderr.strip()
+        time.sleep(0.2)
+    raise RuntimeError(f"no slave in sync with {master_addr} within {timeout} s: {last}")
+
+
 def _create_topic(ns_addr: str, topic: str, options: Sequence[str] = ()) -> None:
     args = [str(BIN / "mqadmin"), *options, "updateTopic", "-n", ns_addr, "-c", "DefaultCluster",
             "-t", topic, "-r", "8", "-w", "8"]  # fmt: skip
@@ -169,7 +246,10 @@ def start_system(config: str, root: Path, log: Any) -> tuple[System, Callable[[s
     """Start one system; return it and a function mapping a workload to its client command."""
     kind, mode = CONFIGS[config]
     if kind == "trimq":
-        system = _start_trimq(root, mode, log)
+        if mode == "sync-master":
+            system = _start_trimq_sync_master(root, log)
+        else:
+            system = _start_trimq(root, mode, log)
         ns = f"127.0.0.1:{system.servers[0].port}"
         return system, lambda w: _trimq_args(w, ns)
     if kind == "rmqrs":
@@ -217,6 +297,26 @@ def _trimq_args(w: str, ns: str, options: Sequence[str] = ()) -> list[str]:
     return [*bench, "producer", "-t", "BenchSeq", "-w", "1", *pool, *common]
 
 
+def _lag_args(system: System) -> list[str]:
+    """The replication-lag sampler (`ha_lag`) against a master/slave system's master."""
+    ns, master = system.servers[0], system.servers[1]
+    return [PY, "-m", "bench.peers.ha_lag", "-n", f"127.0.0.1:{ns.port}",
+            "-b", f"127.0.0.1:{master.port}", "--interval-ms", str(LAG_INTERVAL_MS)]  # fmt: skip
+
+
+def lag_line(lag: dict[str, Any]) -> str:
+    """A sampler's summary in one line (what the figures are: upper bounds, per poll)."""
+    if not lag or "lag_ms" not in lag:
+        return "replication lag: not measured"
+    ms, poll = lag["lag_ms"], lag["poll_interval_ms"]
+    return (
+        f"replication lag p50 {ms['p50']:.1f} p99 {ms['p99']:.1f} max {ms['max']:.1f} ms over "
+        f"{lag['samples']:,} samples ({lag['unresolved']} never acknowledged); polled every "
+        f"{poll['mean']:.2f} ms on average (asked {lag['interval_ms']:g}, largest gap "
+        f"{poll['max']:.1f} ms): each lag is an upper bound, by less than one poll interval"
+    )
+
+
 # ---- one run --------------------------------------------------------------------------------
 
 
@@ -244,10 +344,22 @@ def run_config(
         system, client_args = start_system(config, root, log)
         try:
             for w in WORKLOADS:
+                sampled = LAG_SAMPLED.get(config) == w
                 before, host_before = system.cpu(), host_busy_seconds()
-                cr: ClientRun = run_client(client_args(w), SIZES.limit + 60, REPO, env, root)
+                by_server = [s.cpu() for s in system.servers]
+                sampler: ClientRun | None = None
+                if sampled:
+                    with Sidecar(_lag_args(system), REPO, env, root, "ha-lag") as sidecar:
+                        sidecar.wait_ready()
+                        cr: ClientRun = run_client(
+                            client_args(w), SIZES.limit + 60, REPO, env, root
+                        )
+                        sampler = sidecar.finish()
+                else:
+                    cr = run_client(client_args(w), SIZES.limit + 60, REPO, env, root)
                 server_cpu = system.cpu() - before
-                others = host_busy_seconds() - host_before - server_cpu - cr.cpu_s
+                sampler_cpu = sampler.cpu_s if sampler is not None else 0.0
+                others = host_busy_seconds() - host_before - server_cpu - cr.cpu_s - sampler_cpu
                 r = cr.result
                 if cr.returncode != 0 or not r:
                     console.print(f"[red]{config} {w}: client exit {cr.returncode}[/]\n{cr.stderr}")
@@ -260,6 +372,19 @@ def run_config(
                     # cores' worth of CPU that processes outside the run used meanwhile
                     "others_cores": round(max(0.0, others) / max(cr.wall_s, 1e-9), 2),
                 }
+                if len(system.servers) > 2:  # which server the CPU went to (master, slave)
+                    results[w]["server_cpu_by_name_s"] = {
+                        s.name: round(s.cpu() - b, 2)
+                        for s, b in zip(system.servers, by_server, strict=True)
+                    }
+                if sampler is not None:
+                    results[w]["replication_lag"] = sampler.result
+                    results[w]["sampler_cpu_s"] = round(sampler.cpu_s, 2)
+                    if sampler.returncode != 0 or not sampler.result:
+                        console.print(
+                            f"[red]{config} {w}: lag sampler exit {sampler.returncode}[/]\n"
+                            f"{sampler.stderr}"
+                        )
                 lat = r.get("latency_ms", {})
                 console.print(
                     f"  {config:15} {w}: {r.get('msgs_per_s', 0):>10,.0f} msg/s  "
@@ -268,6 +393,8 @@ def run_config(
                     f"client {client_cpu:5.2f} s  others {results[w]['others_cores']:.2f} cores",
                     highlight=False,
                 )
+                if sampler is not None:
+                    console.print(f"  {'':15} {w}: {lag_line(sampler.result)}", highlight=False)
         finally:
             system.stop()
     return results
@@ -291,11 +418,27 @@ METRICS: list[tuple[str, str, tuple[str, ...], bool]] = [
 ]
 
 
-def metric(runs: list[dict[str, Any]], w: str, path: tuple[str, ...]) -> float | None:
-    """Median over runs of one figure (None when no run produced it)."""
+# (label, workload, path into the lag sampler's summary): replication lag, upper bounds
+LAG_METRICS: list[tuple[str, str, tuple[str, ...]]] = [
+    ("W1 replication lag p50 ms", "W1", ("lag_ms", "p50")),
+    ("W1 replication lag p99 ms", "W1", ("lag_ms", "p99")),
+    ("W1 replication lag max ms", "W1", ("lag_ms", "max")),
+]
+
+
+def pair_label(a: str, b: str) -> str:
+    """A ratio column's heading: `a` without the "trimq-" prefix, over `b`."""
+    return f"{a.removeprefix('trimq-')}/{b}"
+
+
+def metric(
+    runs: list[dict[str, Any]], w: str, path: tuple[str, ...], source: str = "result"
+) -> float | None:
+    """Median over runs of one figure (None when no run produced it); `source` is the key of
+    the workload's entry it is read from (the client's summary, or "replication_lag")."""
     vals = []
     for run in runs:
-        cur: Any = run.get(w, {}).get("result", {})
+        cur: Any = run.get(w, {}).get(source, {})
         for key in path:
             cur = cur.get(key) if isinstance(cur, dict) else None
         if isinstance(cur, int | float):
@@ -338,12 +481,16 @@ def build_table(all_runs: dict[str, list[dict[str, Any]]]) -> Table:
     for c in configs:
         table.add_column(c, justify="right")
     for a, b in pairs:
-        table.add_column(f"{a.split('-')[1]}/{b}", justify="right")
+        table.add_column(pair_label(a, b), justify="right")
     for label, w, path, _higher in METRICS:
         vals = {c: metric(all_runs[c], w, path) for c in configs}
         table.add_row(
             label, *(_fmt(vals[c]) for c in configs), *(_ratio(vals[a], vals[b]) for a, b in pairs)
         )
+    if any(c in LAG_SAMPLED for c in configs):
+        for label, w, path in LAG_METRICS:
+            vals = {c: metric(all_runs[c], w, path, "replication_lag") for c in configs}
+            table.add_row(label, *(_fmt(vals[c]) for c in configs), *("-" for _ in pairs))
     for w in WORKLOADS:
         for key, name in (("server_cpu_s", "server"), ("client_cpu_s", "client")):
             vals = {c: cpu_per_msg_us(all_runs[c], w, key) for c in configs}
@@ -497,12 +644,15 @@ def main(argv: list[str] | None = None) -> None:
         f"client CPU excludes interpreter start-up ({startup})"
     )
     console.print(cpu_reference_line(info), highlight=False)
-    from .report import disturbed, targets  # report imports this module
+    from .report import disturbed, failures, lag_notes, targets  # report imports this module
+
+    for note in lag_notes(all_runs):
+        console.print(note, highlight=False)
 
     for desc, ok, figures in targets(all_runs):
         mark = "[green]met[/]" if ok else ("[yellow]n/a[/]" if ok is None else "[red]missed[/]")
         console.print(f"  {mark:18} {desc}: {figures}")
-    for note in [*client_bound(all_runs), *disturbed(all_runs)]:
+    for note in [*failures(all_runs), *client_bound(all_runs), *disturbed(all_runs)]:
         console.print(f"  note: {note}")
     console.print(f"elapsed {info['elapsed_s']} s")
     if opts.out:

@@ -5,7 +5,9 @@
 
 Prints a live progress line on stderr and, at the end, messages/s, MB/s and
 latency avg/p50/p99/max (send round trip for the producer, store-to-consume
-for the consumer); `--json` prints the summary as one JSON object on stdout.
+for the consumer); `--json` prints the summary as one JSON object on stdout. A send answered
+with a status other than SEND_OK (SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT, FLUSH_DISK_TIMEOUT)
+is an error, counted by status in `not_ok`, and not in the messages or the latency.
 """
 
 from __future__ import annotations
@@ -33,11 +35,14 @@ from client import (
     MessageExt,
     Producer,
     PushConsumer,
+    SendResult,
+    SendStatus,
 )
 from client.cli._options import serialize_type_option
 from remoting.logs import configure_logging
 
 _err = Console(stderr=True)
+SEND_OK = SendStatus.SEND_OK
 
 
 @dataclass
@@ -49,7 +54,20 @@ class Stats:
     messages: int = 0
     bytes: int = 0
     errors: int = 0
+    # Messages per send status other than SEND_OK (each such send is also one error): stored
+    # by the broker but not as asked (no slave, slave or flush timeout), so no throughput.
+    not_ok: dict[str, int] = field(default_factory=dict)
     latencies: list[float] = field(default_factory=list)
+
+    def send_not_ok(self, results: list[SendResult]) -> None:
+        """A send (one message, or a batch sent in parts) with a part not answered SEND_OK:
+        one error; the messages of each such part counted by status. None of the send counts
+        as throughput."""
+        self.errors += 1
+        for r in results:
+            if r.status is not SEND_OK:
+                key = r.status.value
+                self.not_ok[key] = self.not_ok.get(key, 0) + r.msg_id.count(",") + 1
 
     def elapsed(self) -> float:
         return max(time.monotonic() - self.started, 1e-9)
@@ -74,6 +92,7 @@ class Stats:
             "seconds": round(secs, 3),
             "messages": self.messages,
             "errors": self.errors,
+            "not_ok": dict(self.not_ok),
             "msgs_per_s": round(self.messages / secs, 1),
             "mb_per_s": round(self.bytes / secs / 1e6, 3),
             "latency_ms": {
@@ -120,9 +139,11 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
         click.echo(json.dumps(summary, sort_keys=True))
         return
     lat = summary["latency_ms"]
+    not_ok = "".join(f", {k} {v}" for k, v in sorted(summary["not_ok"].items()))
     click.echo(
         f"{summary['kind']}: {summary['messages']} msgs in {summary['seconds']} s, "
-        f"{summary['msgs_per_s']:,} msg/s, {summary['mb_per_s']} MB/s, errors {summary['errors']}\n"
+        f"{summary['msgs_per_s']:,} msg/s, {summary['mb_per_s']} MB/s, errors {summary['errors']}"
+        f"{not_ok}\n"
         f"latency ms: avg {lat['avg']} p50 {lat['p50']} p99 {lat['p99']} max {lat['max']}"
     )
 
@@ -206,15 +227,21 @@ def producer(
                             return
                         remaining[0] -= n
                     t0 = time.perf_counter()
+                    # `bad`: the results of a send with a part not answered SEND_OK, else None.
                     try:
                         if n == 1:
-                            await p.send(Message(topic, next_body(), tags=tags))
+                            one = await p.send(Message(topic, next_body(), tags=tags))
+                            bad = None if one.status is SEND_OK else [one]
                         else:
-                            await p.send_batch(
+                            parts = await p.send_batch(
                                 [Message(topic, next_body(), tags=tags) for _ in range(n)]
                             )
+                            bad = None if all(r.status is SEND_OK for r in parts) else parts
                     except Exception:
                         stats.errors += 1
+                        continue
+                    if bad is not None:
+                        stats.send_not_ok(bad)
                         continue
                     stats.latencies.append((time.perf_counter() - t0) * 1000)
                     stats.messages += n
