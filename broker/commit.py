@@ -169,7 +169,8 @@ class CommitBatcher:
         store: the store appended to.
         replication: what SYNC_MASTER appends wait on; None: appends do not wait for a slave.
         slave_timeout_s: how long they wait before FLUSH_SLAVE_TIMEOUT.
-        read_only: why every append is refused (a slave), or None.
+        read_only: why every append is refused (a slave), or None; `read_only` may be
+            changed later (a master refuses appends while it catches up with its slave).
     """
 
     def __init__(
@@ -183,7 +184,7 @@ class CommitBatcher:
         self._store = store
         self._replication = replication
         self._slave_timeout_s = slave_timeout_s
-        self._read_only = read_only
+        self.read_only = read_only
         self._open = False
         # Replies of the open run, answered once `end` wrote it.
         self._waiting: list[tuple[CommitTicket, Responder, Build]] = []
@@ -232,10 +233,8 @@ class CommitBatcher:
         return self._append(msgs)
 
     def _append(self, msgs: Sequence[MessageInner]) -> CommitTicket:
-        if self._read_only is not None:
-            refused = PutMessageResult(
-                PutMessageStatus.SERVICE_NOT_AVAILABLE, None, self._read_only
-            )
+        if self.read_only is not None:
+            refused = PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, None, self.read_only)
             return CommitTicket(self, refused, -1)
         result, flush_end = self._store.put_messages_nowait(msgs)
         replication = self._replication

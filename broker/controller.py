@@ -24,6 +24,7 @@ import structlog
 import trio
 
 from broker._persist import write_atomically
+from broker.catch_up import MasterCatchUp
 from broker.commit import CommitBatcher
 from broker.config import BrokerConfig, parse_host_port
 from broker.consumer_manager import ConsumerManager
@@ -183,6 +184,7 @@ class BrokerController:
         self.ha_addr = ""
         self.master_addr: str | None = None
         self.slave_sync = SlaveSynchronize(self, config.slave_sync_interval_ms / 1000)
+        self.catch_up = MasterCatchUp(self)
         self._commits: CommitBatcher | None = None
         self._nursery: trio.Nursery | None = None
         self._stop = trio.Event()
@@ -249,6 +251,7 @@ class BrokerController:
         reg(R.GET_EARLIEST_MSG_STORETIME, self.admin.get_earliest_msg_storetime)
         reg(R.GET_BROKER_RUNTIME_INFO, self.admin.get_broker_runtime_info)
         reg(R.GET_BROKER_HA_STATUS, self.admin.get_broker_ha_status)
+        reg(R.READ_COMMITLOG, self.admin.read_commitlog)
         reg(R.GET_TOPIC_STATS_INFO, self.admin.get_topic_stats_info)
         reg(R.GET_CONSUME_STATS, self.admin.get_consume_stats)
         reg(R.INVOKE_BROKER_TO_RESET_OFFSET, self.admin.invoke_broker_to_reset_offset)
@@ -472,34 +475,39 @@ class BrokerController:
                         if self.ha_slave is not None:
                             nursery.start_soon(self.ha_slave.run)
                             nursery.start_soon(self.slave_sync.run)
-                        if self.topics.dirty:
-                            await self.persist_topics()
-                        registered = await self.registration.register_all()
-                        nursery.start_soon(self.registration.run)
-                        nursery.start_soon(self._persist_loop)
-                        nursery.start_soon(self._topic_persist_loop)
-                        nursery.start_soon(self._scan_loop)
-                        nursery.start_soon(self._stats_loop)
-                        nursery.start_soon(self.long_polling.run)
-                        if not cfg.is_slave:
-                            # A slave copies what its master's services write.
-                            await nursery.start(self.schedule.run, store, commits.put)
-                            nursery.start_soon(self.transactions.run)
-                        log.info(
-                            "broker_started",
-                            broker_name=cfg.broker_name,
-                            cluster=cfg.broker_cluster_name,
-                            broker_id=cfg.broker_id,
-                            addr=self.addr,
-                            port=port,
-                            store_dir=str(cfg.store_path),
-                            flush=cfg.flush_disk_type,
-                            namesrv=cfg.namesrv_addrs,
-                            registered=registered,
-                            # The C accelerators in use (False: pure Python, TRIMQ_NO_NATIVE
-                            # set or the extensions not built).
-                            native=_STORE_NATIVE and NATIVE_CODEC,
-                        )
+                        if self.ha_master is not None and cfg.namesrv_addrs:
+                            # Before registering: take back what a slave holds beyond this
+                            # master (broker.catch_up); False when stopped meanwhile.
+                            await self.catch_up.run(self._stop)
+                        if not self._stop.is_set():
+                            if self.topics.dirty:
+                                await self.persist_topics()
+                            registered = await self.registration.register_all()
+                            nursery.start_soon(self.registration.run)
+                            nursery.start_soon(self._persist_loop)
+                            nursery.start_soon(self._topic_persist_loop)
+                            nursery.start_soon(self._scan_loop)
+                            nursery.start_soon(self._stats_loop)
+                            nursery.start_soon(self.long_polling.run)
+                            if not cfg.is_slave:
+                                # A slave copies what its master's services write.
+                                await nursery.start(self.schedule.run, store, commits.put)
+                                nursery.start_soon(self.transactions.run)
+                            log.info(
+                                "broker_started",
+                                broker_name=cfg.broker_name,
+                                cluster=cfg.broker_cluster_name,
+                                broker_id=cfg.broker_id,
+                                addr=self.addr,
+                                port=port,
+                                store_dir=str(cfg.store_path),
+                                flush=cfg.flush_disk_type,
+                                namesrv=cfg.namesrv_addrs,
+                                registered=registered,
+                                # The C accelerators in use (False: pure Python, TRIMQ_NO_NATIVE
+                                # set or the extensions not built).
+                                native=_STORE_NATIVE and NATIVE_CODEC,
+                            )
                         task_status.started(port)
                         await self._stop.wait()
                         log.info("broker_stopping")

@@ -62,6 +62,23 @@ class OffsetManager:
             self._table[key] = dict(queues)
         self.dirty = True
 
+    def merge_max(self, table: dict[str, dict[int, int]]) -> int:
+        """Take each queue's offset from `table` where it is larger than this broker's (a
+        master taking back what consumers committed on its slave while it was away).
+        Returns how many queues moved."""
+        moved = 0
+        for key, queues in table.items():
+            mine = self._table.setdefault(key, {})
+            for qid, offset in queues.items():
+                if offset > mine.get(qid, -1):
+                    mine[qid] = offset
+                    moved += 1
+            if not mine:
+                del self._table[key]
+        if moved:
+            self.dirty = True
+        return moved
+
     # -- operations -------------------------------------------------------------------------
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         queues = self._table.setdefault(self.key(topic, group), {})

@@ -128,6 +128,21 @@ class SubscriptionManager:
         bump(self.data_version)
         self.dirty = True
 
+    def add_missing(self, wrapper: SubscriptionGroupWrapper) -> list[str]:
+        """Create the groups of `wrapper` this broker lacks (a master taking back what its
+        slave kept); refused ones are logged and skipped. Returns the names created."""
+        added = []
+        for name, cfg in wrapper.subscription_group_table.items():
+            if name in self._table:
+                continue
+            try:
+                self.update(cfg)
+            except ValueError as exc:
+                log.warning("group_not_taken", group=name, error=str(exc))
+                continue
+            added.append(name)
+        return added
+
     def delete(self, group: str) -> bool:
         if self._table.pop(group, None) is None:
             return False

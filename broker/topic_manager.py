@@ -287,6 +287,22 @@ class TopicManager:
         )
         return True
 
+    def add_missing(self, table: dict[str, TopicConfig]) -> list[str]:
+        """Create the topics of `table` this broker lacks (a master taking back what its slave
+        kept); existing ones stay as they are, refused ones are logged and skipped. Returns
+        the names created."""
+        added = []
+        for name, cfg in table.items():
+            if name in self._table:
+                continue
+            try:
+                self.update(cfg)
+            except ValueError as exc:
+                log.warning("topic_not_taken", topic=name, error=str(exc))
+                continue
+            added.append(name)
+        return added
+
     def delete(self, topic: str) -> bool:
         if self._table.pop(topic, None) is None:
             return False

@@ -133,6 +133,9 @@ class RequestCode(IntEnum):
     GET_ALL_PRODUCER_INFO = 328
     DELETE_EXPIRED_COMMITLOG = 329
     GET_BROKER_HA_STATUS = 907
+    # trimq's own, far from RocketMQ's numbers (which reach 3010, then 200050..): a broker's
+    # raw commitlog bytes, for a master copying back what its slave holds beyond it.
+    READ_COMMITLOG = 9001
 
 
 class ResponseCode(IntEnum):

@@ -33,6 +33,8 @@ from remoting.protocol.headers import (
     GetMinOffsetRequestHeader,
     GetMinOffsetResponseHeader,
     GetTopicStatsInfoRequestHeader,
+    ReadCommitlogRequestHeader,
+    ReadCommitlogResponseHeader,
     ResetOffsetRequestHeader,
     SearchOffsetRequestHeader,
     SearchOffsetResponseHeader,
@@ -46,6 +48,7 @@ log = structlog.get_logger()
 
 BROKER_VERSION = 409  # MQVersion ordinal reported (V4_9_8)
 BROKER_VERSION_DESC = "V4_9_8"
+READ_COMMITLOG_MAX_BYTES = 1024 * 1024
 
 
 def _camel(name: str) -> str:
@@ -231,6 +234,27 @@ class AdminProcessor:
         if source is None:
             return error(cmd, ResponseCode.SYSTEM_ERROR, "this broker runs no HA service")
         return cmd.make_response(ResponseCode.SUCCESS, body=source.runtime_info().to_json())
+
+    @guarded()
+    async def read_commitlog(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        """Raw commitlog bytes from an offset (within one file), for a master that came
+        back behind its slave (`broker.catch_up`); the same bytes pulls serve, at most
+        `READ_COMMITLOG_MAX_BYTES` of page cache per call as a pull's."""
+        hdr = ReadCommitlogRequestHeader.from_fields(cmd.ext_fields)
+        store = self.ctrl.store
+        lo, hi = store.min_phy_offset, store.max_phy_offset
+        fields = ReadCommitlogResponseHeader(min_offset=lo, max_offset=hi).to_fields()
+        if hdr.max_bytes <= 0 or not lo <= hdr.offset <= hi:
+            return cmd.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"offset {hdr.offset} is outside the commitlog [{lo}, {hi}] or max bytes "
+                f"{hdr.max_bytes} not positive",
+                ext_fields=fields,
+            )
+        data = store.read_commitlog(hdr.offset, min(hdr.max_bytes, READ_COMMITLOG_MAX_BYTES))
+        return cmd.make_response(ResponseCode.SUCCESS, ext_fields=fields, body=data or b"")
 
     @guarded()
     async def get_topic_stats_info(

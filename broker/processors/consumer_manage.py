@@ -42,6 +42,9 @@ class ConsumerManageProcessor:
         reason = validate_offset_key(hdr.consumer_group, hdr.topic)
         if reason is not None:
             return error(cmd, ResponseCode.SYSTEM_ERROR, reason)
+        fence = self.ctrl.catch_up.fence
+        if fence is not None:  # its offsets may be behind its slave's
+            return error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE, fence)
         offset = self.ctrl.offsets.query(hdr.consumer_group, hdr.topic, hdr.queue_id)
         if offset < 0:
             # No committed offset: a queue that still starts at 0 is read from 0 (RocketMQ's

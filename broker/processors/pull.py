@@ -64,6 +64,9 @@ class PullProcessor:
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{ctrl.addr}] pulling message is forbidden",
             )
+        fence = ctrl.catch_up.fence
+        if fence is not None:  # what it would serve may be behind its slave's
+            return error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE, fence)
         group = ctrl.subscriptions.find_or_create(hdr.consumer_group)
         if group is None:
             return error(

@@ -71,6 +71,8 @@ __all__ = [
     "QueryDataVersionResponseHeader",
     "QueryMessageRequestHeader",
     "QueryMessageResponseHeader",
+    "ReadCommitlogRequestHeader",
+    "ReadCommitlogResponseHeader",
     "RegisterBrokerRequestHeader",
     "RegisterBrokerResponseHeader",
     "ResetOffsetRequestHeader",
@@ -496,6 +498,20 @@ class GetMaxOffsetRequestHeader(_Header):
 @_header
 class GetMaxOffsetResponseHeader(_Header):
     offset: Int64
+
+
+@_header
+class ReadCommitlogRequestHeader(_Header):
+    """READ_COMMITLOG (trimq's own): commitlog bytes from `offset`, at most `max_bytes`."""
+
+    offset: Int64
+    max_bytes: Int32
+
+
+@_header
+class ReadCommitlogResponseHeader(_Header):
+    min_offset: Int64
+    max_offset: Int64
 
 
 @_header

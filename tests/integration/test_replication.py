@@ -6,6 +6,7 @@ acknowledging as SEND_OK."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,10 @@ from common.message import decode_records
 from namesrv.config import NamesrvConfig
 from namesrv.server import NameServer
 from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
-from remoting.protocol.headers import UpdateConsumerOffsetRequestHeader
+from remoting.protocol.headers import (
+    ReadCommitlogRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+)
 from tests.helpers import free_port, wait_until
 from tests.integration.client_support import create_topic, fast_config
 from tests.integration.test_broker_process import pull_request, send_request
@@ -288,3 +292,169 @@ async def test_a_consumer_follows_the_suggestion_to_the_slave_and_back(tmp_path:
                     total=10,
                     what="offsets on the master",
                 )
+
+
+def _offset_cmd(group: str, topic: str, queue_id: int, offset: int) -> RemotingCommand:
+    upd = UpdateConsumerOffsetRequestHeader(
+        consumer_group=group, topic=topic, queue_id=queue_id, commit_offset=offset
+    )
+    return RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, upd.to_fields())
+
+
+async def _send_many(client: RemotingClient, addr: str, topic: str, n: int, tag: bytes) -> None:
+    for i in range(n):
+        resp = await client.invoke(addr, send_request(topic, tag + b"%04d-" % i + b"y" * 600))
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+
+
+async def _bodies(client: RemotingClient, addr: str, topic: str, n: int) -> list[bytes]:
+    got: list[bytes] = []
+    while len(got) < n:
+        resp = await client.invoke(addr, pull_request(topic, len(got), max_msgs=64))
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        records = decode_records(resp.body_bytes())
+        assert records
+        got.extend(r.body or b"" for r in records)
+    return got
+
+
+@pytest.mark.parametrize("lost", ["everything", "the tail"])
+async def test_a_master_that_returns_behind_its_slave_copies_back_first(
+    tmp_path: Path, lost: str
+) -> None:
+    async with NameServer(NamesrvConfig(listen="127.0.0.1:0")) as ns:
+        master_cfg = _config(tmp_path, "master", ns.address, broker_role="SYNC_MASTER")
+        slave_cfg = _config(
+            tmp_path,
+            "slave",
+            ns.address,
+            broker_role="SLAVE",
+            broker_id=1,
+            ha_master_address=f"127.0.0.1:{master_cfg.ha_listen_port}",
+        )
+        snapshot = tmp_path / "snapshot"
+        async with BrokerController(slave_cfg) as slave, RemotingClient() as client:
+            saddr = f"127.0.0.1:{slave.port}"
+            async with BrokerController(master_cfg) as master:
+                addr = f"127.0.0.1:{master.port}"
+                assert master.ha_master is not None
+                ha = master.ha_master
+                await wait_until(lambda: ha.slave_count == 1)
+                await _send_many(client, addr, "BackT", 60, b"a")
+                cmd = _offset_cmd("CG", "BackT", 0, 10)
+                assert (await client.invoke(addr, cmd)).code == ResponseCode.SUCCESS
+                await wait_until(lambda: slave.offsets.query("CG", "BackT", 0) == 10)
+            if lost == "the tail":
+                # What the master will come back with: its store as of now.
+                shutil.copytree(master_cfg.store_path, snapshot)
+                async with BrokerController(master_cfg) as master:
+                    addr = f"127.0.0.1:{master.port}"
+                    assert master.ha_master is not None
+                    ha = master.ha_master
+                    await wait_until(lambda: ha.slave_count == 1, total=15)
+                    await _send_many(client, addr, "BackT", 140, b"b")
+            # The master is down: consumers commit to the slave.
+            assert (
+                await client.invoke(saddr, _offset_cmd("CG", "BackT", 0, 55))
+            ).code == ResponseCode.SUCCESS
+            slave_max = slave.store.max_phy_offset
+            total = 60 if lost == "everything" else 200
+            shutil.rmtree(master_cfg.store_path)
+            if lost == "the tail":
+                shutil.copytree(snapshot, master_cfg.store_path)
+            async with BrokerController(master_cfg) as master:
+                addr = f"127.0.0.1:{master.port}"
+                # Started (registered) only once it holds what the slave holds.
+                assert master.catch_up.fence is None
+                assert master.store.max_phy_offset == slave_max
+                assert master.catch_up.copied_bytes > 0
+                assert _commitlog(master_cfg.store_path) == _commitlog(slave_cfg.store_path)
+                assert master.topics.get("BackT") is not None
+                # The slave's larger offset wins; the master's own were gone or smaller.
+                assert master.offsets.query("CG", "BackT", 0) == 55
+                bodies = await _bodies(client, addr, "BackT", total)
+                assert bodies[:60] == [b"a%04d-" % i + b"y" * 600 for i in range(60)]
+                assert bodies[60:] == [b"b%04d-" % i + b"y" * 600 for i in range(total - 60)]
+                # Replication resumes where both are, and new sends are acknowledged.
+                assert master.ha_master is not None
+                ha = master.ha_master
+                await wait_until(lambda: ha.slave_count == 1, total=15)
+                await _send_many(client, addr, "BackT", 5, b"c")
+                await wait_until(lambda: slave.store.max_phy_offset == master.store.max_phy_offset)
+                assert _commitlog(master_cfg.store_path) == _commitlog(slave_cfg.store_path)
+
+
+async def test_a_master_that_cannot_copy_back_refuses_and_says_why(tmp_path: Path) -> None:
+    async with NameServer(NamesrvConfig(listen="127.0.0.1:0")) as ns, RemotingClient() as client:
+        master_cfg = _config(tmp_path, "master", ns.address)
+        snapshot = tmp_path / "snapshot"
+        async with BrokerController(master_cfg) as master:
+            await _send_many(client, f"127.0.0.1:{master.port}", "GapT", 20, b"a")
+        shutil.copytree(master_cfg.store_path, snapshot)  # within the first 64 KiB file
+        slave_cfg = _config(
+            tmp_path,
+            "slave",
+            ns.address,
+            broker_role="SLAVE",
+            broker_id=1,
+            ha_master_address=f"127.0.0.1:{master_cfg.ha_listen_port}",
+        )
+        async with BrokerController(master_cfg) as master:
+            await _send_many(client, f"127.0.0.1:{master.port}", "GapT", 300, b"b")
+            # An empty slave starts at the master's last file: it lacks the first ones.
+            async with BrokerController(slave_cfg) as slave:
+                await wait_until(lambda: slave.store.max_phy_offset == master.store.max_phy_offset)
+                assert slave.store.min_phy_offset > 64 * 1024
+                slave_bytes = _commitlog(slave_cfg.store_path)
+        async with BrokerController(slave_cfg) as slave:
+            shutil.rmtree(master_cfg.store_path)
+            shutil.copytree(snapshot, master_cfg.store_path)
+            returning = BrokerController(master_cfg)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(returning.run)
+                await wait_until(
+                    lambda: "in neither" in (returning.catch_up.fence or ""), what="the fence"
+                )
+                addr = f"127.0.0.1:{returning.port}"
+                refused = await client.invoke(addr, send_request("GapT", b"while fenced"))
+                assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+                assert "in neither" in (refused.remark or "")
+                pulled = await client.invoke(addr, pull_request("GapT", 0))
+                assert pulled.code == ResponseCode.SERVICE_NOT_AVAILABLE
+                # Not registered: the route names the slave only.
+                route = await client.invoke(
+                    ns.address,
+                    RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "GapT"}),
+                )
+                assert f"127.0.0.1:{returning.port}" not in route.body_bytes().decode()
+                returning.stop()
+            # Nothing of the slave's was touched.
+            assert _commitlog(slave_cfg.store_path) == slave_bytes
+            assert slave.store.max_phy_offset > 0
+
+
+async def test_read_commitlog_answers_bounded_bytes_and_refuses_bad_ranges(
+    tmp_path: Path,
+) -> None:
+    cfg = _config(tmp_path, "broker", "")
+    async with BrokerController(cfg) as broker, RemotingClient() as client:
+        addr = f"127.0.0.1:{broker.port}"
+        await _send_many(client, addr, "RawT", 30, b"r")
+        top = broker.store.max_phy_offset
+
+        async def read(offset: int, max_bytes: int) -> RemotingCommand:
+            hdr = ReadCommitlogRequestHeader(offset=offset, max_bytes=max_bytes)
+            cmd = RemotingCommand.request(RequestCode.READ_COMMITLOG, hdr.to_fields())
+            return await client.invoke(addr, cmd)
+
+        whole = await read(0, 2**31 - 1)  # capped, within the one file
+        assert whole.code == ResponseCode.SUCCESS
+        assert whole.body_bytes() == _commitlog(cfg.store_path)["00000000000000000000"][:top]
+        part = await read(100, 50)
+        assert part.body_bytes() == whole.body_bytes()[100:150]
+        assert (await read(top, 10)).body_bytes() == b""
+        for offset, n in ((-1, 10), (top + 1, 10), (0, 0), (0, -5)):
+            bad = await read(offset, n)
+            assert bad.code == ResponseCode.SYSTEM_ERROR
+            assert bad.ext_fields is not None
+            assert bad.ext_fields["maxOffset"] == str(top)
