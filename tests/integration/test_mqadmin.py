@@ -196,3 +196,46 @@ def test_errors_are_clear(ns: str) -> None:
 def _broker_addr(ns: str) -> str:
     out = mqadmin("clusterList", "-n", ns, "--json").stdout
     return str(json.loads(out)[0]["addr"])
+
+
+@pytest.mark.slow
+def test_cluster_list_and_ha_status_show_roles_and_replication(
+    namesrv: NamesrvProc, start_broker: StartBroker
+) -> None:
+    ns = namesrv.addr
+    master = start_broker(ns, name="broker-r")
+    # The slave learns its master's HA address from its next registration.
+    start_broker(
+        ns,
+        name="broker-r",
+        broker_id=1,
+        args=["--role", "SLAVE"],
+        env={"TRIMQ_REGISTER_NAME_SERVER_PERIOD_MS": "500"},
+    )
+
+    def both_in_sync() -> bool:
+        out = mqadmin("clusterList", "-n", ns, "--json", check=False)
+        if out.returncode != 0:
+            return False
+        rows = json.loads(out.stdout)
+        return len(rows) == 2 and all(r["lag_bytes"] == 0 for r in rows)
+
+    wait_until_sync(both_in_sync, total=30, what="master and slave listed in sync")
+    rows = {
+        r["broker_id"]: r for r in json.loads(mqadmin("clusterList", "-n", ns, "--json").stdout)
+    }
+    assert (rows[0]["role"], rows[1]["role"]) == ("ASYNC_MASTER", "SLAVE")
+    table = mqadmin("clusterList", "-n", ns).stdout
+    assert "#Role" in table
+    assert "SLAVE" in table
+    status = json.loads(mqadmin("haStatus", "-n", ns, "-b", master.addr, "--json").stdout)[
+        master.addr
+    ]
+    assert status["master"] is True
+    assert status["inSyncSlaveNums"] == 1
+    by_cluster = json.loads(mqadmin("haStatus", "-n", ns, "-c", "DefaultCluster", "--json").stdout)
+    assert {v["master"] for v in by_cluster.values()} == {True, False}
+    assert mqadmin("haStatus", "-n", ns, check=False).returncode == 2
+    unknown = mqadmin("haStatus", "-n", ns, "-c", "NoSuchCluster", check=False)
+    assert unknown.returncode == 1
+    assert "NoSuchCluster" in unknown.stderr

@@ -20,7 +20,7 @@ from client.message import MessageExt
 COMMANDS = [
     "updateTopic", "deleteTopic", "topicList", "topicRoute", "topicStatus", "clusterList",
     "brokerStatus", "consumerProgress", "consumerConnection", "queryMsgById", "queryMsgByKey",
-    "resetOffsetByTime", "sendMessage", "consumeMessage",
+    "resetOffsetByTime", "sendMessage", "consumeMessage", "haStatus",
 ]  # fmt: skip
 
 
