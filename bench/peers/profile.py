@@ -6,7 +6,9 @@ Starts a NameServer, a broker under the profiler and the workload's client (`mqb
 the profiler, then stops the broker with SIGINT so its profile is written. The profiles (never
 committed) land in `--out` (default /tmp/trimq-prof): `broker-W1.prof`, `client-W1.prof`
 (open with `python -m pstats` or snakeviz) or `*.html` flame graphs with `--pyinstrument`.
-Prints the top functions by own time, with call counts per message.
+Prints the top functions by own time, with call counts per message. `--sync-master`: the
+broker is a SYNC_MASTER with a SLAVE (also profiled: `slave-W1.prof`), measured once the slave
+is in sync, as the trimq-sync-master system of `bench.peers`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import time
 from pathlib import Path
 
 from ._proc import Server, free_port, run_client
-from .run import _create_topic
+from .run import _create_topic, wait_in_sync
 
 BIN = Path(sys.executable).parent
 PY = sys.executable
@@ -71,6 +73,7 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=20_000)
     ap.add_argument("--flush", choices=["async", "sync"], default="async")
     ap.add_argument("--pyinstrument", action="store_true")
+    ap.add_argument("--sync-master", action="store_true", help="SYNC_MASTER + SLAVE")
     ap.add_argument("--out", type=Path, default=Path("/tmp/trimq-prof"))
     ap.add_argument("--top", type=int, default=35)
     opts = ap.parse_args()
@@ -78,25 +81,40 @@ def main() -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     broker_prof = opts.out / f"broker-{opts.workload}.prof"
     client_prof = opts.out / f"client-{opts.workload}.prof"
+    slave_prof = opts.out / f"slave-{opts.workload}.prof"
     with (
         tempfile.TemporaryDirectory(prefix="trimq-prof-") as tmp,
         open(Path(tmp) / "servers.log", "wb") as log,
     ):
-        ns_port, br_port = free_port(), free_port()
+        ns_port, br_port, ha_port, sl_port = free_port(), free_port(), free_port(), free_port()
         ns_addr = f"127.0.0.1:{ns_port}"
         ns = Server("mqnamesrv", [str(BIN / "mqnamesrv"), "--listen", ns_addr], log, ns_port)
+        roles = ["--role", "sync_master", "--ha-port", str(ha_port)] if opts.sync_master else []
         br = Server(
             "mqbroker",
             [*_profiled("broker.cli", broker_prof, opts.pyinstrument), "-n", ns_addr,
              "--listen", f"127.0.0.1:{br_port}", "--store-dir", str(Path(tmp) / "store"),
-             "--flush", opts.flush, "--log-level", "warning"],
+             "--flush", opts.flush, *roles, "--log-level", "warning"],
             log,
             br_port,
         )  # fmt: skip
+        slave = Server(
+            "slave",
+            [*_profiled("broker.cli", slave_prof, opts.pyinstrument), "-n", ns_addr,
+             "--listen", f"127.0.0.1:{sl_port}", "--store-dir", str(Path(tmp) / "slave"),
+             "--flush", opts.flush, "--role", "slave", "--id", "1", "--log-level", "warning"],
+            log,
+            sl_port,
+        )  # fmt: skip
+        brokers = [br, slave] if opts.sync_master else [br]
         try:
             ns.start()
             br.start(env)
+            if opts.sync_master:
+                slave.start(dict(env, TRIMQ_HA_MASTER_ADDRESS=f"127.0.0.1:{ha_port}"))
             _create_topic(ns_addr, "Bench")
+            if opts.sync_master:
+                wait_in_sync(ns_addr, f"127.0.0.1:{br_port}")
             if opts.workload == "W3":  # a backlog to consume, written without profiling
                 run_client(
                     [str(BIN / "mqbench"), *_client_args("W2", ns_addr, opts.count)],
@@ -108,21 +126,24 @@ def main() -> None:
             ]  # fmt: skip
             cr = run_client(cmd, 600, REPO, env, Path(tmp))
             print(cr.result or cr.stderr)
-            print(f"client CPU {cr.cpu_s:.2f} s, broker CPU {br.cpu():.2f} s (profiled)")
+            cpus = ", ".join(f"{b.name} CPU {b.cpu():.2f} s" for b in brokers)
+            print(f"client CPU {cr.cpu_s:.2f} s, {cpus} (profiled)")
         finally:
-            if br.proc is not None and br.proc.poll() is None:
-                os.kill(br.proc.pid, signal.SIGINT)  # SIGINT: a clean exit writes the profile
-                try:
-                    br.proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    br.stop()
+            for b in brokers:
+                if b.proc is not None and b.proc.poll() is None:
+                    os.kill(b.proc.pid, signal.SIGINT)  # SIGINT: a clean exit writes the profile
+                    try:
+                        b.proc.wait(timeout=60)
+                    except subprocess.TimeoutExpired:
+                        b.stop()
             ns.stop()
     time.sleep(0.1)
+    profiles = [broker_prof, *([slave_prof] if opts.sync_master else []), client_prof]
     if not opts.pyinstrument:
-        _top(broker_prof, opts.top, opts.count)
-        _top(client_prof, opts.top, opts.count)
+        for prof in profiles:
+            _top(prof, opts.top, opts.count)
     else:
-        for prof in (broker_prof, client_prof):
+        for prof in profiles:
             session = str(prof.with_suffix(".pyisession"))
             for renderer, suffix in (("html", ".html"), ("text", ".txt")):
                 subprocess.run(
