@@ -78,6 +78,7 @@ DEFAULT_TRANSFER_BATCH_SIZE = 32768
 DEFAULT_HEARTBEAT_INTERVAL_S = 5.0
 DEFAULT_HOUSEKEEPING_INTERVAL_S = 20.0
 DEFAULT_MAX_GAP_NOT_IN_SYNC = 256 * 1024 * 1024
+DEFAULT_MAX_CONNECTIONS = 64  # slaves of one master: a handful in practice
 
 REPORT_SIZE = 8
 _REPORT = struct.Struct(">q")
@@ -324,6 +325,7 @@ class HAMaster:
         max_gap_not_in_sync: `slave_ok` is False from this many unacknowledged bytes on.
         idle_poll_s: With nothing to send, look again after this long even without a
             `notify_append`.
+        max_connections: Connections served at once; more are closed on accept.
 
     All methods are for the trio thread; `when_replicated` timeouts need `run` running.
     """
@@ -337,6 +339,7 @@ class HAMaster:
         housekeeping_interval_s: float = DEFAULT_HOUSEKEEPING_INTERVAL_S,
         max_gap_not_in_sync: int = DEFAULT_MAX_GAP_NOT_IN_SYNC,
         idle_poll_s: float = 0.1,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         if not 0 < transfer_batch_size <= MAX_FRAME_BODY:
             raise ValueError(f"transfer_batch_size must be in 1..{MAX_FRAME_BODY}")
@@ -346,6 +349,7 @@ class HAMaster:
         self.housekeeping_interval_s = housekeeping_interval_s
         self.max_gap_not_in_sync = max_gap_not_in_sync
         self.idle_poll_s = idle_poll_s
+        self.max_connections = max_connections
         self.port = 0
         self._conns: set[_SlaveConn] = set()
         self._acked = 0
@@ -528,6 +532,11 @@ class HAMaster:
                 self._finish(waiter, False)
 
     async def _serve(self, stream: trio.SocketStream) -> None:
+        if len(self._conns) >= self.max_connections:
+            # Unauthenticated port: a flood of connections must not cost tasks and buffers.
+            log.warning("ha_connection_refused", addr=_peer_addr(stream), open=len(self._conns))
+            await stream.aclose()
+            return
         conn = _SlaveConn(_peer_addr(stream))
         self._conns.add(conn)
         log.info("ha_slave_connected", addr=conn.addr)

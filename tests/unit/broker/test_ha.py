@@ -547,6 +547,29 @@ async def test_hostile_clients_are_closed_without_affecting_a_slave(
         assert m.acked_offset <= src.max_phy_offset
 
 
+async def test_connections_beyond_the_cap_are_closed_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    src, dst = FakeCommitLog(), FakeCommitLog()
+    src.put_many(100)
+    async with _master(src, max_connections=3) as m, _slave(dst, _addr(m)):
+        await _until(lambda: m.slave_count == 1 and _same(dst, src))
+        held = [await trio.open_tcp_stream("127.0.0.1", m.port) for _ in range(2)]
+        await trio.sleep(0.5)  # the two are served (silent: closed only at housekeeping)
+        async with await trio.open_tcp_stream("127.0.0.1", m.port) as extra:
+            assert await _closed_within(extra, 2) < 0.5
+        for s in held:
+            await s.aclose()
+        await _until(lambda: len(m._conns) == 1)
+        # Room again: a new connection is served (kept open past the refusal time).
+        again = await trio.open_tcp_stream("127.0.0.1", m.port)
+        with trio.move_on_after(2):
+            await again.receive_some(1)
+            raise AssertionError("closed although under the cap")
+        await again.aclose()
+        assert m.slave_count == 1
+
+
 async def test_master_sends_nothing_before_the_first_report_then_frames(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
