@@ -1,9 +1,10 @@
 """The compose cluster of the `cluster` tests: built, started once per session, always removed.
 
 `make image` builds trimq:latest first (so `make test` on a fresh machine builds it), then the
-project `trimq-test-<pid>` of deploy/docker-compose.yml starts with free loopback ports, short
-timings (NameServer expiry 6 s, scan 1 s, broker registration every 2 s) and SYNC_FLUSH. The
-finalizer saves the containers' logs and runs `down -v` whatever happened.
+project `trimq-test-<pid>` of deploy/docker-compose.yml (three SYNC_MASTER masters, each with a
+slave) starts with free loopback ports, short timings (NameServer expiry 6 s, scan 1 s, broker
+registration every 2 s, slave metadata copy every 1 s, HA heartbeat 1 s and housekeeping 5 s)
+and SYNC_FLUSH. The finalizer saves the containers' logs and runs `down -v` whatever happened.
 
 Set TRIMQ_SKIP_CLUSTER=1 to skip these tests on a machine without a Docker engine.
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.support import REPO, Cluster, Row
+from tests.cluster.support import PORT_COUNT, REPO, Cluster, Row
 from tests.helpers import free_port
 
 ROWS: list[Row] = []
@@ -51,7 +52,7 @@ def cluster() -> Iterator[Cluster]:
     _build_image()
     built = time.monotonic()
     ports: list[int] = []
-    while len(ports) < 5:
+    while len(ports) < PORT_COUNT:
         port = free_port()
         if port not in ports:
             ports.append(port)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -15,16 +17,23 @@ from pathlib import Path
 
 import trio
 
-from client import ClientConfig, Message, Producer
+from client import ClientConfig, Message, MessageQueue, Producer, SendStatus
 from remoting import RemotingClient, RemotingCommand
 from remoting.codes import RequestCode, ResponseCode
 from remoting.protocol.route import ClusterInfo, TopicRouteData
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "deploy" / "docker-compose.yml"
+# Masters (broker id 0) and their slaves (the master's broker name, broker id 1).
 BROKERS = ("broker-a", "broker-b", "broker-c")
+SLAVES = ("broker-a-s", "broker-b-s", "broker-c-s")
+ALL_BROKERS = (*BROKERS, *SLAVES)
+MASTER_OF = dict(zip(SLAVES, BROKERS, strict=True))
 NAMESRVS = ("namesrv1", "namesrv2")
 CLUSTER_NAME = "DefaultCluster"
+BROKER_ROLE = "SYNC_MASTER"
+# The compose project's ports: NameServers, masters, masters' HA ports, slaves.
+PORT_COUNT = len(NAMESRVS) + 2 * len(BROKERS) + len(SLAVES)
 
 # Short timings for the tests (the compose file's defaults are RocketMQ's).
 REGISTER_PERIOD_MS = 2000
@@ -32,6 +41,14 @@ BROKER_EXPIRED_MS = 6000
 NAMESRV_SCAN_MS = 1000
 REBALANCE_MS = 2000
 SEND_TIMEOUT_MS = 3000
+# A SYNC_MASTER's wait for its slave: well under the send timeout, so a send to a master whose
+# slave is gone is answered FLUSH_SLAVE_TIMEOUT (and moved elsewhere) rather than timing out.
+SLAVE_TIMEOUT_MS = 1500
+SLAVE_SYNC_INTERVAL_MS = 1000
+HA_HEARTBEAT_MS = 1000
+HA_HOUSEKEEPING_MS = 5000
+# The commitlog file size of the test cluster (small: files are preallocated).
+COMMITLOG_FILE_SIZE = 64 * 1024 * 1024
 
 
 def compose_command() -> list[str]:
@@ -46,27 +63,49 @@ def compose_command() -> list[str]:
     raise RuntimeError("neither `docker compose` nor `docker-compose` is available")
 
 
+def _env_key(service: str) -> str:
+    """broker-a -> BROKER_A, broker-a-s -> BROKER_A_S (the compose file's port variables)."""
+    return service.upper().replace("-", "_")
+
+
 class Cluster:
-    """One compose project of deploy/docker-compose.yml with its own free ports."""
+    """One compose project of deploy/docker-compose.yml with its own free ports.
+
+    `ports`: PORT_COUNT distinct ports: the NameServers', the masters', the masters' HA ports,
+    the slaves'. The masters run as BROKER_ROLE (SYNC_MASTER: an acknowledged send is on the
+    slave too).
+    """
 
     def __init__(self, project: str, ports: Sequence[int], image: str = "trimq:latest") -> None:
+        if len(ports) != PORT_COUNT:
+            raise ValueError(f"expected {PORT_COUNT} ports, got {len(ports)}")
+        n_ns, n_b = len(NAMESRVS), len(BROKERS)
         self.project = project
-        self.ns_ports = {"namesrv1": ports[0], "namesrv2": ports[1]}
-        self.broker_ports = dict(zip(BROKERS, ports[2:5], strict=True))
+        self.ns_ports = dict(zip(NAMESRVS, ports[:n_ns], strict=True))
+        masters = ports[n_ns : n_ns + n_b]
+        self.ha_ports = dict(zip(BROKERS, ports[n_ns + n_b : n_ns + 2 * n_b], strict=True))
+        slaves = ports[n_ns + 2 * n_b :]
+        self.broker_ports = {
+            **dict(zip(BROKERS, masters, strict=True)),
+            **dict(zip(SLAVES, slaves, strict=True)),
+        }
         self.base = [*compose_command(), "-p", project, "-f", str(COMPOSE_FILE)]
         self.env = {
             **os.environ,
             "TRIMQ_IMAGE": image,
-            "NAMESRV1_PORT": str(ports[0]),
-            "NAMESRV2_PORT": str(ports[1]),
-            "BROKER_A_PORT": str(ports[2]),
-            "BROKER_B_PORT": str(ports[3]),
-            "BROKER_C_PORT": str(ports[4]),
+            **{f"{_env_key(s)}_PORT": str(p) for s, p in self.ns_ports.items()},
+            **{f"{_env_key(b)}_PORT": str(p) for b, p in self.broker_ports.items()},
+            **{f"{_env_key(b)}_HA_PORT": str(p) for b, p in self.ha_ports.items()},
+            "BROKER_ROLE": BROKER_ROLE,
             "FLUSH_DISK_TYPE": "SYNC_FLUSH",
             "NAMESRV_SCAN_INTERVAL_MS": str(NAMESRV_SCAN_MS),
             "BROKER_EXPIRED_MS": str(BROKER_EXPIRED_MS),
             "BROKER_REGISTER_PERIOD_MS": str(REGISTER_PERIOD_MS),
-            "COMMITLOG_FILE_SIZE": str(64 * 1024 * 1024),
+            "SLAVE_TIMEOUT_MS": str(SLAVE_TIMEOUT_MS),
+            "SLAVE_SYNC_INTERVAL_MS": str(SLAVE_SYNC_INTERVAL_MS),
+            "HA_HEARTBEAT_INTERVAL_MS": str(HA_HEARTBEAT_MS),
+            "HA_HOUSEKEEPING_INTERVAL_MS": str(HA_HOUSEKEEPING_MS),
+            "COMMITLOG_FILE_SIZE": str(COMMITLOG_FILE_SIZE),
             "CONSUME_QUEUE_FILE_SIZE": str(60_000 * 20),
             "HEALTH_INTERVAL": "1s",
         }
@@ -164,8 +203,63 @@ class Cluster:
     def docker(self, *args: str) -> None:
         subprocess.run(["docker", *args], capture_output=True, check=True, timeout=60)
 
+    def volumes(self, service: str) -> list[str]:
+        """The broker's store volume (`<service>-store` of the compose file), if it exists."""
+        out = subprocess.run(
+            [
+                "docker",
+                "volume",
+                "ls",
+                "-q",
+                "--filter",
+                f"label=com.docker.compose.project={self.project}",
+                "--filter",
+                f"label=com.docker.compose.volume={service}-store",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        )
+        return out.stdout.split()
+
+    def kill(self, service: str) -> None:
+        """SIGKILL the service's container (docker directly: compose takes seconds)."""
+        self.docker("kill", "-s", "KILL", self.container(service))
+
+    def remove_with_store(self, service: str) -> None:
+        """Remove a broker's container (killed first when running) and its store volume: a lost
+        machine. `compose up -d --no-deps <service>` brings it back empty."""
+        self.compose("kill", "-s", "SIGKILL", service)
+        self.compose("rm", "-f", service)
+        for volume in self.volumes(service):
+            self.docker("volume", "rm", volume)
+
+    def commitlog_digest(self, service: str, start: int, end: int) -> tuple[str, int]:
+        """sha256 of the broker's commitlog bytes [start, end) and how many bytes were read
+        (fewer than end - start when the files do not cover the range)."""
+        out = subprocess.run(
+            [
+                "docker",
+                "exec",
+                self.container(service),
+                "python3",
+                "-c",
+                _DIGEST_SCRIPT,
+                "/data/store/commitlog",
+                str(start),
+                str(end),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        )
+        digest, covered = out.stdout.split()
+        return digest, int(covered)
+
     def wait_healthy(
-        self, services: Sequence[str] = (*NAMESRVS, *BROKERS), total: float = 90
+        self, services: Sequence[str] = (*NAMESRVS, *ALL_BROKERS), total: float = 90
     ) -> None:
         deadline = time.monotonic() + total
         states: dict[str, str] = {}
@@ -178,13 +272,40 @@ class Cluster:
             time.sleep(0.5)
 
     async def await_healthy(
-        self, services: Sequence[str] = (*NAMESRVS, *BROKERS), total: float = 90
+        self, services: Sequence[str] = (*NAMESRVS, *ALL_BROKERS), total: float = 90
     ) -> None:
         await trio.to_thread.run_sync(lambda: self.wait_healthy(services, total))
 
     async def run(self, *args: str) -> str:
         """`compose(...)` from trio (in a worker thread: it blocks on a subprocess)."""
         return await trio.to_thread.run_sync(lambda: self.compose(*args))
+
+
+# Run inside a broker's container: sha256 over the commitlog bytes [start, end) (files named by
+# their 20-digit start offset), then the number of bytes read.
+_DIGEST_SCRIPT = """
+import hashlib, os, sys
+root, start, end = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+h = hashlib.sha256()
+covered = 0
+for name in sorted(n for n in os.listdir(root) if len(n) == 20 and n.isdigit()):
+    base = int(name)
+    path = os.path.join(root, name)
+    lo, hi = max(start, base), min(end, base + os.path.getsize(path))
+    if lo >= hi:
+        continue
+    with open(path, "rb") as f:
+        f.seek(lo - base)
+        left = hi - lo
+        while left:
+            chunk = f.read(min(left, 1 << 20))
+            if not chunk:
+                break
+            h.update(chunk)
+            covered += len(chunk)
+            left -= len(chunk)
+print(h.hexdigest(), covered)
+"""
 
 
 # -- NameServer queries (a plain remoting client, no routing state) ----------------------------
@@ -214,8 +335,21 @@ async def ns_brokers(client: RemotingClient, addr: str) -> dict[str, str] | None
     return out
 
 
+async def ns_broker_addrs(client: RemotingClient, addr: str) -> dict[str, dict[int, str]] | None:
+    """broker name -> {broker id: address} as one NameServer sees them (None: not answering)."""
+    info = await ns_cluster_info(client, addr)
+    if info is None:
+        return None
+    return {
+        name: {int(k): v for k, v in bd.broker_addrs.items()}
+        for name, bd in info.broker_addr_table.items()
+    }
+
+
 async def ns_route_brokers(client: RemotingClient, addr: str, topic: str) -> set[str] | None:
-    """Broker names in the topic's route from one NameServer (None: no answer)."""
+    """Broker names in the topic's route that have a master, i.e. where sends go, from one
+    NameServer (None: no answer). A group whose master is gone stays in the route with its
+    slave (for reads) and is not counted."""
     try:
         resp = await client.invoke(
             addr,
@@ -227,7 +361,8 @@ async def ns_route_brokers(client: RemotingClient, addr: str, topic: str) -> set
     if resp.code != ResponseCode.SUCCESS:
         return set() if resp.code == ResponseCode.TOPIC_NOT_EXIST else None
     route = TopicRouteData.from_json(resp.body_bytes())
-    return {q.broker_name for q in route.queue_datas}
+    masters = {b.broker_name for b in route.broker_datas if 0 in map(int, b.broker_addrs)}
+    return {q.broker_name for q in route.queue_datas} & masters
 
 
 def client_config(cluster: Cluster, **kw: object) -> ClientConfig:
@@ -248,9 +383,13 @@ def client_config(cluster: Cluster, **kw: object) -> ClientConfig:
 class Load:
     """A steady producer load: `senders` tasks, each sending one message after another.
 
-    A failed send is retried by the application with the same key until it is acknowledged
-    or the load stops, so `sent` counts distinct messages and `errors` failed attempts.
-    Times are `time.time()` (shared with the consumer processes).
+    A message counts as acknowledged only with SEND_OK. A failed send is retried by the
+    application with the same key until it is acknowledged or the load stops, so `sent` counts
+    distinct messages and `errors` failed attempts. An answer other than SEND_OK
+    (SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT: stored on the master, not on a slave) is counted
+    in `not_ok` and the same key is sent again at once to another broker, as RocketMQ's
+    retryAnotherBrokerWhenNotStoreOK does (the client has no such option). Times are
+    `time.time()` (shared with the consumer processes).
     """
 
     producer: Producer
@@ -261,46 +400,82 @@ class Load:
     sent: dict[str, float] = field(default_factory=dict)
     acked: dict[str, tuple[float, str]] = field(default_factory=dict)
     errors: list[tuple[float, str]] = field(default_factory=list)
+    # (time, broker, status) of every answer other than SEND_OK.
+    not_ok: list[tuple[float, str, SendStatus]] = field(default_factory=list)
     ack_times: list[float] = field(default_factory=list)
     _seq: int = 0
     _stopping: bool = False
+    _done: trio.Event = field(default_factory=trio.Event)
 
     def _next_key(self) -> str:
         self._seq += 1
         return f"{self.tag}-{self._seq:07d}"
 
-    async def send_one(self, producer: Producer, key: str) -> str | None:
-        """One attempt; the broker name on success (recorded), None on failure (recorded)."""
+    async def send_one(self, producer: Producer, key: str, avoid: str | None = None) -> str | None:
+        """One attempt (to a broker other than `avoid` when given); the broker name that
+        answered (acknowledged when SEND_OK, recorded either way), None on failure
+        (recorded)."""
         self.sent.setdefault(key, time.time())
+        msg = Message(self.topic, key, keys=key)
         try:
-            result = await producer.send(Message(self.topic, key, keys=key))
+            if avoid is None:
+                result = await producer.send(msg)
+            else:
+                result = await producer.send(msg, selector=_avoiding, arg=avoid)
         except Exception as exc:
             self.errors.append((time.time(), f"{type(exc).__name__}: {exc}"[:200]))
             return None
         now = time.time()
-        self.acked.setdefault(key, (now, result.message_queue.broker_name))
+        broker = result.message_queue.broker_name
+        if result.status is not SendStatus.SEND_OK:
+            self.not_ok.append((now, broker, result.status))
+            return broker
+        self.acked.setdefault(key, (now, broker))
         self.ack_times.append(now)
-        return result.message_queue.broker_name
+        return broker
 
     async def _sender(self) -> None:
         while not self.stopping():
             key = self._next_key()
-            while await self.send_one(self.producer, key) is None:
-                if self.stopping():
-                    return
-                await trio.sleep(0.1)
+            avoid: str | None = None
+            while key not in self.acked:
+                answered = await self.send_one(self.producer, key, avoid)
+                if key in self.acked or self.stopping():
+                    break
+                avoid = answered
+                await trio.sleep(0.02 if answered is not None else 0.1)
             await trio.sleep(self.pause_s)
 
     async def run(self) -> None:
-        async with trio.open_nursery() as nursery:
-            for _ in range(self.senders):
-                nursery.start_soon(self._sender)
+        try:
+            async with trio.open_nursery() as nursery:
+                for _ in range(self.senders):
+                    nursery.start_soon(self._sender)
+        finally:
+            self._done.set()
 
     def stop(self) -> None:
         self._stopping = True
 
     def stopping(self) -> bool:
         return self._stopping
+
+    async def stopped(self, total: float = 2 * SEND_TIMEOUT_MS / 1000 + 2) -> None:
+        """Stop and wait until no send is in flight any more (each ends within its timeout)."""
+        self.stop()
+        with trio.fail_after(total):
+            await self._done.wait()
+
+    def not_ok_by_broker(
+        self, start: float = 0.0, end: float = float("inf")
+    ) -> dict[str, dict[str, int]]:
+        """broker -> {status name: count} of the answers other than SEND_OK in [start, end]."""
+        out: dict[str, dict[str, int]] = {}
+        for t, broker, status in self.not_ok:
+            if start <= t <= end:
+                per = out.setdefault(broker, {})
+                per[status.value] = per.get(status.value, 0) + 1
+        return out
 
     def max_ack_gap(self, start: float, end: float) -> float:
         """The longest time without any acknowledgement within [start, end]."""
@@ -314,6 +489,12 @@ class Load:
             if start <= t <= end:
                 out[broker] = out.get(broker, 0) + 1
         return out
+
+
+def _avoiding(mqs: Sequence[MessageQueue], msg: Message, avoid: str) -> MessageQueue:
+    """A queue of a broker other than `avoid` (any queue when there is none)."""
+    others = [q for q in mqs if q.broker_name != avoid]
+    return random.choice(others or list(mqs))
 
 
 # -- consumers -----------------------------------------------------------------------------
@@ -386,7 +567,20 @@ class ConsumerProcs:
         self.procs[i].kill()
         self.procs[i].wait(timeout=10)
 
+    def pause(self) -> None:
+        """SIGSTOP every consumer process (messages pile up unconsumed)."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+
     def stop_all(self) -> None:
+        # A stopped process acts on SIGTERM only once continued.
+        self.resume()
         for proc in self.procs:
             if proc.poll() is None:
                 proc.terminate()
@@ -421,18 +615,19 @@ class Row:
     lost: int
     recover_s: float
     errors: int
+    not_ok: int = 0
     note: str = ""
 
     HEADER = (
         f"{'scenario':<22} {'sent':>6} {'acked':>6} {'consumed':>8} {'dups':>5} {'lost':>4} "
-        f"{'recover_s':>9} {'errors':>6}  note"
+        f"{'recover_s':>9} {'errors':>6} {'not_ok':>6}  note"
     )
 
     def line(self) -> str:
         return (
             f"{self.scenario:<22} {self.sent:>6} {self.acked:>6} {self.consumed:>8} "
-            f"{self.duplicates:>5} {self.lost:>4} {self.recover_s:>9.2f} {self.errors:>6}  "
-            f"{self.note}"
+            f"{self.duplicates:>5} {self.lost:>4} {self.recover_s:>9.2f} {self.errors:>6} "
+            f"{self.not_ok:>6}  {self.note}"
         )
 
 
@@ -452,6 +647,7 @@ def account(
         lost=len(lost),
         recover_s=recover_s,
         errors=len(load.errors),
+        not_ok=len(load.not_ok),
         note=note,
     )
     return row, lost

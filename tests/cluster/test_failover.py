@@ -1,46 +1,38 @@
-"""Failover scenarios against the compose cluster (deploy/docker-compose.yml).
-
-Each scenario creates its own topic (4 queues on each of broker-a/b/c), starts consumer host
-processes of its own group, runs a steady producer load (4 senders; a failed send is retried
-by the application with the same key), breaks something, heals it, stops the load, and waits
-until every acknowledged message has been consumed. It asserts lost == 0 (acknowledged but
-never consumed) plus the scenario's own bounds, and prints its row of the table: scenario,
-sent, acked, consumed (distinct), duplicates, lost, seconds to recover, failed send attempts.
+"""Failover scenarios of the masters, the NameServers and the consumers against the compose
+cluster (deploy/docker-compose.yml; masters SYNC_MASTER, each with a slave). How a scenario
+runs and what its row shows: tests/cluster/scenario.py.
 
 Bounds are generous multiples of the configured timings (send timeout 3 s, registration every
-2 s, NameServer expiry 6 s, scan 1 s, rebalance 2 s); the measured values are printed. The load's
-producer uses a shortened fault table (a failed broker is avoided for 10 s instead of RocketMQ's
-600 s) so a broker that comes back is used again within the scenario.
+2 s, NameServer expiry 6 s, scan 1 s, rebalance 2 s); the measured values are printed.
 """
 
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import trio
 
-from client import Admin, Producer
-from remoting import RemotingClient
+from tests.cluster.scenario import (
+    NOT_AVAILABLE_DURATION_MS,
+    Ctx,
+    all_ns_lack,
+    all_ns_list,
+    answers,
+    run_scenario,
+    wait_for,
+)
 from tests.cluster.support import (
     BROKER_EXPIRED_MS,
     BROKERS,
-    CLUSTER_NAME,
     NAMESRV_SCAN_MS,
     NAMESRVS,
     REBALANCE_MS,
     REGISTER_PERIOD_MS,
     SEND_TIMEOUT_MS,
     Cluster,
-    ConsumerProcs,
-    Load,
     Row,
-    account,
-    client_config,
     ns_brokers,
     ns_route_brokers,
 )
@@ -50,136 +42,8 @@ pytestmark = pytest.mark.slow  # each scenario runs tens of seconds against the 
 
 SEND_TIMEOUT_S = SEND_TIMEOUT_MS / 1000
 REGISTER_PERIOD_S = REGISTER_PERIOD_MS / 1000
-WARMUP_S = 3.0
-DRAIN_TIMEOUT_S = 90.0
-# The load producer's fault table: RocketMQ's latency thresholds, shorter not-available
-# durations. A failed (isolated) send counts as 30 s of latency -> the last entry, which must
-# outlast pause_broker_b's freeze after its first timeouts (8 s - 3 s) or the frozen broker
-# would be picked again while still frozen.
-LATENCY_MAX_MS = (50, 100, 550, 1000, 2000, 3000, 15000)
-NOT_AVAILABLE_DURATION_MS = (0, 0, 1000, 2000, 4000, 6000, 10000)
 ISOLATION_S = NOT_AVAILABLE_DURATION_MS[-1] / 1000
 PAUSE_S = 8.0
-
-
-@dataclass
-class Ctx:
-    cluster: Cluster
-    load: Load
-    consumers: ConsumerProcs
-    rc: RemotingClient
-    topic: str
-    name: str
-
-
-Fault = Callable[[Ctx], Awaitable[tuple[float, str]]]
-
-
-async def run_scenario(
-    cluster: Cluster,
-    tmp_path: Path,
-    rows: list[Row],
-    name: str,
-    fault: Fault,
-    *,
-    consumers: int = 2,
-) -> Row:
-    """Run one scenario; `fault(ctx)` breaks and heals, returning (recover_s, note)."""
-    await cluster.await_healthy()
-    # A broker's container is healthy once one NameServer lists it (deploy/healthcheck.py),
-    # and `create_topic` below asks one NameServer for the cluster's masters: a broker that
-    # missed a NameServer at start (it was not listening yet) is listed there only after its
-    # next registration period. Wait for every NameServer to list every broker.
-    async with RemotingClient() as rc:
-        await wait_until(
-            lambda: _ns_list(rc, cluster, BROKERS),
-            total=30,
-            interval=0.2,
-            what="every NameServer listing every broker",
-        )
-    suffix = uuid.uuid4().hex[:8]
-    topic = f"cluster_{name}_{suffix}"
-    group = f"cg_{name}_{suffix}"
-    async with Admin(client_config(cluster)) as admin:
-        created = await admin.create_topic(
-            topic, cluster=CLUSTER_NAME, read_queue_nums=4, write_queue_nums=4
-        )
-    assert len(created) == 3, created
-    procs = ConsumerProcs(cluster, tmp_path, topic, group)
-    try:
-        procs.start(consumers)
-        await wait_until(procs.ready, total=30, interval=0.2, what="consumer processes ready")
-        async with (
-            Producer(
-                f"pg_{name}_{suffix}",
-                client_config(
-                    cluster,
-                    latency_max_ms=LATENCY_MAX_MS,
-                    not_available_duration_ms=NOT_AVAILABLE_DURATION_MS,
-                ),
-            ) as producer,
-            RemotingClient() as rc,
-        ):
-            load = Load(producer, topic, tag=f"{name}-{suffix}")
-            ctx = Ctx(cluster, load, procs, rc, topic, name)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(load.run)
-                await trio.sleep(WARMUP_S)
-                try:
-                    recover_s, note = await fault(ctx)
-                finally:
-                    load.stop()
-
-        def drained() -> bool:
-            consumed = {r.key for r in procs.records()}
-            return set(load.acked) <= consumed
-
-        try:
-            await wait_until(drained, total=DRAIN_TIMEOUT_S, interval=0.5, what="drain")
-        except AssertionError:
-            pass  # counted as lost below, with the keys in the message
-        row, lost = account(name, load, procs.records(), recover_s, note)
-    finally:
-        procs.stop_all()
-    rows.append(row)
-    print(f"\n{Row.HEADER}\n{row.line()}")
-    assert row.lost == 0, f"{row.lost} acknowledged messages never consumed: {sorted(lost)[:20]}"
-    assert row.acked > 100, f"too little load to judge: {row}"
-    return row
-
-
-async def wait_for(
-    predicate: Callable[[], Awaitable[bool]], *, total: float, what: str, interval: float = 0.2
-) -> float:
-    """Poll an async predicate; the seconds it took (AssertionError after `total`)."""
-    start = time.time()
-    await wait_until(predicate, total=total, interval=interval, what=what)
-    return time.time() - start
-
-
-async def _answers(ctx: Ctx, addr: str) -> bool:
-    return await ns_brokers(ctx.rc, addr) is not None
-
-
-async def _all_ns_lack(ctx: Ctx, broker: str) -> bool:
-    for ns in NAMESRVS:
-        brokers = await ns_brokers(ctx.rc, ctx.cluster.ns_addr(ns))
-        if brokers is None or broker in brokers:
-            return False
-    return True
-
-
-async def _ns_list(rc: RemotingClient, cluster: Cluster, names: Sequence[str]) -> bool:
-    """Every NameServer lists each of the brokers `names` at its address."""
-    for ns in NAMESRVS:
-        brokers = await ns_brokers(rc, cluster.ns_addr(ns))
-        if brokers is None or any(brokers.get(b) != cluster.broker_addr(b) for b in names):
-            return False
-    return True
-
-
-async def _all_ns_list(ctx: Ctx, broker: str) -> bool:
-    return await _ns_list(ctx.rc, ctx.cluster, (broker,))
 
 
 async def test_kill_broker_a(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
@@ -192,7 +56,7 @@ async def test_kill_broker_a(cluster: Cluster, tmp_path: Path, rows: list[Row]) 
         await ctx.cluster.run("kill", "-s", "SIGKILL", "broker-a")
         t_killed = time.time()
         dropped = await wait_for(
-            lambda: _all_ns_lack(ctx, "broker-a"), total=20, what="NameServers drop broker-a"
+            lambda: all_ns_lack(ctx, "broker-a"), total=20, what="NameServers drop broker-a"
         )
         await trio.sleep(6)
         t_down_end = time.time()
@@ -240,7 +104,7 @@ async def test_pause_broker_b(cluster: Cluster, tmp_path: Path, rows: list[Row])
         gap = load.max_ack_gap(t0, t_unpause)
         assert gap <= window, f"sends stalled {gap:.2f}s while broker-b was frozen"
         back = await wait_for(
-            lambda: _all_ns_list(ctx, "broker-b"), total=30, what="broker-b registered again"
+            lambda: all_ns_list(ctx, "broker-b"), total=30, what="broker-b registered again"
         )
 
         def used_again() -> bool:
@@ -285,7 +149,7 @@ async def test_stop_one_namesrv(cluster: Cluster, tmp_path: Path, rows: list[Row
         ns1 = ctx.cluster.ns_addr("namesrv1")
         # The container's process needs a moment to listen; count from its first answer.
         boot = await wait_for(
-            lambda: _answers(ctx, ns1), total=60, interval=0.05, what="namesrv1 answering"
+            lambda: answers(ctx, ns1), total=60, interval=0.05, what="namesrv1 answering"
         )
 
         async def full() -> bool:
@@ -317,7 +181,7 @@ async def test_disconnect_broker_c(cluster: Cluster, tmp_path: Path, rows: list[
         await trio.to_thread.run_sync(lambda: ctx.cluster.docker("network", "disconnect", net, cid))
         expiry_s = (BROKER_EXPIRED_MS + NAMESRV_SCAN_MS) / 1000
         dropped = await wait_for(
-            lambda: _all_ns_lack(ctx, "broker-c"),
+            lambda: all_ns_lack(ctx, "broker-c"),
             total=expiry_s + 20,
             what="NameServers drop broker-c",
         )
@@ -328,7 +192,7 @@ async def test_disconnect_broker_c(cluster: Cluster, tmp_path: Path, rows: list[
         await trio.sleep(2)
         await trio.to_thread.run_sync(lambda: ctx.cluster.docker("network", "connect", net, cid))
         back = await wait_for(
-            lambda: _all_ns_list(ctx, "broker-c"), total=60, what="broker-c registered again"
+            lambda: all_ns_list(ctx, "broker-c"), total=60, what="broker-c registered again"
         )
         for ns in NAMESRVS:
             route = await ns_route_brokers(ctx.rc, ctx.cluster.ns_addr(ns), ctx.topic)
