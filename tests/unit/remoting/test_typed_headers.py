@@ -60,6 +60,9 @@ EXPECTED_WIRE_NAMES = {
     "GetMaxOffsetRequestHeader": ["topic", "queueId"],
     "GetMaxOffsetResponseHeader": ["offset"],
     "GetMinOffsetRequestHeader": ["topic", "queueId"],
+    # trimq's own (READ_COMMITLOG, docs/protocol.md).
+    "ReadCommitlogRequestHeader": ["offset", "maxBytes"],
+    "ReadCommitlogResponseHeader": ["minOffset", "maxOffset"],
     "GetMinOffsetResponseHeader": ["offset"],
     "GetEarliestMsgStoretimeRequestHeader": ["topic", "queueId"],
     "GetEarliestMsgStoretimeResponseHeader": ["timestamp"],
@@ -282,6 +285,7 @@ INT32_FIELDS = {
     "UpdateConsumerOffsetRequestHeader": {"queueId"},
     "GetMaxOffsetRequestHeader": {"queueId"},
     "GetMinOffsetRequestHeader": {"queueId"},
+    "ReadCommitlogRequestHeader": {"maxBytes"},
     "GetEarliestMsgStoretimeRequestHeader": {"queueId"},
     "SearchOffsetRequestHeader": {"queueId"},
     "QueryMessageRequestHeader": {"maxNum"},
