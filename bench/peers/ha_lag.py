@@ -115,8 +115,9 @@ def summarize(samples: Sequence[Sample], interval_ms: float) -> dict[str, Any]:
     }
 
 
-async def sample(opts: argparse.Namespace) -> list[Sample]:
-    """Poll until standard input closes, then until the last max is acknowledged (bounded)."""
+async def sample(opts: argparse.Namespace, failed: list[int]) -> list[Sample]:
+    """Poll until standard input closes, then until the last max is acknowledged (bounded);
+    `failed[0]` counts the polls that got no answer."""
     from client import Admin, ClientConfig  # the client's imports only in the sampler process
 
     interval = opts.interval_ms / 1000.0
@@ -136,14 +137,19 @@ async def sample(opts: argparse.Namespace) -> list[Sample]:
         tail_end = float("inf")
         next_t = trio.current_time()
         while True:
-            info = await admin.ha_status(opts.broker)
-            acks = [c.slave_ack_offset for c in info.ha_connection_info]
-            samples.append(
-                Sample(time.monotonic(), info.master_commit_log_max_offset, max(acks, default=-1))
-            )
+            try:
+                info = await admin.ha_status(opts.broker)
+            except Exception:  # e.g. a timeout under load: a gap in the series, counted
+                failed[0] += 1
+                if not samples and failed[0] > 100:
+                    raise
+            else:
+                acks = [c.slave_ack_offset for c in info.ha_connection_info]
+                t = time.monotonic()
+                samples.append(Sample(t, info.master_commit_log_max_offset, max(acks, default=-1)))
             if len(samples) == 1 and opts.ready:
                 await trio.Path(opts.ready).touch()
-            if stopped.is_set():
+            if stopped.is_set() and samples:
                 if tail_end == float("inf"):
                     tail_end = trio.current_time() + opts.tail_s
                 top = max(s.master_max for s in samples)
@@ -167,8 +173,11 @@ def main() -> None:
     from remoting.logs import configure_logging
 
     configure_logging("error")
-    samples = trio.run(sample, opts)
-    print(json.dumps(summarize(samples, opts.interval_ms), sort_keys=True), flush=True)
+    failed = [0]
+    samples = trio.run(sample, opts, failed)
+    summary = summarize(samples, opts.interval_ms)
+    summary["failed_polls"] = failed[0]
+    print(json.dumps(summary, sort_keys=True), flush=True)
 
 
 if __name__ == "__main__":

@@ -311,7 +311,8 @@ def lag_line(lag: dict[str, Any]) -> str:
     ms, poll = lag["lag_ms"], lag["poll_interval_ms"]
     return (
         f"replication lag p50 {ms['p50']:.1f} p99 {ms['p99']:.1f} max {ms['max']:.1f} ms over "
-        f"{lag['samples']:,} samples ({lag['unresolved']} never acknowledged); polled every "
+        f"{lag['samples']:,} samples ({lag['unresolved']} never acknowledged, "
+        f"{lag.get('failed_polls', 0)} polls unanswered); polled every "
         f"{poll['mean']:.2f} ms on average (asked {lag['interval_ms']:g}, largest gap "
         f"{poll['max']:.1f} ms): each lag is an upper bound, by less than one poll interval"
     )
@@ -350,7 +351,10 @@ def run_config(
                 sampler: ClientRun | None = None
                 if sampled:
                     with Sidecar(_lag_args(system), REPO, env, root, "ha-lag") as sidecar:
-                        sidecar.wait_ready()
+                        try:
+                            sidecar.wait_ready()
+                        except RuntimeError as exc:  # the workload runs; its lag is not measured
+                            console.print(f"[red]{config} {w}: {exc}[/]")
                         cr: ClientRun = run_client(
                             client_args(w), SIZES.limit + 60, REPO, env, root
                         )
