@@ -1,7 +1,7 @@
 #!/bin/sh
 # Container entrypoint: the first argument picks the role, the rest are its flags.
 #   namesrv [mqnamesrv flags]   (settings also from TRIMQ_* environment variables)
-#   broker  [mqbroker flags]    (MASTER_RELAY set: deploy/relay.py runs next to it, see there)
+#   broker  [mqbroker flags]    (PEER_RELAY set: deploy/relay.py runs next to it, see there)
 #   healthcheck namesrv|broker  (used by the compose health checks)
 # Anything else is run as a command (e.g. `sh`).
 set -e
@@ -15,10 +15,10 @@ case "$role" in
         exec mqnamesrv "$@"
         ;;
     broker | mqbroker)
-        # A slave reaches its master's advertised (loopback) address through the relay; it
-        # is the broker's child after the exec and goes when the container stops.
-        if [ -n "${MASTER_RELAY:-}" ]; then
-            python3 /opt/trimq/bin/trimq-relay "$MASTER_RELAY" &
+        # A broker reaches its group peer's advertised (loopback) address through the relay;
+        # it is the broker's child after the exec and goes when the container stops.
+        if [ -n "${PEER_RELAY:-}" ]; then
+            python3 /opt/trimq/bin/trimq-relay "$PEER_RELAY" &
         fi
         exec mqbroker "$@"
         ;;

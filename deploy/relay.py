@@ -1,10 +1,11 @@
 """TCP relay: `trimq-relay LISTEN=TARGET[,LISTEN=TARGET...]`, each HOST:PORT.
 
-A slave's container runs it (deploy/entrypoint.sh, MASTER_RELAY) so that its master's remoting
-address as the NameServer hands it out (127.0.0.1:<master port>, the address clients on the
-host use) reaches the master by service name inside the compose network. Each accepted
-connection gets its own connection to the target (resolved anew, so a master that comes back
-with a new container address is found); either side closing closes both.
+A broker's container runs it (deploy/entrypoint.sh, PEER_RELAY) so that the remoting address of
+the other broker of its group as the NameServer lists it (127.0.0.1:<port>, the address clients
+on the host use) reaches that broker by service name inside the compose network: a slave copies
+its master's metadata from there, a starting master asks its slave for what it lacks. Each
+accepted connection gets its own connection to the target (resolved anew, so a peer that comes
+back with a new container address is found); either side closing closes both.
 
 Standalone on purpose (stdlib only): it runs next to the broker in the same image.
 """

@@ -60,6 +60,7 @@ def cluster() -> Iterator[Cluster]:
     # Outside pytest's rotating tmp dirs, so the logs of a failed run stay readable.
     logdir = Path(tempfile.gettempdir()) / "trimq-cluster-logs"
     logdir.mkdir(exist_ok=True)
+    c.logdir = logdir
     try:
         c.compose("up", "-d")
         c.wait_healthy(total=120)

@@ -90,6 +90,9 @@ class Cluster:
             **dict(zip(SLAVES, slaves, strict=True)),
         }
         self.base = [*compose_command(), "-p", project, "-f", str(COMPOSE_FILE)]
+        # Where the logs of removed containers are saved (conftest sets it).
+        self.logdir: Path | None = None
+        self._removed = 0
         self.env = {
             **os.environ,
             "TRIMQ_IMAGE": image,
@@ -227,10 +230,29 @@ class Cluster:
         """SIGKILL the service's container (docker directly: compose takes seconds)."""
         self.docker("kill", "-s", "KILL", self.container(service))
 
+    def save_logs(self, service: str) -> None:
+        """Keep the logs of a container about to be removed (`compose logs` shows only the
+        containers there at the end)."""
+        if self.logdir is None:
+            return
+        self._removed += 1
+        path = self.logdir / f"{self.project}.removed-{self._removed}-{service}.log"
+        proc = subprocess.run(
+            ["docker", "logs", self.container(service)],
+            capture_output=True,
+            check=False,
+            timeout=60,
+        )
+        path.write_bytes(proc.stdout + proc.stderr)
+
     def remove_with_store(self, service: str) -> None:
         """Remove a broker's container (killed first when running) and its store volume: a lost
         machine. `compose up -d --no-deps <service>` brings it back empty."""
         self.compose("kill", "-s", "SIGKILL", service)
+        try:
+            self.save_logs(service)
+        except RuntimeError:
+            pass  # no container (removed before)
         self.compose("rm", "-f", service)
         for volume in self.volumes(service):
             self.docker("volume", "rm", volume)

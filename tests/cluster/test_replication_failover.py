@@ -190,7 +190,7 @@ async def test_lose_master_a(cluster: Cluster, tmp_path: Path, rows: list[Row]) 
         drained = time.time() - t_kill
         await trio.sleep(max(0.0, t_kill + OUTAGE_S - time.time()))
         t_end = time.time()
-        during = load.acks_by_broker(t_kill, t_end)
+        during = load.acks_by_broker(t_kill + IN_FLIGHT_S, t_end)
         assert "broker-a" not in during, during
         assert sum(during.values()) > 50, f"sends did not go on via b and c: {during}"
         gap = load.max_ack_gap(t_kill, t_end)
@@ -320,13 +320,16 @@ async def test_master_returns_empty(cluster: Cluster, tmp_path: Path, rows: list
         assert slave_max > 0, "broker-a-s holds nothing"
         await trio.to_thread.run_sync(lambda: c.remove_with_store("broker-a"))
         await c.run("up", "-d", "--no-deps", "broker-a")
-        await c.await_healthy(["broker-a"], total=60)
         t_back = time.time()
-        procs.resume()
+        behind_at = t_back
 
         async def refilled() -> bool:
+            nonlocal behind_at
             mine = await max_offset(ctx, "broker-a")
-            return mine is not None and mine >= slave_max
+            if mine is not None and mine >= slave_max:
+                return True
+            behind_at = time.time()
+            return False
 
         try:
             refill_s: float = await wait_for(
@@ -339,6 +342,24 @@ async def test_master_returns_empty(cluster: Cluster, tmp_path: Path, rows: list
             refill_s >= 0,
             f"broker-a's commitlog max offset {now_max} did not reach broker-a-s's {slave_max} "
             f"within {REFILL_BOUND_S:.0f}s of its return",
+        )
+        try:
+            await c.await_healthy(["broker-a"], total=60)
+            healthy = time.time() - t_back
+        except AssertionError:
+            healthy = -1.0
+        ctx.check(healthy >= 0, "broker-a not registered 60 s after its return")
+        # The consumers read on from the returned master (its slave's data copied back).
+        procs.resume()
+        # Any answer but an error means the message was stored: broker-a took a write while
+        # still behind its slave, at offsets the slave holds other bytes at.
+        taken = load.acks_by_broker(t_back, behind_at).get("broker-a", 0) + sum(
+            refused_summary(ctx, "broker-a", t_back, behind_at).values()
+        )
+        ctx.check(
+            taken == 0,
+            f"broker-a stored {taken} sends while behind its slave (last seen behind "
+            f"{behind_at - t_back:.1f}s after its return)",
         )
         acks_a = load.acks_by_broker(t_back).get("broker-a", 0)
         refused = refused_summary(ctx, "broker-a", t_back, time.time())
@@ -355,8 +376,9 @@ async def test_master_returns_empty(cluster: Cluster, tmp_path: Path, rows: list
         ctx.check(same, f"commitlogs differ: {detail}")
         return refill_s, (
             f"a had acked {len(acked_a)} ({len(backlog)} unread) up to the kill at slave max "
-            f"{slave_max}; back {t_back - t_kill:.1f}s later; refilled "
-            f"{'never' if refill_s < 0 else f'{refill_s:.1f}s'}; a acked {acks_a} after its "
+            f"{slave_max}; started again {t_back - t_kill:.1f}s later; refilled "
+            f"{'never' if refill_s < 0 else f'{refill_s:.1f}s'}, registered "
+            f"{'never' if healthy < 0 else f'{healthy:.1f}s'} after; a acked {acks_a} after its "
             f"return, refused {refused}; {detail}"
         )
 
