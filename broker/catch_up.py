@@ -90,22 +90,27 @@ class MasterCatchUp:
         self._fence = reason
         self.ctrl.commits.read_only = reason
 
+    async def try_once(self) -> bool:
+        """One attempt; True when done. On failure `fence` stays up with the reason."""
+        if self.fence is None:
+            self.fence = CHECKING
+        try:
+            await self.attempt()
+        except CatchUpError as exc:
+            self.fence = str(exc)
+            log.warning("master_catch_up_failed", reason=str(exc), retry_s=self.retry_s)
+            return False
+        self.fence = None
+        return True
+
     async def run(self, stop: trio.Event) -> bool:
-        """Attempt until done (True) or until `stop` is set (False); `fence` is set meanwhile."""
-        self.fence = CHECKING
-        while True:
-            try:
-                await self.attempt()
-            except CatchUpError as exc:
-                self.fence = str(exc)
-                log.warning("master_catch_up_failed", reason=str(exc), retry_s=self.retry_s)
-            else:
-                self.fence = None
-                return True
+        """Attempt until done (True) or until `stop` is set (False); `fence` is up meanwhile."""
+        while not await self.try_once():
             with trio.move_on_after(self.retry_s):
                 await stop.wait()
             if stop.is_set():
                 return False
+        return True
 
     async def attempt(self) -> None:
         """One pass: find the slaves, copy back, merge their metadata.

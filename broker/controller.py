@@ -467,6 +467,11 @@ class BrokerController:
                 try:
                     async with trio.open_nursery() as nursery:
                         self._nursery = nursery
+                        # Before listening: take back what a slave holds beyond this master
+                        # (broker.catch_up); on failure it listens fenced and retries below.
+                        caught_up = True
+                        if self.ha_master is not None and cfg.namesrv_addrs:
+                            caught_up = await self.catch_up.try_once()
                         port = await nursery.start(partial(self.server.run, on_bound=self._bound))
                         host = cfg.listen_host_port[0]
                         if self.ha_master is not None:
@@ -475,9 +480,8 @@ class BrokerController:
                         if self.ha_slave is not None:
                             nursery.start_soon(self.ha_slave.run)
                             nursery.start_soon(self.slave_sync.run)
-                        if self.ha_master is not None and cfg.namesrv_addrs:
-                            # Before registering: take back what a slave holds beyond this
-                            # master (broker.catch_up); False when stopped meanwhile.
+                        if not caught_up:
+                            # Not registered until done; False when stopped meanwhile.
                             await self.catch_up.run(self._stop)
                         if not self._stop.is_set():
                             if self.topics.dirty:

@@ -61,6 +61,23 @@ def _commitlog(root: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted((root / "commitlog").iterdir())}
 
 
+def _assert_same_commitlogs(a: Path, b: Path) -> None:
+    """Byte-identical commitlog files; else which file and where they first differ."""
+    left, right = _commitlog(a), _commitlog(b)
+    assert sorted(left) == sorted(right)
+    for name, data in left.items():
+        other = right[name]
+        if data != other:
+            at = next(
+                (i for i, (x, y) in enumerate(zip(data, other, strict=False)) if x != y),
+                min(len(data), len(other)),
+            )
+            raise AssertionError(
+                f"{name} differs from byte {at} (sizes {len(data)}, {len(other)}): "
+                f"{data[at : at + 16]!r} vs {other[at : at + 16]!r}"
+            )
+
+
 async def test_a_sync_master_acknowledges_what_its_slave_has(tmp_path: Path) -> None:
     async with NameServer(NamesrvConfig(listen="127.0.0.1:0")) as ns:
         namesrv = ns.address
@@ -89,7 +106,7 @@ async def test_a_sync_master_acknowledges_what_its_slave_has(tmp_path: Path) -> 
                 assert ha.acked_offset >= master.store.max_phy_offset
                 assert slave.store.max_phy_offset >= master.store.max_phy_offset
                 await wait_until(lambda: slave.store.max_phy_offset == master.store.max_phy_offset)
-                assert _commitlog(master_cfg.store_path) == _commitlog(slave_cfg.store_path)
+                _assert_same_commitlogs(master_cfg.store_path, slave_cfg.store_path)
                 # The slave serves the acknowledged messages (once it copied the topic).
                 await wait_until(lambda: slave.topics.get("RepT") is not None)
                 saddr = f"127.0.0.1:{slave.port}"
@@ -141,7 +158,7 @@ async def test_an_async_master_answers_at_once_and_its_slave_follows(tmp_path: P
                 assert resp.code == ResponseCode.SUCCESS
             async with BrokerController(slave_cfg) as slave:  # starts empty, catches up
                 await wait_until(lambda: slave.store.max_phy_offset == master.store.max_phy_offset)
-                assert _commitlog(master_cfg.store_path) == _commitlog(slave_cfg.store_path)
+                _assert_same_commitlogs(master_cfg.store_path, slave_cfg.store_path)
                 # What mqadmin clusterList and haStatus show: roles, offsets, the slave's lag.
                 async with Admin(ClientConfig(namesrv_addr=ns.address)) as admin:
                     await wait_until(lambda: master.ha_master is not None)
@@ -368,7 +385,7 @@ async def test_a_master_that_returns_behind_its_slave_copies_back_first(
                 assert master.catch_up.fence is None
                 assert master.store.max_phy_offset == slave_max
                 assert master.catch_up.copied_bytes > 0
-                assert _commitlog(master_cfg.store_path) == _commitlog(slave_cfg.store_path)
+                _assert_same_commitlogs(master_cfg.store_path, slave_cfg.store_path)
                 assert master.topics.get("BackT") is not None
                 # The slave's larger offset wins; the master's own were gone or smaller.
                 assert master.offsets.query("CG", "BackT", 0) == 55
@@ -381,7 +398,7 @@ async def test_a_master_that_returns_behind_its_slave_copies_back_first(
                 await wait_until(lambda: ha.slave_count == 1, total=15)
                 await _send_many(client, addr, "BackT", 5, b"c")
                 await wait_until(lambda: slave.store.max_phy_offset == master.store.max_phy_offset)
-                assert _commitlog(master_cfg.store_path) == _commitlog(slave_cfg.store_path)
+                _assert_same_commitlogs(master_cfg.store_path, slave_cfg.store_path)
 
 
 async def test_a_master_that_cannot_copy_back_refuses_and_says_why(tmp_path: Path) -> None:
@@ -413,7 +430,8 @@ async def test_a_master_that_cannot_copy_back_refuses_and_says_why(tmp_path: Pat
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(returning.run)
                 await wait_until(
-                    lambda: "in neither" in (returning.catch_up.fence or ""), what="the fence"
+                    lambda: "in neither" in (returning.catch_up.fence or "") and returning.port > 0,
+                    what="the fence, listening",
                 )
                 addr = f"127.0.0.1:{returning.port}"
                 refused = await client.invoke(addr, send_request("GapT", b"while fenced"))
