@@ -55,6 +55,10 @@ class ClientConfig(BaseModel):
     send_timeout_ms: int = Field(default=3000, gt=0)
     retry_times_when_send_failed: int = Field(default=2, ge=0)
     retry_times_when_send_async_failed: int = Field(default=2, ge=0)
+    retry_another_broker_when_not_store_ok: bool = False
+    """A send answered stored-but-not-OK (SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT,
+    FLUSH_DISK_TIMEOUT) is tried again on another broker within the retries; the last
+    answer is returned when none is SEND_OK (the message may then be stored twice)."""
     compress_over: int = Field(default=4096, ge=0)
     compress_level: int = Field(default=5, ge=0, le=9)
     max_message_size: int = Field(default=4 * 1024 * 1024, gt=0)

@@ -26,6 +26,7 @@ from client.message import (
     Message,
     MessageQueue,
     SendResult,
+    SendStatus,
     check_group,
     check_topic,
     encode_batch_chunks,
@@ -391,6 +392,8 @@ class Producer:
         transport = instance.api.transport
         last_failed: str | None = None
         last_error: BaseException | None = None
+        not_stored: SendResult | None = None
+        retry_not_stored = self.config.retry_another_broker_when_not_store_ok
         for attempt in range(attempts):
             if begin is None:
                 begin = current_time()
@@ -418,7 +421,18 @@ class Producer:
                 continue
             if fault.enabled:
                 fault.update_fault_item(mq.broker_name, (current_time() - begin) * 1000, False)
+            if retry_not_stored and result.status is not SendStatus.SEND_OK:
+                # Stored, but not as asked (no slave in sync, flush or slave timeout): try
+                # another broker, as RocketMQ's retryAnotherBrokerWhenNotStoreOK.
+                log.info("send_not_stored_ok", topic=topic, broker=mq.broker_name,
+                         status=result.status.value, attempt=attempt + 1)  # fmt: skip
+                not_stored = result
+                last_failed = mq.broker_name
+                begin = None
+                continue
             return result
+        if not_stored is not None:
+            return not_stored  # every attempt was answered, none SEND_OK: the last answer
         if last_error is None:
             raise RemotingTimeoutError(
                 f"sendDefaultImpl call timeout: {req.timeout_s * 1000:.0f} ms for topic {topic}"
