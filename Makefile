@@ -38,9 +38,18 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff format --check common namesrv broker remoting store client tests bench
 	$(BIN)/mypy
 
+# The controller's consensus engine for its tests: Debian's etcd (3.4), installed when
+# missing; its systemd unit is disabled again (the tests start their own on free ports).
+.PHONY: etcd-install
+etcd-install:
+	@if ! command -v etcd >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server; \
+		(systemctl disable --now etcd >/dev/null 2>&1 || true); \
+	fi
+
 # The whole suite, then the unit and integration suites again on the pure-Python code
 # (TRIMQ_NO_NATIVE=1, brokers included): the reference behaviour the native code must match.
-test: lint
+test: lint etcd-install
 	$(BIN)/python -m pytest
 	TRIMQ_NO_NATIVE=1 $(BIN)/python -m pytest -m "unit or integration"
 
