@@ -125,7 +125,9 @@ $(WHEEL_STAMP): pyproject.toml README.md $(APP_SOURCES) | $(RUN_STAMP)
 image: $(WHEEL_STAMP)
 	IMAGE=$(IMAGE) BASE=$(BASE_IMAGE) LOCAL_BASE=$(LOCAL_BASE) deploy/build-image.sh
 
-# Two NameServers (127.0.0.1:9876, :9877) and brokers a/b/c (127.0.0.1:10911, :10921, :10931).
+# Two NameServers (127.0.0.1:9876, :9877), masters broker-a/b/c (127.0.0.1:10911, :10921, :10931;
+# HA ports :10912, :10922, :10932) and their slaves (:10915, :10925, :10935). BROKER_ROLE=SYNC_MASTER
+# makes the masters wait for their slaves (default ASYNC_MASTER; deploy/docker-compose.yml).
 cluster-up: image
 	TRIMQ_IMAGE=$(IMAGE) $(CLUSTER) up -d
 	deploy/wait-healthy.sh $(CLUSTER_PROJECT) 120
@@ -133,6 +135,7 @@ cluster-up: image
 cluster-down:
 	$(CLUSTER) down -v --remove-orphans
 
-# The failover scenarios against their own compose project (trimq-test, ports picked free).
+# The failover scenarios against their own compose project (trimq-test-<pid>, ports picked free,
+# SYNC_MASTER); K=<expression> runs the matching ones only (pytest -k).
 cluster-test: image $(TEST_STAMP)
-	$(BIN)/python -m pytest -m cluster -s tests/cluster
+	$(BIN)/python -m pytest -m cluster -s tests/cluster $(if $(K),-k "$(K)")

@@ -206,6 +206,17 @@ class Cluster:
     def docker(self, *args: str) -> None:
         subprocess.run(["docker", *args], capture_output=True, check=True, timeout=60)
 
+    def disconnect(self, service: str) -> None:
+        """Cut the service's container off the project's network."""
+        self.docker("network", "disconnect", self.network(), self.container(service))
+
+    def reconnect(self, service: str) -> None:
+        """Connect it again under its service name: the other containers reach it by that
+        name (a plain `network connect` would drop the alias compose gave it)."""
+        self.docker(
+            "network", "connect", "--alias", service, self.network(), self.container(service)
+        )
+
     def volumes(self, service: str) -> list[str]:
         """The broker's store volume (`<service>-store` of the compose file), if it exists."""
         out = subprocess.run(

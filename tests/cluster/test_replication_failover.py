@@ -274,13 +274,11 @@ async def test_partition_slave_a(cluster: Cluster, tmp_path: Path, rows: list[Ro
             interval=0.2,
             what="broker-a acknowledging",
         )
-        net = await trio.to_thread.run_sync(c.network)
-        cid = await trio.to_thread.run_sync(lambda: c.container("broker-a-s"))
         t_cut = time.time()
-        await trio.to_thread.run_sync(lambda: c.docker("network", "disconnect", net, cid))
+        await trio.to_thread.run_sync(lambda: c.disconnect("broker-a-s"))
         await trio.sleep(PARTITION_S)
         t_heal = time.time()
-        await trio.to_thread.run_sync(lambda: c.docker("network", "connect", net, cid))
+        await trio.to_thread.run_sync(lambda: c.reconnect("broker-a-s"))
         refused = refused_summary(ctx, "broker-a", t_cut, t_heal)
         acks_a = load.acks_by_broker(t_cut + IN_FLIGHT_S, t_heal).get("broker-a", 0)
         during = load.acks_by_broker(t_cut, t_heal)
