@@ -42,11 +42,18 @@ from remoting.errors import HeaderError
 __all__ = [
     "INT32",
     "INT64",
+    "AlterSyncStateSetRequestHeader",
+    "AlterSyncStateSetResponseHeader",
+    "ApplyBrokerIdRequestHeader",
+    "ApplyBrokerIdResponseHeader",
+    "BrokerHeartbeatRequestHeader",
     "CheckTransactionStateRequestHeader",
     "ConsumerSendMsgBackRequestHeader",
     "CreateTopicRequestHeader",
     "DeleteTopicFromNamesrvRequestHeader",
     "DeleteTopicRequestHeader",
+    "ElectMasterRequestHeader",
+    "ElectMasterResponseHeader",
     "EndTransactionRequestHeader",
     "GetConsumeStatsRequestHeader",
     "GetConsumerConnectionListRequestHeader",
@@ -55,13 +62,19 @@ __all__ = [
     "GetEarliestMsgStoretimeResponseHeader",
     "GetMaxOffsetRequestHeader",
     "GetMaxOffsetResponseHeader",
+    "GetMetaDataResponseHeader",
     "GetMinOffsetRequestHeader",
     "GetMinOffsetResponseHeader",
+    "GetNextBrokerIdRequestHeader",
+    "GetNextBrokerIdResponseHeader",
+    "GetReplicaInfoRequestHeader",
+    "GetReplicaInfoResponseHeader",
     "GetRouteInfoRequestHeader",
     "GetTopicStatsInfoRequestHeader",
     "GetTopicsByClusterRequestHeader",
     "Int32",
     "Int64",
+    "NotifyBrokerRoleChangedRequestHeader",
     "NotifyConsumerIdsChangedRequestHeader",
     "PullMessageRequestHeader",
     "PullMessageResponseHeader",
@@ -75,6 +88,8 @@ __all__ = [
     "ReadCommitlogResponseHeader",
     "RegisterBrokerRequestHeader",
     "RegisterBrokerResponseHeader",
+    "RegisterBrokerToControllerRequestHeader",
+    "RegisterBrokerToControllerResponseHeader",
     "ResetOffsetRequestHeader",
     "SearchOffsetRequestHeader",
     "SearchOffsetResponseHeader",
@@ -498,6 +513,130 @@ class GetMaxOffsetRequestHeader(_Header):
 @_header
 class GetMaxOffsetResponseHeader(_Header):
     offset: Int64
+
+
+# -- 5.x controller mode (Java: header/controller/*, BrokerHeartbeatRequestHeader,
+# NotifyBrokerRoleChangedRequestHeader). Broker ids here are the controller's (>= 1).
+
+
+@_header
+class BrokerHeartbeatRequestHeader(_Header):
+    cluster_name: str
+    broker_addr: str
+    broker_name: str
+    broker_id: Int64
+    epoch: Int32 | None = None
+    max_offset: Int64 | None = None
+    confirm_offset: Int64 | None = None
+    heartbeat_timeout_mills: Int64 | None = None
+    election_priority: Int32 | None = None
+
+
+@_header
+class AlterSyncStateSetRequestHeader(_Header):
+    broker_name: str
+    master_broker_id: Int64
+    master_epoch: Int32
+    invoke_time: Int64 = 0
+
+
+@_header
+class AlterSyncStateSetResponseHeader(_Header):
+    new_sync_state_set_epoch: Int32
+
+
+@_header
+class ElectMasterRequestHeader(_Header):
+    cluster_name: str = ""
+    broker_name: str = ""
+    broker_id: Int64 = -1
+    designate_elect: bool = False
+    invoke_time: Int64 = 0
+
+
+@_header
+class ElectMasterResponseHeader(_Header):
+    master_broker_id: Int64 | None = None
+    master_address: str | None = None
+    master_epoch: Int32 | None = None
+    sync_state_set_epoch: Int32 | None = None
+
+
+@_header
+class RegisterBrokerToControllerRequestHeader(_Header):
+    cluster_name: str
+    broker_name: str
+    broker_id: Int64
+    broker_address: str
+    invoke_time: Int64 = 0
+
+
+@_header
+class RegisterBrokerToControllerResponseHeader(_Header):
+    cluster_name: str | None = None
+    broker_name: str | None = None
+    master_broker_id: Int64 | None = None
+    master_address: str | None = None
+    master_epoch: Int32 | None = None
+    sync_state_set_epoch: Int32 | None = None
+
+
+@_header
+class GetReplicaInfoRequestHeader(_Header):
+    broker_name: str
+
+
+@_header
+class GetReplicaInfoResponseHeader(_Header):
+    master_broker_id: Int64 | None = None
+    master_address: str | None = None
+    master_epoch: Int32 | None = None
+
+
+@_header
+class GetMetaDataResponseHeader(_Header):
+    _WIRE_NAMES: ClassVar[Mapping[str, str]] = {"is_leader": "isLeader"}
+
+    group: str | None = None
+    controller_leader_id: str | None = None
+    controller_leader_address: str | None = None
+    is_leader: bool = False
+    peers: str | None = None
+
+
+@_header
+class GetNextBrokerIdRequestHeader(_Header):
+    cluster_name: str
+    broker_name: str
+
+
+@_header
+class GetNextBrokerIdResponseHeader(_Header):
+    cluster_name: str | None = None
+    broker_name: str | None = None
+    next_broker_id: Int64 | None = None
+
+
+@_header
+class ApplyBrokerIdRequestHeader(_Header):
+    cluster_name: str
+    broker_name: str
+    applied_broker_id: Int64
+    register_check_code: str
+
+
+@_header
+class ApplyBrokerIdResponseHeader(_Header):
+    cluster_name: str | None = None
+    broker_name: str | None = None
+
+
+@_header
+class NotifyBrokerRoleChangedRequestHeader(_Header):
+    master_address: str | None = None
+    master_epoch: Int32 | None = None
+    sync_state_set_epoch: Int32 | None = None
+    master_broker_id: Int64 | None = None
 
 
 @_header

@@ -60,6 +60,40 @@ EXPECTED_WIRE_NAMES = {
     "GetMaxOffsetRequestHeader": ["topic", "queueId"],
     "GetMaxOffsetResponseHeader": ["offset"],
     "GetMinOffsetRequestHeader": ["topic", "queueId"],
+    # 5.x controller mode.
+    "BrokerHeartbeatRequestHeader": [
+        "clusterName", "brokerAddr", "brokerName", "brokerId", "epoch", "maxOffset",
+        "confirmOffset", "heartbeatTimeoutMills", "electionPriority",
+    ],
+    "AlterSyncStateSetRequestHeader": ["brokerName", "masterBrokerId", "masterEpoch", "invokeTime"],
+    "AlterSyncStateSetResponseHeader": ["newSyncStateSetEpoch"],
+    "ElectMasterRequestHeader": [
+        "clusterName", "brokerName", "brokerId", "designateElect", "invokeTime",
+    ],
+    "ElectMasterResponseHeader": [
+        "masterBrokerId", "masterAddress", "masterEpoch", "syncStateSetEpoch",
+    ],
+    "RegisterBrokerToControllerRequestHeader": [
+        "clusterName", "brokerName", "brokerId", "brokerAddress", "invokeTime",
+    ],
+    "RegisterBrokerToControllerResponseHeader": [
+        "clusterName", "brokerName", "masterBrokerId", "masterAddress", "masterEpoch",
+        "syncStateSetEpoch",
+    ],
+    "GetReplicaInfoRequestHeader": ["brokerName"],
+    "GetReplicaInfoResponseHeader": ["masterBrokerId", "masterAddress", "masterEpoch"],
+    "GetMetaDataResponseHeader": [
+        "group", "controllerLeaderId", "controllerLeaderAddress", "isLeader", "peers",
+    ],
+    "GetNextBrokerIdRequestHeader": ["clusterName", "brokerName"],
+    "GetNextBrokerIdResponseHeader": ["clusterName", "brokerName", "nextBrokerId"],
+    "ApplyBrokerIdRequestHeader": [
+        "clusterName", "brokerName", "appliedBrokerId", "registerCheckCode",
+    ],
+    "ApplyBrokerIdResponseHeader": ["clusterName", "brokerName"],
+    "NotifyBrokerRoleChangedRequestHeader": [
+        "masterAddress", "masterEpoch", "syncStateSetEpoch", "masterBrokerId",
+    ],
     # trimq's own (READ_COMMITLOG, docs/protocol.md).
     "ReadCommitlogRequestHeader": ["offset", "maxBytes"],
     "ReadCommitlogResponseHeader": ["minOffset", "maxOffset"],
@@ -286,6 +320,13 @@ INT32_FIELDS = {
     "GetMaxOffsetRequestHeader": {"queueId"},
     "GetMinOffsetRequestHeader": {"queueId"},
     "ReadCommitlogRequestHeader": {"maxBytes"},
+    "BrokerHeartbeatRequestHeader": {"epoch", "electionPriority"},
+    "AlterSyncStateSetRequestHeader": {"masterEpoch"},
+    "AlterSyncStateSetResponseHeader": {"newSyncStateSetEpoch"},
+    "ElectMasterResponseHeader": {"masterEpoch", "syncStateSetEpoch"},
+    "RegisterBrokerToControllerResponseHeader": {"masterEpoch", "syncStateSetEpoch"},
+    "GetReplicaInfoResponseHeader": {"masterEpoch"},
+    "NotifyBrokerRoleChangedRequestHeader": {"masterEpoch", "syncStateSetEpoch"},
     "GetEarliestMsgStoretimeRequestHeader": {"queueId"},
     "SearchOffsetRequestHeader": {"queueId"},
     "QueryMessageRequestHeader": {"maxNum"},
