@@ -1331,27 +1331,42 @@ class MessageStore:
         cur = self._replica
         cl = self.commitlog
         table = cl.topic_queue_table
-        replicated = self.dispatcher.replicated
-        for req in scan.records:
+        dispatcher = self.dispatcher
+        replicated = dispatcher.replicated
+        index = dispatcher.index
+        # As a run of puts: the index entries are written in runs of one topic (hashed in
+        # one call) and each queue's listeners are told once, after the loop. Synchronous:
+        # no run of puts can be open meanwhile (a slave takes none; runs never suspend).
+        dispatcher.holding = True
+        if index is not None:
+            index.deferring = True
+        try:
+            for req in scan.records:
+                try:
+                    replicated(req)
+                except OSError:
+                    # The bytes are written: the next append dispatches again from this
+                    # record (consume queues and index skip what they hold already).
+                    cur.need = 0
+                    log.exception(
+                        "replica_dispatch_failed",
+                        phy_offset=req.commit_log_offset,
+                        topic=req.topic,
+                        queue_id=req.queue_id,
+                    )
+                    raise
+                cur.pos = req.commit_log_offset + req.size
+                cl.last_store_timestamp = req.store_timestamp
+                if not is_not_queued(req.sys_flag):
+                    key = (req.topic, req.queue_id)
+                    if table.get(key, 0) <= req.queue_offset:
+                        table[key] = req.queue_offset + 1
+        finally:
             try:
-                replicated(req)
-            except OSError:
-                # The bytes are written: the next append dispatches again from this record
-                # (consume queues and index skip what they hold already).
-                cur.need = 0
-                log.exception(
-                    "replica_dispatch_failed",
-                    phy_offset=req.commit_log_offset,
-                    topic=req.topic,
-                    queue_id=req.queue_id,
-                )
-                raise
-            cur.pos = req.commit_log_offset + req.size
-            cl.last_store_timestamp = req.store_timestamp
-            if not is_not_queued(req.sys_flag):
-                key = (req.topic, req.queue_id)
-                if table.get(key, 0) <= req.queue_offset:
-                    table[key] = req.queue_offset + 1
+                if index is not None:
+                    index.build_deferred()
+            finally:
+                dispatcher.release_arrivals()
         cur.pos = scan.next_pos
         cur.need = scan.need
 
