@@ -9,7 +9,8 @@
 - `open_tcp_proxy(port)`: an async context manager serving a `TcpProxy` on a free loopback
   port that forwards to `port`; `partition()` stops every byte in both directions (connections
   stay open, new ones are accepted and held: the client sees silence, not an error), `heal()`
-  forwards again (held connections are closed).
+  forwards again (held connections are closed); `drop_requests` closes a connection on its
+  first request bytes instead of forwarding them.
 
 etcd runs with a short election timeout (500 ms), so its minimum lease TTL is 1 s and a new
 member elects itself within about a second.
@@ -152,12 +153,16 @@ def etcd_procs(tmp_path: Path) -> Iterator[Callable[..., EtcdProc]]:
 
 
 class TcpProxy:
-    """Forwards connections from `port` to `target_port` on 127.0.0.1 until partitioned."""
+    """Forwards connections from `port` to `target_port` on 127.0.0.1 until partitioned.
+
+    `drop_requests = True`: a connection whose client sends anything is closed instead, its
+    bytes not forwarded (the client cannot tell whether its request arrived)."""
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
         self.port = 0
         self.connections = 0
+        self.drop_requests = False
         self._healed = trio.Event()
         self._healed.set()
         # Every open connection's scope: all are cancelled (their sockets closed) on heal,
@@ -184,11 +189,20 @@ class TcpProxy:
             for scope in list(self._held):
                 scope.cancel()
 
-    async def _pump(self, src: trio.SocketStream, dst: trio.SocketStream) -> None:
+    async def _pump(
+        self,
+        src: trio.SocketStream,
+        dst: trio.SocketStream,
+        connection: trio.CancelScope,
+        from_client: bool,
+    ) -> None:
         while True:
             data = await src.receive_some(65536)
             if not data:
                 await dst.send_eof()
+                return
+            if from_client and self.drop_requests:
+                connection.cancel()
                 return
             # A partition stops the byte in flight too: it waits for the heal, which
             # closes this connection.
@@ -209,8 +223,8 @@ class TcpProxy:
                     except OSError:
                         return
                     async with upstream, trio.open_nursery() as nursery:
-                        nursery.start_soon(self._pump, client, upstream)
-                        nursery.start_soon(self._pump, upstream, client)
+                        nursery.start_soon(self._pump, client, upstream, scope, True)
+                        nursery.start_soon(self._pump, upstream, client, scope, False)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
             finally:

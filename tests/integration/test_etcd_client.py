@@ -64,6 +64,8 @@ async def test_put_get_prefix_delete(shared_etcd: EtcdProc, prefix: str) -> None
         r2 = await c.put(prefix + "b", "two")
         r3 = await c.put(prefix + "a", b"1bis")
         await c.put(prefix.rstrip("/") + "X", b"outside the prefix")
+        # The first key after the prefix's range (its range end) is outside too.
+        await c.put(prefix[:-1] + "0", b"outside the prefix")
         assert r1 < r2 < r3
 
         kv = await c.get(prefix + "a")
@@ -91,6 +93,7 @@ async def test_put_get_prefix_delete(shared_etcd: EtcdProc, prefix: str) -> None
         assert await c.delete(prefix, prefix=True) == 2
         assert await c.get_prefix(prefix) == []
         assert await c.get(prefix.rstrip("/") + "X") is not None
+        assert await c.get(prefix[:-1] + "0") is not None
 
 
 async def test_binary_keys_and_values(shared_etcd: EtcdProc, prefix: str) -> None:
@@ -339,6 +342,31 @@ async def test_write_to_a_silent_endpoint_is_unavailable_maybe_applied(
             await c.put(prefix + "k", b"v")
         assert info.value.maybe_applied
         assert trio.current_time() - start < 1 + SLACK_S
+
+
+async def test_write_whose_connection_drops_is_not_sent_again(
+    shared_etcd: EtcdProc, prefix: str
+) -> None:
+    async with (
+        open_tcp_proxy(shared_etcd.port) as proxy,
+        EtcdClient([proxy.url, shared_etcd.url], timeout_s=5) as c,
+    ):
+        proxy.drop_requests = True
+        for write in (
+            lambda: c.put(prefix + "k", b"v"),
+            lambda: c.delete(prefix + "k"),
+            lambda: c.txn([], [Op.put(prefix + "k", b"v")]),
+        ):
+            with pytest.raises(EtcdUnavailable) as info:
+                await write()
+            assert info.value.maybe_applied
+            assert c.endpoint == proxy.url
+        # Reads are safe to send again: the next endpoint answers.
+        assert await c.get(prefix + "k") is None
+        assert (await c.txn([], [Op.get(prefix + "k")])).succeeded
+        assert c.endpoint == shared_etcd.url
+        # Now preferred, the live endpoint takes writes.
+        await c.put(prefix + "k", b"v")
 
 
 @pytest.mark.slow
