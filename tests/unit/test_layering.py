@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-OURS = {"common", "remoting", "store", "namesrv", "broker", "client"}
+OURS = {"common", "remoting", "store", "namesrv", "broker", "client", "controller"}
 
 # package -> packages of ours it may import
 ALLOWED: dict[str, set[str]] = {
@@ -18,11 +18,14 @@ ALLOWED: dict[str, set[str]] = {
     "namesrv": {"common", "remoting"},
     "broker": {"common", "remoting", "store"},
     "client": {"common", "remoting"},
+    # The controller keeps its state in etcd; it never reaches into brokers or stores.
+    "controller": {"common", "remoting"},
 }
 THIRD_PARTY: dict[str, set[str]] = {
     "common": {"trio", "pydantic", "structlog"},
     "remoting": {"trio", "msgpack", "structlog"},
     "store": {"trio", "pydantic", "structlog"},
+    "controller": {"trio", "httpx", "pydantic", "structlog", "click"},
 }
 
 
