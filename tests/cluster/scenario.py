@@ -1,9 +1,10 @@
 """One failover scenario against the compose cluster: its topic, consumers, load, accounting.
 
 Each scenario creates its own topic (4 queues on each of broker-a/b/c), starts consumer host
-processes of its own group, runs a steady producer load (4 senders; a failed send is retried
-by the application with the same key, an answer other than SEND_OK is sent again to another
-broker), breaks something, heals it, stops the load, and waits until every acknowledged
+processes of its own group, runs a steady producer load (4 senders; an answer other than
+SEND_OK is tried again on another broker by the producer, retry_another_broker_when_not_store_ok;
+a send that failed or was never answered SEND_OK is retried by the application with the same
+key), breaks something, heals it, stops the load, and waits until every acknowledged
 (SEND_OK) message has been consumed. It asserts lost == 0 (acknowledged but never consumed)
 plus the scenario's own bounds, and prints its row of the table: scenario, sent, acked,
 consumed (distinct), duplicates, lost, seconds to recover, failed send attempts, answers other
@@ -133,6 +134,7 @@ async def run_scenario(
                     cluster,
                     latency_max_ms=LATENCY_MAX_MS,
                     not_available_duration_ms=NOT_AVAILABLE_DURATION_MS,
+                    retry_another_broker_when_not_store_ok=True,
                 ),
             ) as producer:
                 load = Load(producer, topic, tag=f"{name}-{suffix}")

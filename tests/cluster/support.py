@@ -3,21 +3,22 @@ processes, and the per-scenario accounting (sent, acked, consumed, duplicates, l
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
-import random
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
 
-from client import ClientConfig, Message, MessageQueue, Producer, SendStatus
+import client.producer as producer_module
+from client import ClientConfig, Message, MessageQueue, Producer, SendResult, SendStatus
 from remoting import RemotingClient, RemotingCommand
 from remoting.codes import RequestCode, ResponseCode
 from remoting.protocol.route import ClusterInfo, TopicRouteData
@@ -412,17 +413,41 @@ def client_config(cluster: Cluster, **kw: object) -> ClientConfig:
 
 
 # -- load ----------------------------------------------------------------------------------
+@contextlib.contextmanager
+def observed_send_results(observe: Callable[[SendResult], None]) -> Iterator[None]:
+    """Call `observe` with every send answer the producers of this process get, also the ones
+    a producer then tries again on another broker (retry_another_broker_when_not_store_ok),
+    which the application never sees. The client has no send hook: this wraps the function
+    its send path builds results with."""
+    name = "send_result"  # AttributeError here when the send path no longer has it
+    build: Callable[[RemotingCommand, MessageQueue, str], SendResult] = getattr(
+        producer_module, name
+    )
+
+    def observing(resp: RemotingCommand, mq: MessageQueue, msg_id: str) -> SendResult:
+        result = build(resp, mq, msg_id)
+        observe(result)
+        return result
+
+    setattr(producer_module, name, observing)
+    try:
+        yield
+    finally:
+        setattr(producer_module, name, build)
+
+
 @dataclass
 class Load:
     """A steady producer load: `senders` tasks, each sending one message after another.
 
-    A message counts as acknowledged only with SEND_OK. A failed send is retried by the
-    application with the same key until it is acknowledged or the load stops, so `sent` counts
-    distinct messages and `errors` failed attempts. An answer other than SEND_OK
-    (SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT: stored on the master, not on a slave) is counted
-    in `not_ok` and the same key is sent again at once to another broker, as RocketMQ's
-    retryAnotherBrokerWhenNotStoreOK does (the client has no such option). Times are
-    `time.time()` (shared with the consumer processes).
+    A message counts as acknowledged only with SEND_OK. The producer should have
+    `retry_another_broker_when_not_store_ok` set: an answer other than SEND_OK
+    (SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT: stored on the master, not on a slave) is tried
+    again on another broker within its retries; every such answer is counted in `not_ok`. A
+    send that failed, or whose last answer was not SEND_OK, is retried by the application with
+    the same key until it is acknowledged or the load stops, so `sent` counts distinct
+    messages and `errors` failed attempts. Times are `time.time()` (shared with the consumer
+    processes).
     """
 
     producer: Producer
@@ -444,46 +469,41 @@ class Load:
         self._seq += 1
         return f"{self.tag}-{self._seq:07d}"
 
-    async def send_one(self, producer: Producer, key: str, avoid: str | None = None) -> str | None:
-        """One attempt (to a broker other than `avoid` when given); the broker name that
-        answered (acknowledged when SEND_OK, recorded either way), None on failure
-        (recorded)."""
+    def _observe(self, result: SendResult) -> None:
+        if result.status is not SendStatus.SEND_OK:
+            self.not_ok.append((time.time(), result.message_queue.broker_name, result.status))
+
+    async def send_one(self, producer: Producer, key: str) -> bool:
+        """One send (the producer's own retries included); True when acknowledged (recorded),
+        False on failure (recorded) or an answer other than SEND_OK (counted as it came)."""
         self.sent.setdefault(key, time.time())
-        msg = Message(self.topic, key, keys=key)
         try:
-            if avoid is None:
-                result = await producer.send(msg)
-            else:
-                result = await producer.send(msg, selector=_avoiding, arg=avoid)
+            result = await producer.send(Message(self.topic, key, keys=key))
         except Exception as exc:
             self.errors.append((time.time(), f"{type(exc).__name__}: {exc}"[:200]))
-            return None
-        now = time.time()
-        broker = result.message_queue.broker_name
+            return False
         if result.status is not SendStatus.SEND_OK:
-            self.not_ok.append((now, broker, result.status))
-            return broker
-        self.acked.setdefault(key, (now, broker))
+            return False
+        now = time.time()
+        self.acked.setdefault(key, (now, result.message_queue.broker_name))
         self.ack_times.append(now)
-        return broker
+        return True
 
     async def _sender(self) -> None:
         while not self.stopping():
             key = self._next_key()
-            avoid: str | None = None
-            while key not in self.acked:
-                answered = await self.send_one(self.producer, key, avoid)
-                if key in self.acked or self.stopping():
-                    break
-                avoid = answered
-                await trio.sleep(0.02 if answered is not None else 0.1)
+            while not await self.send_one(self.producer, key):
+                if self.stopping():
+                    return
+                await trio.sleep(0.1)
             await trio.sleep(self.pause_s)
 
     async def run(self) -> None:
         try:
-            async with trio.open_nursery() as nursery:
-                for _ in range(self.senders):
-                    nursery.start_soon(self._sender)
+            with observed_send_results(self._observe):
+                async with trio.open_nursery() as nursery:
+                    for _ in range(self.senders):
+                        nursery.start_soon(self._sender)
         finally:
             self._done.set()
 
@@ -499,17 +519,6 @@ class Load:
         with trio.fail_after(total):
             await self._done.wait()
 
-    def not_ok_by_broker(
-        self, start: float = 0.0, end: float = float("inf")
-    ) -> dict[str, dict[str, int]]:
-        """broker -> {status name: count} of the answers other than SEND_OK in [start, end]."""
-        out: dict[str, dict[str, int]] = {}
-        for t, broker, status in self.not_ok:
-            if start <= t <= end:
-                per = out.setdefault(broker, {})
-                per[status.value] = per.get(status.value, 0) + 1
-        return out
-
     def max_ack_gap(self, start: float, end: float) -> float:
         """The longest time without any acknowledgement within [start, end]."""
         times = sorted(t for t in self.ack_times if start <= t <= end)
@@ -523,11 +532,16 @@ class Load:
                 out[broker] = out.get(broker, 0) + 1
         return out
 
-
-def _avoiding(mqs: Sequence[MessageQueue], msg: Message, avoid: str) -> MessageQueue:
-    """A queue of a broker other than `avoid` (any queue when there is none)."""
-    others = [q for q in mqs if q.broker_name != avoid]
-    return random.choice(others or list(mqs))
+    def not_ok_by_broker(
+        self, start: float = 0.0, end: float = float("inf")
+    ) -> dict[str, dict[str, int]]:
+        """broker -> {status name: count} of the answers other than SEND_OK in [start, end]."""
+        out: dict[str, dict[str, int]] = {}
+        for t, broker, status in self.not_ok:
+            if start <= t <= end:
+                per = out.setdefault(broker, {})
+                per[status.value] = per.get(status.value, 0) + 1
+        return out
 
 
 # -- consumers -----------------------------------------------------------------------------
