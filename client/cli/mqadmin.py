@@ -37,6 +37,7 @@ from client import (
 )
 from client.admin import replication_lag
 from client.cli._options import serialize_type_option
+from client.controller_admin import ControllerAdmin
 from client.errors import MQClientError
 from remoting.errors import RemoteError, RemotingError
 from remoting.logs import configure_logging
@@ -847,3 +848,88 @@ def main() -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+
+
+# -- controller mode ------------------------------------------------------------------------
+def _with_controllers(addrs: str, body: Callable[[ControllerAdmin], Awaitable[T]]) -> T:
+    async def main() -> T:
+        async with ControllerAdmin(addrs) as admin:
+            return await body(admin)
+
+    return _run(main)
+
+
+@cli.command("getControllerMetaData")
+@click.option("-a", "--controllerAddress", "addr", required=True, help="Controller HOST:PORT.")
+@json_option
+def get_controller_metadata(addr: str, as_json: bool) -> None:
+    """Who leads the controllers, as one controller sees it."""
+    meta = _with_controllers(addr, lambda a: a.metadata(addr.split(";")[0].strip()))
+    if as_json:
+        _emit_json(meta.to_dict())
+        return
+    for key, value in meta.to_dict().items():
+        click.echo(f"{key:<24}: {value}")
+
+
+@cli.command("getSyncStateSet")
+@namesrv_option
+@click.option("-a", "--controllerAddress", "addr", required=True, help="Controller(s), ';'.")
+@click.option("-b", "--brokerName", "broker_names", multiple=True, help="Broker name(s).")
+@click.option("-c", "--clusterName", "cluster", help="Every broker name of this cluster.")
+@json_option
+def get_sync_state_set(
+    namesrv: str | None,
+    addr: str,
+    broker_names: tuple[str, ...],
+    cluster: str | None,
+    as_json: bool,
+) -> None:
+    """The master, epochs and in-sync replicas of broker groups (from the leader)."""
+    names = list(broker_names)
+    if cluster:
+        info = _with_admin(namesrv, lambda a: a.cluster_info())
+        if cluster not in info.cluster_addr_table:
+            _fail(f"cluster {cluster} not found")
+        names.extend(sorted(info.cluster_addr_table[cluster]))
+    if not names:
+        raise click.UsageError("give -b BROKER_NAME or -c CLUSTER")
+    table = _with_controllers(addr, lambda a: a.sync_state_data(names))
+    missing = [n for n in names if n not in table]
+    if as_json:
+        _emit_json(table)
+    else:
+        for name, group in table.items():
+            _table(
+                f"{name}: master {group.get('masterBrokerId')} at {group.get('masterAddress')}, "
+                f"master epoch {group.get('masterEpoch')}, set epoch "
+                f"{group.get('syncStateSetEpoch')}",
+                ["#BrokerId", "#Address", "#InSync", "#Alive"],
+                [
+                    [m["brokerId"], m["brokerAddress"], in_sync, m["alive"]]
+                    for in_sync, key in ((True, "inSyncReplicas"), (False, "notInSyncReplicas"))
+                    for m in group.get(key) or []
+                ],
+            )
+    if missing:
+        _fail(f"the controllers know no group {', '.join(missing)}")
+
+
+@cli.command("electMaster")
+@click.option("-a", "--controllerAddress", "addr", required=True, help="Controller(s), ';'.")
+@click.option("-c", "--clusterName", "cluster", required=True, help="Cluster name.")
+@click.option("-bn", "--brokerName", "broker_name", required=True, help="Broker name.")
+@click.option("-b", "--brokerId", "broker_id", required=True, type=int, help="Id to elect.")
+@json_option
+def elect_master(addr: str, cluster: str, broker_name: str, broker_id: int, as_json: bool) -> None:
+    """Make an in-sync replica the master of its group (a manual election)."""
+    if broker_id < 1:
+        raise click.BadParameter("a controller broker id is 1 or more", param_hint="-b")
+    result = _with_controllers(addr, lambda a: a.elect_master(cluster, broker_name, broker_id))
+    if as_json:
+        _emit_json(result)
+        return
+    click.echo(
+        f"elected {broker_name} master: id {result['masterBrokerId']} at "
+        f"{result['masterAddress']}, master epoch {result['masterEpoch']}"
+    )

@@ -7,6 +7,8 @@ controller codes."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -231,3 +233,79 @@ async def test_bad_requests_get_controller_codes(etcd: EtcdProc) -> None:
             resp = await client.invoke(addr, cmd)
             assert resp.code == code, (cmd.code, resp.code, resp.remark)
             assert resp.remark
+
+
+MQADMIN = str(Path(sys.executable).parent / "mqadmin")
+
+
+async def _mqadmin(*args: str) -> subprocess.CompletedProcess[bytes]:
+    return await trio.run_process(
+        [MQADMIN, *args], capture_stdout=True, capture_stderr=True, check=False
+    )
+
+
+async def test_mqadmin_controller_commands(etcd: EtcdProc) -> None:
+    async with (
+        ControllerServer(_config(etcd, "/t3")) as ctl,
+        RemotingClient() as client,
+        trio.open_nursery() as nursery,
+    ):
+        await wait_until(lambda: ctl.is_leader, total=15, what="leadership")
+        addr = f"127.0.0.1:{ctl.port}"
+        for bid in (1, 2):
+            apply = ApplyBrokerIdRequestHeader(
+                cluster_name="C",
+                broker_name="broker-a",
+                applied_broker_id=bid,
+                register_check_code=f"127.0.0.1:{20000 + bid};{bid}",
+            )
+            resp = await client.invoke(addr, _req(R.CONTROLLER_APPLY_BROKER_ID, apply.to_fields()))
+            assert resp.code == ResponseCode.SUCCESS
+
+        async def heartbeats() -> None:
+            while True:
+                for bid in (1, 2):
+                    await _beat(client, [addr], bid, 100 * bid)
+                await trio.sleep(0.1)
+
+        nursery.start_soon(heartbeats)
+        await wait_until(lambda: len(ctl.liveness.alive("C", "broker-a", ctl._clock())) == 2)
+        elect = ElectMasterRequestHeader(cluster_name="C", broker_name="broker-a", broker_id=2)
+        assert (
+            await client.invoke(addr, _req(R.CONTROLLER_ELECT_MASTER, elect.to_fields()))
+        ).code == 0
+
+        meta = await _mqadmin("getControllerMetaData", "-a", addr, "--json")
+        assert meta.returncode == 0, meta.stderr
+        assert json.loads(meta.stdout)["isLeader"] is True
+        sss = await _mqadmin("getSyncStateSet", "-a", addr, "-b", "broker-a", "--json")
+        assert sss.returncode == 0, sss.stderr
+        group = json.loads(sss.stdout)["broker-a"]
+        assert (group["masterBrokerId"], group["masterEpoch"]) == (2, 1)
+        table = await _mqadmin("getSyncStateSet", "-a", addr, "-b", "broker-a")
+        assert b"#InSync" in table.stdout
+        # Replica 1 is not in sync: the controller refuses to elect it, and says why.
+        refused = await _mqadmin("electMaster", "-a", addr, "-c", "C", "-bn", "broker-a", "-b", "1")
+        assert refused.returncode == 1
+        assert b"2012" in refused.stderr
+        alter = AlterSyncStateSetRequestHeader(
+            broker_name="broker-a", master_broker_id=2, master_epoch=1
+        )
+        body = json.dumps({"syncStateSet": [1, 2], "syncStateSetEpoch": 1}).encode()
+        resp = await client.invoke(
+            addr, _req(R.CONTROLLER_ALTER_SYNC_STATE_SET, alter.to_fields(), body)
+        )
+        assert resp.code == ResponseCode.SUCCESS
+        moved = await _mqadmin(
+            "electMaster", "-a", addr, "-c", "C", "-bn", "broker-a", "-b", "1", "--json"
+        )
+        assert moved.returncode == 0, moved.stderr
+        assert json.loads(moved.stdout)["masterBrokerId"] == 1
+        unknown = await _mqadmin("getSyncStateSet", "-a", addr, "-b", "nosuch")
+        assert unknown.returncode == 1
+        assert b"nosuch" in unknown.stderr
+        bad = await _mqadmin("electMaster", "-a", addr, "-c", "C", "-bn", "broker-a", "-b", "0")
+        assert bad.returncode == 2
+        dead = await _mqadmin("getControllerMetaData", "-a", "127.0.0.1:1")
+        assert dead.returncode == 1
+        nursery.cancel_scope.cancel()
