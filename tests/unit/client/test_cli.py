@@ -20,19 +20,25 @@ from client.message import MessageExt
 COMMANDS = [
     "updateTopic", "deleteTopic", "topicList", "topicRoute", "topicStatus", "clusterList",
     "brokerStatus", "consumerProgress", "consumerConnection", "queryMsgById", "queryMsgByKey",
-    "resetOffsetByTime", "sendMessage", "consumeMessage", "haStatus",
-    "getControllerMetaData", "getSyncStateSet", "electMaster",
+    "resetOffsetByTime", "sendMessage", "consumeMessage", "haStatus", "getSyncStateSet",
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("name", COMMANDS)
+# Commands that talk to controllers only (`-a`), as RocketMQ's: no NameServer option.
+CONTROLLER_ONLY = ["getControllerMetaData", "electMaster"]
+
+
+@pytest.mark.parametrize("name", COMMANDS + CONTROLLER_ONLY)
 def test_every_command_has_rocketmq_and_kebab_names(name: str) -> None:
     runner = CliRunner()
     kebab = "".join("-" + c.lower() if c.isupper() else c for c in name)
     for spelled in (name, kebab, name.lower()):
         res = runner.invoke(cli, [spelled, "--help"])
         assert res.exit_code == 0, (spelled, res.output)
-        assert "-n, --namesrvAddr" in res.output
+        if name in CONTROLLER_ONLY:
+            assert "-a, --controllerAddress" in res.output
+        else:
+            assert "-n, --namesrvAddr" in res.output
 
 
 def test_help_lists_aliases() -> None:
