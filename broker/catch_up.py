@@ -12,10 +12,14 @@ then takes what the slaves kept outside the commitlog: topics and subscription g
 lacks, and every consumer and delay-level offset that is larger on a slave (consumers
 commit to the slave while the master is away).
 
-Until that is done `fence` says why writes (and pulls) are refused. A step that fails
-(a slave unreachable mid-copy, a slave whose log starts past this master's end) is retried
-every `retry_s`; without any NameServer answer there is nothing to check and the master
-starts as before.
+The first attempt runs before the master listens (nobody can write meanwhile). When it
+fails, the master listens with `fence` up, and sends, pulls and offset queries are refused
+with the reason while the attempt is retried every `retry_s`; it registers once one
+succeeds. An attempt fails when a slave stops answering mid-copy, when a slave's log begins
+past this master's end (the bytes between are in neither), and when a slave the NameServers
+list does not answer: it may hold more; the wait ends when it answers or the NameServers
+drop it (at once when its connection closes, else after their broker expiry). Without any
+NameServer answer there is nothing to check and the master starts as before.
 """
 
 from __future__ import annotations
@@ -78,7 +82,6 @@ class MasterCatchUp:
         self.chunk = chunk
         self._fence: str | None = None
         self.copied_bytes = 0
-        self._target: _SlaveRange | None = None
 
     @property
     def fence(self) -> str | None:
@@ -123,23 +126,25 @@ class MasterCatchUp:
             log.warning("master_catch_up_skipped", reason="no NameServer answered")
             return
         ranges = []
+        silent = []
         for addr in addrs:
             found = await self._range(addr)
-            if found is not None:
+            if found is None:
+                silent.append(addr)
+            else:
                 ranges.append(found)
-        target = self._target
-        if target is not None and all(r.addr != target.addr for r in ranges):
-            # Seen ahead of this master before: its bytes are still needed.
+        if silent:
+            # Listed, so alive as far as the NameServers know, and maybe ahead of this
+            # master: wait until it answers or they drop it (their broker expiry).
             raise CatchUpError(
-                f"slave {target.addr} holds this master's commitlog up to {target.max_offset} "
-                "and does not answer; sends are refused until it does"
+                f"slave {', '.join(silent)} is listed by the NameServers but does not answer; "
+                "sends are refused until it answers or is dropped from the route"
             )
         if not ranges:
             return
         best = max(ranges, key=lambda r: r.max_offset)
         store = self.ctrl.store
         if best.max_offset > store.max_phy_offset:
-            self._target = best
             await self._copy_back(best)
         for r in ranges:
             await self._merge_metadata(r.addr)
@@ -172,8 +177,7 @@ class MasterCatchUp:
         return None
 
     async def _range(self, addr: str) -> _SlaveRange | None:
-        """The commitlog range a slave reports, None when it does not answer (nothing is
-        known of it: it does not hold up the start)."""
+        """The commitlog range a slave reports, None when it does not answer."""
         cmd = RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO)
         try:
             resp = await self.ctrl.client.invoke(addr, cmd, self.timeout_ms)

@@ -7,6 +7,7 @@ acknowledging as SEND_OK."""
 from __future__ import annotations
 
 import shutil
+import zlib
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,12 @@ from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from remoting.protocol.headers import (
     ReadCommitlogRequestHeader,
     UpdateConsumerOffsetRequestHeader,
+)
+from remoting.protocol.route import (
+    DataVersion,
+    RegisterBrokerBody,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
 )
 from tests.helpers import free_port, wait_until
 from tests.integration.client_support import create_topic, fast_config
@@ -507,3 +514,50 @@ async def test_a_producer_moves_not_stored_ok_sends_to_another_broker(
                 assert brokers == {"broker-a", "broker-b"}
             # Either way nothing was lost: broker-a stored what it answered.
             assert a.stats.put_count + b.stats.put_count >= 20
+
+
+async def test_a_listed_slave_that_does_not_answer_keeps_a_starting_master_fenced(
+    tmp_path: Path,
+) -> None:
+    async with NameServer(NamesrvConfig(listen="127.0.0.1:0")) as ns, RemotingClient() as client:
+        # A slave of broker-a the NameServer lists, at an address nobody serves.
+        ghost = f"127.0.0.1:{free_port()}"
+        body = RegisterBrokerBody(
+            TopicConfigSerializeWrapper({"T": TopicConfig("T", 4, 4, 6)}, DataVersion(1, 1)), []
+        ).to_json()
+        fields = {
+            "brokerName": "broker-a",
+            "brokerAddr": ghost,
+            "clusterName": "DefaultCluster",
+            "haServerAddr": ghost,
+            "brokerId": "1",
+            "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF),
+        }
+        reg = RemotingCommand.request(RequestCode.REGISTER_BROKER, fields, body)
+        assert (await client.invoke(ns.address, reg)).code == ResponseCode.SUCCESS
+        master = BrokerController(_config(tmp_path, "master", ns.address))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(master.run)
+            await wait_until(
+                lambda: "does not answer" in (master.catch_up.fence or "") and master.port > 0,
+                what="the fence, listening",
+            )
+            addr = f"127.0.0.1:{master.port}"
+            refused = await client.invoke(addr, send_request("GhostT", b"while fenced"))
+            assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+            assert ghost in (refused.remark or "")
+            # The NameServer drops it: the master starts.
+            unreg = RemotingCommand.request(
+                RequestCode.UNREGISTER_BROKER,
+                {
+                    "brokerName": "broker-a",
+                    "brokerAddr": ghost,
+                    "clusterName": "DefaultCluster",
+                    "brokerId": "1",
+                },
+            )
+            assert (await client.invoke(ns.address, unreg)).code == ResponseCode.SUCCESS
+            await wait_until(lambda: master.catch_up.fence is None, total=15, what="unfenced")
+            ok = await client.invoke(addr, send_request("GhostT", b"after"))
+            assert ok.code == ResponseCode.SUCCESS
+            master.stop()
