@@ -35,7 +35,7 @@ run: $(RUN_STAMP)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check common namesrv broker remoting store client tests bench
+	$(BIN)/ruff format --check common namesrv broker remoting store client controller tests bench deploy
 	$(BIN)/mypy
 
 # The controller's consensus engine for its tests: Debian's etcd (3.4), installed when
