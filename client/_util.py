@@ -7,15 +7,7 @@ from types import TracebackType
 
 import trio
 
-
-def _leaves(eg: BaseExceptionGroup[BaseException]) -> list[BaseException]:
-    out: list[BaseException] = []
-    for e in eg.exceptions:
-        if isinstance(e, BaseExceptionGroup):
-            out.extend(_leaves(e))
-        else:
-            out.append(e)
-    return out
+from common.exceptions import exception_leaves
 
 
 async def close_stack(
@@ -34,7 +26,7 @@ async def close_stack(
     try:
         return await stack.__aexit__(exc_type, exc, tb)
     except BaseExceptionGroup as eg:
-        leaves = _leaves(eg)
+        leaves = exception_leaves(eg)
         real = [e for e in leaves if not isinstance(e, trio.Cancelled)]
         if len(real) == 1 and (exc is None or real[0] is exc):
             raise real[0] from None

@@ -14,6 +14,7 @@ import structlog
 import trio
 
 from common.config import ConfigError
+from common.exceptions import exception_leaves
 from controller.config import ControllerConfig, load_config
 from controller.server import ControllerServer
 from remoting.logs import configure_logging
@@ -29,12 +30,6 @@ async def serve(config: ControllerConfig) -> None:
             async for signum in signals:
                 log.info("controller_signal", signal=signal.Signals(signum).name)
                 break
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
-    return [exc]
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -77,7 +72,7 @@ def main(
     try:
         trio.run(serve, config)
     except* OSError as group:
-        for err in _leaves(group):
+        for err in exception_leaves(group):
             log.error("controller_start_failed", listen=config.listen, error=str(err))  # noqa: TRY400
         sys.exit(1)
     sys.exit(0)

@@ -13,6 +13,7 @@ import click
 import structlog
 import trio
 
+from common.exceptions import exception_leaves
 from namesrv.config import ConfigError, NamesrvConfig, load_config
 from namesrv.server import NameServer
 from remoting.logs import configure_logging
@@ -27,12 +28,6 @@ async def serve(config: NamesrvConfig) -> None:
             async for signum in signals:
                 log.info("namesrv_signal", signal=signal.Signals(signum).name)
                 break
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
-    return [exc]
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -65,7 +60,7 @@ def main(
     try:
         trio.run(serve, config)
     except* OSError as group:
-        for err in _leaves(group):
+        for err in exception_leaves(group):
             log.error("namesrv_start_failed", listen=config.listen, error=str(err))  # noqa: TRY400
         sys.exit(1)
     sys.exit(0)

@@ -78,6 +78,37 @@ async def _beat(client: RemotingClient, addrs: list[str], bid: int, offset: int)
         assert resp.code == ResponseCode.SUCCESS
 
 
+async def _join(client: RemotingClient, addr: str, *, register: bool) -> None:
+    """Replicas 1 and 2 of broker-a take their ids (and register) at the leader `addr`."""
+    for bid in (1, 2):
+        apply = ApplyBrokerIdRequestHeader(
+            cluster_name="C",
+            broker_name="broker-a",
+            applied_broker_id=bid,
+            register_check_code=f"127.0.0.1:{20000 + bid};{bid}",
+        )
+        resp = await client.invoke(addr, _req(R.CONTROLLER_APPLY_BROKER_ID, apply.to_fields()))
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        if register:
+            reg = RegisterBrokerToControllerRequestHeader(
+                cluster_name="C",
+                broker_name="broker-a",
+                broker_id=bid,
+                broker_address=f"127.0.0.1:{20000 + bid}",
+            )
+            resp = await client.invoke(addr, _req(R.CONTROLLER_REGISTER_BROKER, reg.to_fields()))
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+
+
+async def _heartbeats(client: RemotingClient, addrs: list[str], beating: dict[int, bool]) -> None:
+    """Every 100 ms, each replica whose flag is on heartbeats to every controller in `addrs`."""
+    while True:
+        for bid, on in beating.items():
+            if on:
+                await _beat(client, addrs, bid, 100 * bid)
+        await trio.sleep(0.1)
+
+
 async def test_election_failover_and_leader_change(etcd: EtcdProc) -> None:
     a, b = ControllerServer(_config(etcd, "/t1")), ControllerServer(_config(etcd, "/t1"))
     scopes: dict[int, trio.CancelScope] = {}
@@ -101,34 +132,9 @@ async def test_election_failover_and_leader_change(etcd: EtcdProc) -> None:
         assert refused.code == ControllerCode.NOT_LEADER
         assert leader.address in (refused.remark or "")
 
-        for bid in (1, 2):
-            apply = ApplyBrokerIdRequestHeader(
-                cluster_name="C",
-                broker_name="broker-a",
-                applied_broker_id=bid,
-                register_check_code=f"127.0.0.1:{20000 + bid};{bid}",
-            )
-            resp = await client.invoke(laddr, _req(R.CONTROLLER_APPLY_BROKER_ID, apply.to_fields()))
-            assert resp.code == ResponseCode.SUCCESS, resp.remark
-            reg = RegisterBrokerToControllerRequestHeader(
-                cluster_name="C",
-                broker_name="broker-a",
-                broker_id=bid,
-                broker_address=f"127.0.0.1:{20000 + bid}",
-            )
-            resp = await client.invoke(laddr, _req(R.CONTROLLER_REGISTER_BROKER, reg.to_fields()))
-            assert resp.code == ResponseCode.SUCCESS, resp.remark
-
+        await _join(client, laddr, register=True)
         beating = {1: True, 2: True}
-
-        async def heartbeats() -> None:
-            while True:
-                for bid, on in beating.items():
-                    if on:
-                        await _beat(client, both, bid, 100 * bid)
-                await trio.sleep(0.1)
-
-        nursery.start_soon(heartbeats)
+        nursery.start_soon(_heartbeats, client, both, beating)
         await wait_until(lambda: len(leader.liveness.alive("C", "broker-a", leader._clock())) == 2)
 
         # The first election: the replica furthest ahead.
@@ -252,23 +258,8 @@ async def test_mqadmin_controller_commands(etcd: EtcdProc) -> None:
     ):
         await wait_until(lambda: ctl.is_leader, total=15, what="leadership")
         addr = f"127.0.0.1:{ctl.port}"
-        for bid in (1, 2):
-            apply = ApplyBrokerIdRequestHeader(
-                cluster_name="C",
-                broker_name="broker-a",
-                applied_broker_id=bid,
-                register_check_code=f"127.0.0.1:{20000 + bid};{bid}",
-            )
-            resp = await client.invoke(addr, _req(R.CONTROLLER_APPLY_BROKER_ID, apply.to_fields()))
-            assert resp.code == ResponseCode.SUCCESS
-
-        async def heartbeats() -> None:
-            while True:
-                for bid in (1, 2):
-                    await _beat(client, [addr], bid, 100 * bid)
-                await trio.sleep(0.1)
-
-        nursery.start_soon(heartbeats)
+        await _join(client, addr, register=False)
+        nursery.start_soon(_heartbeats, client, [addr], {1: True, 2: True})
         await wait_until(lambda: len(ctl.liveness.alive("C", "broker-a", ctl._clock())) == 2)
         elect = ElectMasterRequestHeader(cluster_name="C", broker_name="broker-a", broker_id=2)
         assert (

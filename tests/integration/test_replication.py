@@ -65,6 +65,18 @@ def _config(tmp_path: Path, name: str, namesrv: str, **kw: object) -> BrokerConf
     )
 
 
+def _slave_config(tmp_path: Path, namesrv: str, master_cfg: BrokerConfig) -> BrokerConfig:
+    """A slave of `master_cfg`'s broker at its HA port (fixed, not learned)."""
+    return _config(
+        tmp_path,
+        "slave",
+        namesrv,
+        broker_role="SLAVE",
+        broker_id=1,
+        ha_master_address=f"127.0.0.1:{master_cfg.ha_listen_port}",
+    )
+
+
 def _commitlog(root: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted((root / "commitlog").iterdir())}
 
@@ -156,14 +168,7 @@ async def test_a_sync_master_acknowledges_what_its_slave_has(tmp_path: Path) -> 
 async def test_an_async_master_answers_at_once_and_its_slave_follows(tmp_path: Path) -> None:
     async with NameServer(NamesrvConfig(listen="127.0.0.1:0")) as ns:
         master_cfg = _config(tmp_path, "master", ns.address)
-        slave_cfg = _config(
-            tmp_path,
-            "slave",
-            ns.address,
-            broker_role="SLAVE",
-            broker_id=1,
-            ha_master_address=f"127.0.0.1:{master_cfg.ha_listen_port}",
-        )
+        slave_cfg = _slave_config(tmp_path, ns.address, master_cfg)
         async with BrokerController(master_cfg) as master, RemotingClient() as client:
             addr = f"127.0.0.1:{master.port}"
             for i in range(50):
@@ -201,14 +206,7 @@ async def test_consumers_read_and_commit_on_the_slave_while_the_master_is_down(
 ) -> None:
     async with NameServer(NamesrvConfig(listen="127.0.0.1:0")) as ns:
         master_cfg = _config(tmp_path, "master", ns.address)
-        slave_cfg = _config(
-            tmp_path,
-            "slave",
-            ns.address,
-            broker_role="SLAVE",
-            broker_id=1,
-            ha_master_address=f"127.0.0.1:{master_cfg.ha_listen_port}",
-        )
+        slave_cfg = _slave_config(tmp_path, ns.address, master_cfg)
         async with BrokerController(slave_cfg) as slave:
             async with BrokerController(master_cfg) as master:
                 await create_topic(ns.address, "FromSlaveT", queues=2)
@@ -281,14 +279,7 @@ async def test_a_consumer_follows_the_suggestion_to_the_slave_and_back(tmp_path:
             slave_read_enable=True,
             access_message_in_memory_max_ratio=0,
         )
-        slave_cfg = _config(
-            tmp_path,
-            "slave",
-            ns.address,
-            broker_role="SLAVE",
-            broker_id=1,
-            ha_master_address=f"127.0.0.1:{master_cfg.ha_listen_port}",
-        )
+        slave_cfg = _slave_config(tmp_path, ns.address, master_cfg)
         async with BrokerController(master_cfg) as master, BrokerController(slave_cfg) as slave:
             await create_topic(ns.address, "SuggestT", queues=1)
             async with Producer("PG", fast_config(ns.address)) as producer:
@@ -354,14 +345,7 @@ async def test_a_master_that_returns_behind_its_slave_copies_back_first(
 ) -> None:
     async with NameServer(NamesrvConfig(listen="127.0.0.1:0")) as ns:
         master_cfg = _config(tmp_path, "master", ns.address, broker_role="SYNC_MASTER")
-        slave_cfg = _config(
-            tmp_path,
-            "slave",
-            ns.address,
-            broker_role="SLAVE",
-            broker_id=1,
-            ha_master_address=f"127.0.0.1:{master_cfg.ha_listen_port}",
-        )
+        slave_cfg = _slave_config(tmp_path, ns.address, master_cfg)
         snapshot = tmp_path / "snapshot"
         async with BrokerController(slave_cfg) as slave, RemotingClient() as client:
             saddr = f"127.0.0.1:{slave.port}"
@@ -421,14 +405,7 @@ async def test_a_master_that_cannot_copy_back_refuses_and_says_why(tmp_path: Pat
         async with BrokerController(master_cfg) as master:
             await _send_many(client, f"127.0.0.1:{master.port}", "GapT", 20, b"a")
         shutil.copytree(master_cfg.store_path, snapshot)  # within the first 64 KiB file
-        slave_cfg = _config(
-            tmp_path,
-            "slave",
-            ns.address,
-            broker_role="SLAVE",
-            broker_id=1,
-            ha_master_address=f"127.0.0.1:{master_cfg.ha_listen_port}",
-        )
+        slave_cfg = _slave_config(tmp_path, ns.address, master_cfg)
         async with BrokerController(master_cfg) as master:
             await _send_many(client, f"127.0.0.1:{master.port}", "GapT", 300, b"b")
             # An empty slave starts at the master's last file: it lacks the first ones.
