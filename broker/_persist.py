@@ -7,13 +7,12 @@ file is renamed over the name, and the directory is fsynced. A reader takes the 
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from common import fileio
 from remoting.protocol.bodies import loads_tolerant
 
 log = structlog.get_logger()
@@ -25,21 +24,9 @@ SUBSCRIPTION_GROUP_FILE = "subscriptionGroup.json"
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` durably (blocking: call from a worker thread in async code)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    if path.exists():
-        shutil.copyfile(path, path.with_name(path.name + ".bak"))
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """Replace `path` with `data` durably, the old file kept as `.bak` (blocking: call from a
+    worker thread in async code)."""
+    fileio.write_atomically(path, data, keep_backup=True)
 
 
 def read_json_file(path: Path) -> Any | None:

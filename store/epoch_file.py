@@ -16,11 +16,12 @@ The file is small; writes fsync, so callers on the event loop run `save` in a th
 
 from __future__ import annotations
 
-import os
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from common.fileio import write_atomically
 
 __all__ = ["EpochEntry", "EpochFile", "EpochFileError", "consistent_point"]
 
@@ -102,21 +103,8 @@ class EpochFile:
 
     def save(self) -> None:
         """Write the entries (fsync, blocking): `.tmp`, the old file to `.bak`, rename."""
-        if not self.entries:
-            return
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(encode(self.entries))
-            f.flush()
-            os.fsync(f.fileno())
-        if self.path.exists():
-            os.replace(self.path, self.path.with_name(self.path.name + ".bak"))
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        if self.entries:
+            write_atomically(self.path, encode(self.entries), keep_backup=True)
 
     @property
     def last(self) -> EpochEntry | None:

@@ -19,6 +19,7 @@ import structlog
 import trio
 
 from client.message import MessageQueue
+from common.fileio import write_atomically
 
 log = structlog.get_logger()
 
@@ -113,21 +114,6 @@ class RemoteOffsetStore(_MemoryTable):
                 self._table.pop(mq, None)
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 def encode_offsets(table: dict[MessageQueue, int]) -> bytes:
     entries = [
         {"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id, "offset": off}
@@ -199,5 +185,5 @@ class LocalFileOffsetStore(_MemoryTable):
         if data == self._last_written:
             return
         # fsync + rename + directory fsync block: run them in a worker thread.
-        await trio.to_thread.run_sync(_write_atomically, self.path, data)
+        await trio.to_thread.run_sync(write_atomically, self.path, data)
         self._last_written = data

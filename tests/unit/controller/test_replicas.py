@@ -22,13 +22,13 @@ pytestmark = pytest.mark.unit
 
 
 def _hb(i: int, epoch: int = 0, offset: int = 0, priority: int = 0, at: float = 0.0) -> Heartbeat:
-    return Heartbeat(i, f"10.0.0.{i}:10911", epoch, offset, offset, at, 10.0, priority)
+    return Heartbeat(i, f"127.0.0.1:1091{i}", epoch, offset, offset, at, 10.0, priority)
 
 
 def _group(*ids: int) -> GroupState:
     state = GroupState("C", "broker-a")
     for i in ids:
-        state = apply_broker_id(state, i, f"10.0.0.{i}:10911;{i}")
+        state = apply_broker_id(state, i, f"127.0.0.1:1091{i};{i}")
     return state
 
 
@@ -40,19 +40,19 @@ def test_ids_are_reserved_per_check_code() -> None:
     state = _group(1, 2)
     assert sorted(state.replicas) == [1, 2]
     assert state.next_broker_id == 3
-    assert apply_broker_id(state, 1, "10.0.0.1:10911;1") is state  # the holder again
+    assert apply_broker_id(state, 1, "127.0.0.1:10911;1") is state  # the holder again
     with pytest.raises(ControllerError) as exc:
-        apply_broker_id(state, 1, "10.0.0.9:10911;9")
+        apply_broker_id(state, 1, "127.0.0.1:10919;9")
     assert _code(exc) is ControllerCode.BROKER_ID_INVALID
     with pytest.raises(ControllerError):
         apply_broker_id(state, 0, "x;1")
 
 
 def test_register_records_a_new_address_and_refuses_unknown_ids() -> None:
-    state = register_broker(_group(1), 1, "10.0.0.7:10911")
-    assert state.replicas[1].address == "10.0.0.7:10911"
+    state = register_broker(_group(1), 1, "127.0.0.1:10917")
+    assert state.replicas[1].address == "127.0.0.1:10917"
     with pytest.raises(ControllerError) as exc:
-        register_broker(state, 5, "10.0.0.5:10911")
+        register_broker(state, 5, "127.0.0.1:10915")
     assert _code(exc) is ControllerCode.BROKER_NEED_TO_BE_REGISTERED
 
 
@@ -67,7 +67,7 @@ def test_first_election_picks_the_best_live_replica_and_opens_epoch_one() -> Non
         frozenset({2}),
         1,
     )
-    assert s.master_address == "10.0.0.2:10911"
+    assert s.master_address == "127.0.0.1:10912"
     assert s.epochs == (EpochEntry(1, 50),)
 
 
