@@ -101,6 +101,31 @@ class BrokerConfig(BaseModel):
     access_message_in_memory_max_ratio: int = Field(default=40, ge=0, le=100)
     """See store.config.StoreConfig."""
 
+    # -- controller mode (docs/controller.md) ------------------------------------------------
+    enable_controller_mode: bool = False
+    """The controllers (`controller_addr`) decide this broker's role and id: it registers,
+    heartbeats, and becomes master or slave as they say; `broker_role`/`broker_id` are then
+    ignored (the master registers as id 0, slaves with their controller-assigned id)."""
+    controller_addr: str = ""
+    """Every controller's address, `;`-separated."""
+    controller_heartbeat_timeout_ms: int = Field(default=10_000, ge=100)
+    """How long the controllers keep this broker alive after a heartbeat."""
+    broker_heartbeat_interval_ms: int = Field(default=1000, ge=10)
+    sync_broker_metadata_period_ms: int = Field(default=5000, ge=10)
+    """How often the broker asks the controller for its group's master and SyncStateSet."""
+    check_sync_state_set_period_ms: int = Field(default=5000, ge=10)
+    """How often a master drops slaves that fell behind from its SyncStateSet."""
+    broker_election_priority: int = Field(default=2**31 - 1, ge=0)
+    """Lower wins among equally up-to-date candidates."""
+    in_sync_replicas: int = Field(default=1, ge=1)
+    """Replicas (master included) that hold a message before a SYNC send is acknowledged."""
+    min_in_sync_replicas: int = Field(default=1, ge=1)
+    """Below this many members in the SyncStateSet, sends are refused, not acknowledged."""
+    all_ack_in_sync_state_set: bool = False
+    """A SYNC send waits for every SyncStateSet member (else for `in_sync_replicas`)."""
+    ha_max_time_slave_not_catchup_ms: int = Field(default=15_000, ge=1)
+    """A slave not caught up with the master for this long leaves the SyncStateSet."""
+
     # -- storage -------------------------------------------------------------------------
     store_dir: str = "~/store"
     flush_disk_type: Literal["ASYNC_FLUSH", "SYNC_FLUSH"] = "ASYNC_FLUSH"
@@ -219,6 +244,10 @@ class BrokerConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_role(self) -> BrokerConfig:
+        if self.enable_controller_mode:
+            if not self.controller_addrs:
+                raise ValueError("enable_controller_mode needs controller_addr")
+            return self  # the controllers assign the role and the id
         if self.broker_role == "SLAVE" and self.broker_id <= 0:
             raise ValueError("a SLAVE's broker_id must be > 0 (0 is its master's)")
         if self.broker_role != "SLAVE" and self.broker_id != 0:
@@ -244,6 +273,14 @@ class BrokerConfig(BaseModel):
             if host in ("0.0.0.0", "::"):
                 raise ValueError("advertise must be an address clients can reach, not 0.0.0.0")
         return v or None
+
+    @field_validator("controller_addr")
+    @classmethod
+    def _check_controllers(cls, v: str) -> str:
+        for addr in v.split(";"):
+            if addr.strip():
+                parse_host_port(addr, what="controller address")
+        return v
 
     @field_validator("namesrv_addr")
     @classmethod
@@ -331,6 +368,11 @@ class BrokerConfig(BaseModel):
     @property
     def listen_host_port(self) -> tuple[str, int]:
         return parse_host_port(self.listen)
+
+    @property
+    def controller_addrs(self) -> list[str]:
+        """The controller addresses as a list (empty entries dropped)."""
+        return [a.strip() for a in self.controller_addr.split(";") if a.strip()]
 
     @property
     def is_slave(self) -> bool:
