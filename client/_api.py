@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
@@ -509,6 +509,17 @@ class MQClientAPI:
     async def get_broker_ha_status(self, addr: str) -> bodies.HARuntimeInfo:
         resp = await self._offset_call(addr, RequestCode.GET_BROKER_HA_STATUS, {})
         return bodies.HARuntimeInfo.from_json(resp.body_bytes())
+
+    async def get_broker_epoch_cache(self, addr: str) -> dict[str, Any]:
+        """GET_BROKER_EPOCH_CACHE (controller mode): the broker's epoch entries."""
+        resp = await self._offset_call(addr, RequestCode.GET_BROKER_EPOCH_CACHE, {})
+        try:
+            out = json.loads(resp.body_bytes() or b"{}")
+        except ValueError as exc:
+            raise MQClientError(f"broker {addr}: bad epoch cache body: {exc}") from exc
+        if not isinstance(out, dict):
+            raise MQClientError(f"broker {addr}: bad epoch cache body")
+        return out
 
     async def get_topic_stats_info(self, addr: str, topic: str) -> bodies.TopicStatsTable:
         resp = await self._offset_call(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import structlog
 
@@ -212,6 +212,10 @@ class Admin:
     async def ha_status(self, addr: str) -> bodies.HARuntimeInfo:
         """A broker's replication status (GET_BROKER_HA_STATUS)."""
         return await self.instance.api.get_broker_ha_status(addr)
+
+    async def broker_epoch(self, addr: str) -> dict[str, Any]:
+        """A controller-mode broker's epoch entries (GET_BROKER_EPOCH_CACHE)."""
+        return await self.instance.api.get_broker_epoch_cache(addr)
 
     async def broker_status(self, addr: str) -> dict[str, str]:
         """A broker's runtime info (GET_BROKER_RUNTIME_INFO)."""

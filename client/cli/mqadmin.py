@@ -443,6 +443,41 @@ def ha_status(namesrv: str | None, broker: str | None, cluster: str | None, as_j
             )  # fmt: skip
 
 
+@cli.command("getBrokerEpoch")
+@namesrv_option
+@click.option("-b", "--brokerName", "broker_name", help="Every replica of this broker name.")
+@click.option("-c", "--clusterName", "cluster", help="Every broker of this cluster.")
+@json_option
+def get_broker_epoch(
+    namesrv: str | None, broker_name: str | None, cluster: str | None, as_json: bool
+) -> None:
+    """Controller mode: each broker's master epochs and the commitlog range each wrote."""
+    if not broker_name and not cluster:
+        raise click.UsageError("give -b BROKER_NAME or -c CLUSTER")
+
+    async def body(a: Admin) -> dict[str, dict[str, Any]]:
+        out = {}
+        for r in await a.cluster_list():
+            if (broker_name and r.broker_name == broker_name) or (cluster and r.cluster == cluster):
+                out[r.addr] = await a.broker_epoch(r.addr)
+        if not out:
+            raise MQClientError("no such broker is registered")
+        return out
+
+    infos = _with_admin(namesrv, body)
+    if as_json:
+        _emit_json(infos)
+        return
+    for addr, info in infos.items():
+        _table(
+            f"{addr}: {info.get('clusterName')}/{info.get('brokerName')} "
+            f"id {info.get('brokerId')}, max offset {info.get('maxOffset')}",
+            ["#Epoch", "#StartOffset", "#EndOffset"],
+            [[e.get("epoch"), e.get("startOffset"), e.get("endOffset")]
+             for e in info.get("epochList") or []],
+        )  # fmt: skip
+
+
 @cli.command("brokerStatus")
 @namesrv_option
 @click.option("-b", "--brokerAddr", "broker", help="Broker address HOST:PORT.")
