@@ -22,7 +22,7 @@ import os
 import shutil
 import struct
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -46,8 +46,10 @@ from store._dispatcher import ArrivalListener, Dispatcher
 from store._flush import FlushService
 from store._mapped_file import MappedFile, is_out_of_space, populate_for_write
 from store._recovery import (
+    DAMAGED_DIR,
     REBUILD_MARKER,
     DamagedRegion,
+    FileScanner,
     IndexRebuild,
     RecoveryReport,
     load_damaged_regions,
@@ -132,6 +134,63 @@ def _unlink_all(files: Iterable[MappedFile], directory: Path) -> None:
     for mf in files:
         mf.path.unlink(missing_ok=True)
     _fsync_path(directory)
+
+
+@contextlib.contextmanager
+def _scan_file(mf: MappedFile, max_size: int) -> Iterator[FileScanner]:
+    """Recovery's `FileScanner` over a commitlog file from its start (layout checks, damaged
+    regions skipped), reading with ``pread`` on a descriptor of its own, never the mapping
+    (blocking: worker thread)."""
+    fd = os.open(mf.path, os.O_RDONLY)
+    try:
+        yield FileScanner(
+            lambda pos, size: os.pread(fd, size, pos),
+            mf.file_from_offset,
+            mf.file_size,
+            check_crc=False,  # checked when they were appended or recovered
+            max_size=max_size,
+            light=True,
+        )
+    finally:
+        os.close(fd)
+
+
+def _cut_queue(cq: ConsumeQueue, offset: int) -> tuple[int, list[MappedFile]]:
+    """Drop the units of `cq` pointing at or past commitlog offset `offset` (recovery's
+    `ConsumeQueue.truncate_dirty`). Returns how many, and the files wholly past the cut,
+    detached here (event loop) for the caller to destroy in a worker thread: units follow
+    the commitlog, so a file whose first unit points at or past `offset` holds nothing
+    else (or gap fillers)."""
+    files = cq.mfq.files
+    k = len(files)
+    while k > 1:
+        unit = cq.get_unit(files[k - 1].file_from_offset // CQ_UNIT_SIZE)
+        if unit is None or unit[1] == GAP_UNIT_SIZE or unit[0] < offset:
+            break
+        k -= 1
+    before = cq.max_offset_in_queue
+    gone = cq.mfq.truncate_to(files[k].file_from_offset) if k < len(files) else []
+    cq.truncate_dirty(offset)
+    if gone:  # `truncate_dirty` moves it only when it drops units itself
+        last = cq.get_unit(cq.max_offset_in_queue - 1)
+        if last is None or last[1] == GAP_UNIT_SIZE:
+            cq.max_physic_offset = -1
+        else:
+            cq.max_physic_offset = last[0] + last[1]
+    return before - cq.max_offset_in_queue, gone
+
+
+def _retire_damaged_copies(root: Path, regions: Iterable[DamagedRegion]) -> None:
+    """Rename the copies of damaged regions cut from the commitlog out of the names a start
+    reads back (``.bin.cut``), durably (blocking): read back, they would mark the records
+    written there later as damaged."""
+    d = root / DAMAGED_DIR
+    for r in regions:
+        path = d / f"{r.offset}-{r.length}.bin"
+        with contextlib.suppress(FileNotFoundError):
+            path.rename(path.with_name(path.name + ".cut"))
+    if d.is_dir():
+        _fsync_path(d)
 
 
 def _queues_room(todo: Iterable[tuple[ConsumeQueue, int, int]]) -> None:
@@ -1369,6 +1428,208 @@ class MessageStore:
                 dispatcher.release_arrivals()
         cur.pos = scan.next_pos
         cur.need = scan.need
+
+    # ================================================================== truncation
+    async def truncate_commitlog(self, offset: int) -> int:
+        """Cut the commitlog at `offset`, dropping every record from there on (RocketMQ 5.x
+        ``truncateFiles``): a master that was replaced cuts what its group never
+        acknowledged before it follows the new master (`append_replica` from `offset`).
+
+        `offset` must be a record boundary within ``[min_phy_offset, max_phy_offset]``: a
+        file start, the start or end of a record found scanning its file from the start
+        (recovery's `FileScanner`), or the max offset (nothing to do: returns 0). Afterwards
+        the max phy offset is `offset`; consume queues, index, topic queue table, flush
+        positions, checkpoint and replica cursor agree with it, as after recovery cut a torn
+        tail there. The bytes after `offset` in its file are zeroed and that file synced,
+        and later files removed, before the call returns: a crash right after recovers to
+        `offset`.
+
+        The caller guarantees that no appends are in flight (no puts, no run of puts open;
+        `append_replica` calls wait for this one). Reads may come at any time: they see the
+        store before the cut or after it. Not cancellable once the cut has begun.
+
+        Returns:
+            The number of commitlog bytes dropped.
+
+        Raises:
+            ValueError: `offset` is out of range or not a record boundary; nothing changed.
+            RuntimeError: a run of puts is open (`begin_staging`); nothing changed.
+            StoreClosedError: The store is not open, or closing.
+            OSError: The zeroing, a sync or a removal failed after the cut: the store holds
+                the cut in memory but refuses appends until reopened (the disk may still
+                hold the dropped records).
+        """
+        self._require_writable()
+        async with self._replica_lock:  # no replica append meanwhile
+            self._require_writable()
+            flush = self.flush_service
+            # No flush round over a file being cut or removed, no consume-queue flush (it
+            # writes the checkpoint) and no cleanup detaching files meanwhile: all take these.
+            async with flush.commitlog_lock, flush.cq_lock:
+                mfq = self.commitlog.mfq
+                lo, hi = mfq.min_offset, mfq.max_offset
+                if not lo <= offset <= hi:
+                    raise ValueError(
+                        f"commitlog offset {offset} is outside the stored range [{lo}, {hi}]"
+                    )
+                if offset == hi:
+                    return 0
+                last = mfq.last_file
+                if self.dispatcher.holding or (last is not None and last.staged):
+                    raise RuntimeError("truncate_commitlog within a run of puts")
+                mf = mfq.find(offset)
+                assert mf is not None, offset  # below the max offset
+                prev = mfq.find(mf.file_from_offset - 1)
+                # Scanning up to a whole file: worker thread.
+                keep_ts = await trio.to_thread.run_sync(self._cut_point, offset, mf, prev)
+                # Once begun, the cut completes: stopped halfway, the bytes past `offset`
+                # would stay on disk for a crash to bring back.
+                with trio.CancelScope(shield=True):
+                    dropped = await self._cut(offset, keep_ts)
+        return dropped
+
+    def _cut_point(self, offset: int, mf: MappedFile, prev: MappedFile | None) -> int:
+        """Check that `offset` (in `mf`, below the max offset) is a record boundary; return
+        the store timestamp of the last record before it (0 if none; when that record is in
+        `prev`, the previous file, the first one's there, a lower bound). Blocking: reads
+        the files.
+
+        Raises:
+            ValueError: `offset` is not a record boundary.
+        """
+        ts = 0
+        if offset > mf.file_from_offset:
+            found = False
+            with _scan_file(mf, self._max_record_size) as records:
+                for req in records:
+                    start = req.commit_log_offset
+                    if start >= offset:
+                        found = start == offset
+                        break
+                    ts = req.store_timestamp
+                    if start + req.size == offset:
+                        found = True
+                        break
+            if not found:
+                raise ValueError(f"commitlog offset {offset} is not a record boundary")
+        if not ts and prev is not None:
+            with _scan_file(prev, self._max_record_size) as records:
+                ts = next((req.store_timestamp for req in records), 0)
+        return ts
+
+    async def _cut(self, offset: int, keep_ts: int) -> int:
+        """`truncate_commitlog` once `offset` is checked (its locks held, shielded)."""
+        cl = self.commitlog
+        mfq = cl.mfq
+        old_max = mfq.max_offset
+        # The cut itself, on the event loop in one synchronous stretch, so that readers see
+        # the store before it or after it: the files past `offset` leave the list and the
+        # write position of the one holding it moves back to it (what `truncate_to` does,
+        # without zeroing: nothing reads past a write position, so the bytes there are
+        # zeroed afterwards, off the loop).
+        files = mfq.files
+        kept = [mf for mf in files if mf.file_from_offset < offset] or files[:1]
+        gone = files[len(kept) :]
+        last = kept[-1]
+        rel = offset - last.file_from_offset
+        last.wrote_position = rel
+        last.flushed_position = min(last.flushed_position, rel)
+        mfq.files = kept
+        mfq.flushed_where = min(mfq.flushed_where, offset)
+        # Consume queues and their table, as recovery leaves them after a torn tail.
+        queues: list[ConsumeQueue] = []
+        cq_gone: list[MappedFile] = []
+        table: dict[tuple[str, int], int] = {}
+        units = 0
+        for cq in self.dispatcher.consume_queues.values():
+            lost, detached = _cut_queue(cq, offset)
+            if lost or detached:
+                queues.append(cq)
+                cq_gone.extend(detached)
+                units += lost
+            if cq.max_offset_in_queue:
+                table[(cq.topic, cq.queue_id)] = cq.max_offset_in_queue
+        cl.topic_queue_table = table
+        index = self.dispatcher.index
+        if index is not None and index.kept:  # none between runs; never one past the cut
+            index.kept = [req for req in index.kept if req.commit_log_offset < offset]
+        self._replica.reset(offset)
+        cut_regions = [r for r in self.damaged_regions if r.end > offset]  # none straddles
+        self._damaged = [(a, b) for a, b in self._damaged if b <= offset]
+        # The checkpoint never names a store time past the last record kept: a crash
+        # recovery would start scanning too late, after the records written from here on.
+        cl.last_store_timestamp = keep_ts
+        cp = self.checkpoint
+        cp.physic_msg_timestamp = min(cp.physic_msg_timestamp, keep_ts)
+        cp.logics_msg_timestamp = min(cp.logics_msg_timestamp, keep_ts)
+        cp.index_msg_timestamp = min(cp.index_msg_timestamp, keep_ts)
+        try:
+            # ftruncate of up to a whole file's tail, fsync, munmap and unlink of many
+            # files: worker thread.
+            await trio.to_thread.run_sync(
+                functools.partial(
+                    self._cut_files,
+                    offset,
+                    gone,
+                    queues,
+                    cq_gone,
+                    cut_regions,
+                )
+            )
+        except OSError as exc:
+            self._write_failed = (
+                f"commitlog truncation to {offset} failed ({exc}); appends are refused until "
+                "the store is reopened"
+            )
+            log.exception("commitlog_truncate_failed", offset=offset)
+            raise
+        dropped = old_max - offset
+        log.warning(
+            "commitlog_truncated_online",
+            offset=offset,
+            dropped_bytes=dropped,
+            dropped_files=[mf.path.name for mf in gone],
+            queue_units_dropped=units,
+            queues=len(queues),
+        )
+        return dropped
+
+    def _cut_files(
+        self,
+        offset: int,
+        gone: list[MappedFile],
+        queues: list[ConsumeQueue],
+        cq_gone: list[MappedFile],
+        cut_regions: list[DamagedRegion],
+    ) -> None:
+        """The disk side of `_cut` (blocking: worker thread), durable when it returns."""
+        mfq = self.commitlog.mfq
+        # Recovery's cut of a torn tail; the list is cut already, so this zeroes the rest of
+        # the file holding `offset` (a hole punched, as recovery does) and gives back the
+        # file prepared ahead, which may lie past the cut.
+        gone = gone + mfq.truncate_to(offset)
+        last = mfq.last_file
+        if last is not None:
+            last.fsync()
+        _destroy_all(gone)
+        _fsync_path(mfq.directory)
+        _destroy_all(cq_gone)
+        for cq in queues:
+            cq_last = cq.mfq.last_file
+            if cq_last is not None:
+                cq_last.fsync()
+            _fsync_path(cq.mfq.directory)
+        index = self.dispatcher.index
+        if index is not None:
+            # The file straddling `offset` is sealed, later ones deleted (as after recovery).
+            index.truncate(offset)
+            index_files = index.files
+            if index_files:
+                _fsync_path(index_files[-1].path)  # the sealed header
+            _fsync_path(index.directory)
+        if cut_regions:
+            _retire_damaged_copies(self.root, cut_regions)
+        self.checkpoint.flush()
 
     # ================================================================== lookups
     def read_record(self, phy_offset: int, size: int | None = None) -> bytes | None:
