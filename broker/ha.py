@@ -42,7 +42,7 @@ import struct
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 import structlog
 import trio
@@ -57,18 +57,27 @@ __all__ = [
     "DEFAULT_MAX_GAP_NOT_IN_SYNC",
     "DEFAULT_TRANSFER_BATCH_SIZE",
     "FRAME_HEADER_SIZE",
+    "IO_ERRORS",
     "MAX_FRAME_BODY",
     "REPORT_SIZE",
+    "End",
     "FrameReader",
+    "HAClientBase",
     "HAMaster",
     "HAMasterStore",
     "HAProtocolError",
     "HASlave",
     "HASlaveStore",
+    "ReplicationWaiters",
     "ReportReader",
+    "Stalled",
+    "Waiter",
     "encode_frame_header",
     "encode_report",
     "parse_addr",
+    "peer_addr",
+    "receive_within",
+    "send_within",
 ]
 
 log = structlog.get_logger()
@@ -237,7 +246,7 @@ class HASlaveStore(Protocol):
 # -- small helpers ------------------------------------------------------------------------
 
 
-class _End:
+class End:
     """The first reason a connection's tasks give for ending it; cancels them all."""
 
     __slots__ = ("reason", "scope")
@@ -252,22 +261,45 @@ class _End:
         self.scope.cancel()
 
 
-class _Stalled(Exception):
+IO_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+class Stalled(Exception):
     """A send did not complete within the housekeeping interval."""
 
 
-async def _send(stream: trio.abc.SendStream, data: bytes, timeout_s: float) -> None:
+async def send_within(stream: trio.abc.SendStream, data: bytes, timeout_s: float) -> None:
+    """Send `data`; `Stalled` when that takes more than `timeout_s`."""
     # A peer that stopped reading would block a send forever; give up on it instead.
     with trio.move_on_after(timeout_s):
         await stream.send_all(data)
         return
-    raise _Stalled
+    raise Stalled
 
 
-_IO_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+async def receive_within(
+    stream: trio.SocketStream, size: int, timeout_s: float, end: End
+) -> bytes | None:
+    """The next bytes from the peer, or None after `end(reason)`: a read error, the peer's
+    close, or nothing within `timeout_s` (the housekeeping interval)."""
+    data: bytes | None = None
+    try:
+        with trio.move_on_after(timeout_s):
+            data = await stream.receive_some(size)
+    except IO_ERRORS as exc:
+        end(f"read error: {exc!r}")
+        return None
+    if data is None:
+        end("housekeeping timeout")
+        return None
+    if not data:
+        end("eof")
+        return None
+    return data
 
 
-def _peer_addr(stream: trio.SocketStream) -> str:
+def peer_addr(stream: trio.SocketStream) -> str:
+    """The peer's "host:port" (IPv6 hosts in brackets), "?" when unknown."""
     try:
         peer = stream.socket.getpeername()
     except OSError:
@@ -278,18 +310,22 @@ def _peer_addr(stream: trio.SocketStream) -> str:
     return str(peer)
 
 
-# -- master -------------------------------------------------------------------------------
+# -- replication waiters -----------------------------------------------------------------
 
 
-class _Waiter:
+class Waiter:
     """One replication wait. `cancel()` drops it without a callback."""
 
-    __slots__ = ("_master", "callback", "deadline", "done", "offset")
+    __slots__ = ("_owner", "callback", "deadline", "done", "offset")
 
     def __init__(
-        self, master: HAMaster, offset: int, deadline: float, callback: Callable[[bool], None]
+        self,
+        owner: ReplicationWaiters,
+        offset: int,
+        deadline: float,
+        callback: Callable[[bool], None],
     ) -> None:
-        self._master = master
+        self._owner = owner
         self.offset = offset
         self.deadline = deadline
         self.callback = callback
@@ -298,7 +334,125 @@ class _Waiter:
     def cancel(self) -> None:
         if not self.done:
             self.done = True
-            self._master._live_waiters -= 1
+            self._owner.live -= 1
+
+
+class ReplicationWaiters:
+    """Waits for a replicated offset that only grows (`reached`): each waiter is answered
+    True once `reach` passes its offset, or False at its deadline. `run_timer` must run for
+    the deadlines and for the waiters added already reached.
+
+    Waiters are held by offset (reaches) and by deadline (timeouts); a finished waiter's
+    entries are dropped lazily.
+    """
+
+    def __init__(self) -> None:
+        self.reached = 0
+        self.live = 0
+        self._by_offset: list[tuple[int, int, Waiter]] = []
+        self._deadlines: DeadlineHeap[Waiter] = DeadlineHeap()
+        self._seq = itertools.count()
+        self._ready: list[Waiter] = []
+        self._timer_wake: trio.Event | None = None
+
+    def add(
+        self, offset: int, callback: Callable[[bool], None], timeout_s: float, *, ready: bool
+    ) -> Waiter:
+        """Wait for `offset`; `ready`: it is replicated already (answered True by the timer,
+        never from within this call)."""
+        waiter = Waiter(self, offset, trio.current_time() + timeout_s, callback)
+        self.live += 1
+        if ready or offset <= self.reached:
+            self._ready.append(waiter)
+            self._wake_timer()
+        else:
+            self._push(waiter)
+        return waiter
+
+    async def wait(self, offset: int, timeout_s: float, replicated: Callable[[], bool]) -> bool:
+        """Whether `offset` is replicated within `timeout_s`; `replicated()` says whether it
+        is now (asked first and at the end)."""
+        if replicated():
+            await trio.lowlevel.checkpoint()
+            return True
+        result = False
+        finished = trio.Event()
+
+        def done(ok: bool) -> None:
+            nonlocal result
+            result = ok
+            finished.set()
+
+        waiter = self.add(offset, done, timeout_s, ready=False)
+        try:
+            # The timer answers at the deadline; this bound also holds without `run_timer`.
+            with trio.move_on_at(waiter.deadline):
+                await finished.wait()
+        finally:
+            waiter.cancel()
+        return result or replicated()
+
+    def reach(self, offset: int) -> None:
+        """Raise `reached` to `offset` and answer every waiter up to it (group commit)."""
+        if offset <= self.reached:
+            return
+        self.reached = offset
+        heap = self._by_offset
+        while heap and heap[0][0] <= offset:
+            self._finish(heapq.heappop(heap)[2], True)
+
+    def fail_all(self) -> None:
+        """Answer every waiter False (nothing will be replicated any more)."""
+        pending = [e[2] for e in self._by_offset] + self._ready
+        self._by_offset.clear()
+        self._ready.clear()
+        self._deadlines = DeadlineHeap()
+        for waiter in pending:
+            self._finish(waiter, False)
+
+    async def run_timer(self) -> None:
+        """Answer the ready waiters and the expired ones, until cancelled."""
+        while True:
+            self._timer_wake = wake = trio.Event()
+            ready, self._ready = self._ready, []
+            for waiter in ready:
+                self._finish(waiter, True)
+            for waiter in self._deadlines.expire(trio.current_time()):
+                self._finish(waiter, False)
+            if self._ready:
+                continue
+            with trio.move_on_at(self._deadlines.next_deadline):
+                await wake.wait()
+
+    def _push(self, waiter: Waiter) -> None:
+        heap = self._by_offset
+        # Timed-out waiters stay in the offset heap until passed: drop them all once they
+        # outnumber the live ones 4:1 (amortised O(1) per push).
+        if len(heap) > _COMPACT_MIN and len(heap) > 4 * self.live:
+            heap[:] = [e for e in heap if not e[2].done]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (waiter.offset, next(self._seq), waiter))
+        if self._deadlines.push(waiter.deadline, waiter, self.live):
+            self._wake_timer()
+
+    def _wake_timer(self) -> None:
+        wake = self._timer_wake
+        if wake is not None:
+            self._timer_wake = None
+            wake.set()
+
+    def _finish(self, waiter: Waiter, ok: bool) -> None:
+        if waiter.done:
+            return
+        waiter.done = True
+        self.live -= 1
+        try:
+            waiter.callback(ok)
+        except Exception:
+            log.exception("ha_replica_callback_failed", offset=waiter.offset, ok=ok)
+
+
+# -- master -------------------------------------------------------------------------------
 
 
 class _SlaveConn:
@@ -352,25 +506,22 @@ class HAMaster:
         self.max_connections = max_connections
         self.port = 0
         self._conns: set[_SlaveConn] = set()
-        self._acked = 0
         # Set (and dropped) by notify_append; created only while a writer waits, so an append
         # with no writer waiting costs one attribute test.
         self._wake: trio.Event | None = None
-        # Replication waiters: by offset (acknowledgements) and by deadline (timeouts); a
-        # finished waiter's entries are dropped lazily.
-        self._by_offset: list[tuple[int, int, _Waiter]] = []
-        self._deadlines: DeadlineHeap[_Waiter] = DeadlineHeap()
-        self._seq = itertools.count()
-        self._live_waiters = 0
-        self._ready: list[_Waiter] = []
-        self._timer_wake: trio.Event | None = None
+        # Reached: the highest offset any slave acknowledged.
+        self._waiters = ReplicationWaiters()
 
     # -- state ------------------------------------------------------------------------
     @property
     def acked_offset(self) -> int:
         """The highest offset any slave acknowledged since start (never decreases: what a
         slave acknowledged it holds, as RocketMQ's push2SlaveMaxOffset)."""
-        return self._acked
+        return self._waiters.reached
+
+    @property
+    def _live_waiters(self) -> int:
+        return self._waiters.live
 
     @property
     def slave_count(self) -> int:
@@ -405,7 +556,9 @@ class HAMaster:
     def slave_ok(self, next_offset: int) -> bool:
         """A slave is connected and `next_offset` is less than `max_gap_not_in_sync` bytes
         past what slaves acknowledged (else SYNC_MASTER answers SLAVE_NOT_AVAILABLE)."""
-        return self.slave_count > 0 and next_offset - self._acked < self.max_gap_not_in_sync
+        return (
+            self.slave_count > 0 and next_offset - self._waiters.reached < self.max_gap_not_in_sync
+        )
 
     def notify_append(self) -> None:
         """New commitlog bytes: wake the writers waiting for data."""
@@ -421,90 +574,11 @@ class HAMaster:
         """Call `callback(True)` once a slave acknowledged `offset` (the commitlog offset
         after the record), or `callback(False)` after `timeout_s`. Never calls back from
         within this call: an offset acknowledged already is answered by the timer task."""
-        self._add_waiter(offset, callback, timeout_s)
+        self._waiters.add(offset, callback, timeout_s, ready=False)
 
     async def wait_replicated(self, offset: int, timeout_s: float) -> bool:
         """Whether a slave acknowledged `offset` within `timeout_s`."""
-        if offset <= self._acked:
-            await trio.lowlevel.checkpoint()
-            return True
-        result = False
-        finished = trio.Event()
-
-        def done(ok: bool) -> None:
-            nonlocal result
-            result = ok
-            finished.set()
-
-        waiter = self._add_waiter(offset, done, timeout_s)
-        try:
-            # The timer answers at the deadline; this bound also holds without `run`.
-            with trio.move_on_at(waiter.deadline):
-                await finished.wait()
-        finally:
-            waiter.cancel()
-        return result or offset <= self._acked
-
-    def _add_waiter(
-        self, offset: int, callback: Callable[[bool], None], timeout_s: float
-    ) -> _Waiter:
-        waiter = _Waiter(self, offset, trio.current_time() + timeout_s, callback)
-        self._live_waiters += 1
-        if offset <= self._acked:
-            self._ready.append(waiter)
-            self._wake_timer()
-        else:
-            self._push_waiter(waiter)
-        return waiter
-
-    def _push_waiter(self, waiter: _Waiter) -> None:
-        heap = self._by_offset
-        # Timed-out waiters stay in the offset heap until passed: drop them all once they
-        # outnumber the live ones 4:1 (amortised O(1) per push).
-        if len(heap) > _COMPACT_MIN and len(heap) > 4 * self._live_waiters:
-            heap[:] = [e for e in heap if not e[2].done]
-            heapq.heapify(heap)
-        heapq.heappush(heap, (waiter.offset, next(self._seq), waiter))
-        if self._deadlines.push(waiter.deadline, waiter, self._live_waiters):
-            self._wake_timer()
-
-    def _wake_timer(self) -> None:
-        wake = self._timer_wake
-        if wake is not None:
-            self._timer_wake = None
-            wake.set()
-
-    def _finish(self, waiter: _Waiter, ok: bool) -> None:
-        if waiter.done:
-            return
-        waiter.done = True
-        self._live_waiters -= 1
-        try:
-            waiter.callback(ok)
-        except Exception:
-            log.exception("ha_replica_callback_failed", offset=waiter.offset, ok=ok)
-
-    def _acknowledge(self, offset: int) -> None:
-        """Raise `acked_offset` and complete every waiter up to it (group commit)."""
-        if offset <= self._acked:
-            return
-        self._acked = offset
-        heap = self._by_offset
-        while heap and heap[0][0] <= offset:
-            self._finish(heapq.heappop(heap)[2], True)
-
-    async def _run_timer(self) -> None:
-        while True:
-            self._timer_wake = wake = trio.Event()
-            ready, self._ready = self._ready, []
-            for waiter in ready:
-                self._finish(waiter, True)
-            for waiter in self._deadlines.expire(trio.current_time()):
-                self._finish(waiter, False)
-            if self._ready:
-                continue
-            with trio.move_on_at(self._deadlines.next_deadline):
-                await wake.wait()
+        return await self._waiters.wait(offset, timeout_s, lambda: offset <= self._waiters.reached)
 
     # -- serving ----------------------------------------------------------------------
     async def run(
@@ -517,33 +591,28 @@ class HAMaster:
         log.info("ha_master_listening", host=host, port=self.port)
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._run_timer)
+                nursery.start_soon(self._waiters.run_timer)
                 await nursery.start(
                     partial(trio.serve_listeners, self._serve, listeners, handler_nursery=nursery)
                 )
                 task_status.started(self.port)
         finally:
             # No slave will acknowledge anything any more.
-            pending = [e[2] for e in self._by_offset] + self._ready
-            self._by_offset.clear()
-            self._ready.clear()
-            self._deadlines = DeadlineHeap()
-            for waiter in pending:
-                self._finish(waiter, False)
+            self._waiters.fail_all()
 
     async def _serve(self, stream: trio.SocketStream) -> None:
         if len(self._conns) >= self.max_connections:
             # Unauthenticated port: a flood of connections must not cost tasks and buffers.
-            log.warning("ha_connection_refused", addr=_peer_addr(stream), open=len(self._conns))
+            log.warning("ha_connection_refused", addr=peer_addr(stream), open=len(self._conns))
             await stream.aclose()
             return
-        conn = _SlaveConn(_peer_addr(stream))
+        conn = _SlaveConn(peer_addr(stream))
         self._conns.add(conn)
         log.info("ha_slave_connected", addr=conn.addr)
         reason = "shutdown"
         try:
             async with stream, trio.open_nursery() as nursery:
-                end = _End(nursery.cancel_scope)
+                end = End(nursery.cancel_scope)
                 nursery.start_soon(self._read_reports, stream, conn, end)
                 nursery.start_soon(self._transfer, stream, conn, end)
             reason = end.reason or "closed"
@@ -553,10 +622,12 @@ class HAMaster:
                 "ha_slave_lost", addr=conn.addr, reason=reason, ack=conn.ack, next=conn.next_offset
             )
 
-    async def _read_reports(self, stream: trio.SocketStream, conn: _SlaveConn, end: _End) -> None:
+    async def _read_reports(self, stream: trio.SocketStream, conn: _SlaveConn, end: End) -> None:
         reader = ReportReader()
         while True:
-            data = await _receive(stream, _REPORT_READ_CHUNK, self.housekeeping_interval_s, end)
+            data = await receive_within(
+                stream, _REPORT_READ_CHUNK, self.housekeeping_interval_s, end
+            )
             if data is None:
                 return
             report = reader.feed(data)
@@ -573,9 +644,9 @@ class HAMaster:
                 conn.reported.set()
                 log.info("ha_slave_start", addr=conn.addr, report=report, max=max_offset)
             conn.ack = report
-            self._acknowledge(report)
+            self._waiters.reach(report)
 
-    async def _transfer(self, stream: trio.SocketStream, conn: _SlaveConn, end: _End) -> None:
+    async def _transfer(self, stream: trio.SocketStream, conn: _SlaveConn, end: End) -> None:
         await conn.reported.wait()
         store = self.store
         nxt = conn.next_offset
@@ -590,34 +661,46 @@ class HAMaster:
             while True:
                 data = store.read_commitlog(nxt, self.transfer_batch_size)
                 if data:
-                    await _send(stream, encode_frame_header(nxt, len(data)) + data, timeout)
+                    await send_within(stream, encode_frame_header(nxt, len(data)) + data, timeout)
                     nxt += len(data)
                     conn.next_offset = nxt
                     last_send = trio.current_time()
                     continue
                 now = trio.current_time()
-                if now - last_send >= self.heartbeat_interval_s:
-                    await _send(stream, encode_frame_header(nxt, 0), timeout)
+                # One absolute deadline for the test and the wait: a difference compared
+                # with the interval can round below it while the wait rounds to nothing.
+                heartbeat_due = last_send + self.heartbeat_interval_s
+                if now >= heartbeat_due:
+                    await send_within(stream, encode_frame_header(nxt, 0), timeout)
                     last_send = trio.current_time()
                     continue
                 # No checkpoint since the read: an append after it sets this event.
                 if self._wake is None:
                     self._wake = trio.Event()
                 wake = self._wake
-                delay = min(self.idle_poll_s, last_send + self.heartbeat_interval_s - now)
-                with trio.move_on_after(delay):
+                with trio.move_on_at(min(now + self.idle_poll_s, heartbeat_due)):
                     await wake.wait()
-        except _Stalled:
+        except Stalled:
             end("send stalled")
-        except _IO_ERRORS as exc:
+        except IO_ERRORS as exc:
             end(f"write error: {exc!r}")
 
 
 # -- slave --------------------------------------------------------------------------------
 
 
-class HASlave:
-    """Follows a master's commitlog over its HA port.
+class _LocalLog(Protocol):
+    @property
+    def max_phy_offset(self) -> int: ...
+
+
+S = TypeVar("S", bound=_LocalLog)
+
+
+class HAClientBase(Generic[S]):
+    """A slave's side of an HA port: connects to the master, runs one connection at a time
+    (`_session`, by the subclass), reconnects after a bounded backoff, and reports its max
+    offset (`_report_loop`, with the subclass's `_encode_report`).
 
     Args:
         store: The local commitlog.
@@ -633,7 +716,7 @@ class HASlave:
 
     def __init__(
         self,
-        store: HASlaveStore,
+        store: S,
         master_addr: str | None = None,
         *,
         heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S,
@@ -660,6 +743,8 @@ class HASlave:
         self._session_scope: trio.CancelScope | None = None
         self._addr_changed: trio.Event | None = None
         self._report_wake: trio.Event | None = None
+        # A failed session may ask for at least this wait before the next attempt.
+        self._retry_floor_s = 0.0
 
     @property
     def master_addr(self) -> str | None:
@@ -716,6 +801,7 @@ class HASlave:
                 await self._changed_event().wait()
                 continue
             changed = self._changed_event()
+            self._retry_floor_s = 0.0
             with trio.CancelScope() as scope:
                 self._session_scope = scope
                 try:
@@ -728,13 +814,17 @@ class HASlave:
                 continue
             if progressed:
                 backoff = self.min_backoff_s
-            delay = backoff
+            delay = max(backoff, self._retry_floor_s)
             backoff = min(backoff * 2, self.max_backoff_s)
             with trio.move_on_after(delay):
                 await changed.wait()
 
     async def _session(self, addr: str) -> bool:
         """One connection to `addr`; True when it delivered at least one valid frame."""
+        raise NotImplementedError
+
+    async def _connect(self, addr: str) -> trio.SocketStream | None:
+        """A connection to `addr`, or None (logged) when it cannot be made in time."""
         host, port = parse_addr(addr)
         stream: trio.SocketStream | None = None
         try:
@@ -742,9 +832,46 @@ class HASlave:
                 stream = await trio.open_tcp_stream(host, port)
         except OSError as exc:
             log.info("ha_connect_failed", addr=addr, error=str(exc))
-            return False
+            return None
         if stream is None:
             log.info("ha_connect_failed", addr=addr, error="timeout")
+        return stream
+
+    def _encode_report(self, offset: int) -> bytes:
+        """One report of `offset` on this wire."""
+        raise NotImplementedError
+
+    async def _report_loop(self, stream: trio.SocketStream, end: End) -> None:
+        """Report the local max at once, after it grew (`_report_wake`), and every heartbeat
+        interval."""
+        try:
+            while True:
+                # Made before reading the max: growth during the send below sets it.
+                self._report_wake = wake = trio.Event()
+                offset = self.store.max_phy_offset
+                await send_within(stream, self._encode_report(offset), self.housekeeping_interval_s)
+                self.last_report = offset
+                self.last_write_ms = int(time.time() * 1000)
+                with trio.move_on_after(self.heartbeat_interval_s):
+                    await wake.wait()
+        except Stalled:
+            end("send stalled")
+        except IO_ERRORS as exc:
+            end(f"write error: {exc!r}")
+        finally:
+            self._report_wake = None
+
+
+class HASlave(HAClientBase[HASlaveStore]):
+    """Follows a master's commitlog over its HA port (the 4.x wire); arguments as
+    `HAClientBase`."""
+
+    def _encode_report(self, offset: int) -> bytes:
+        return encode_report(offset)
+
+    async def _session(self, addr: str) -> bool:
+        stream = await self._connect(addr)
+        if stream is None:
             return False
         self._connected = True
         log.info("ha_master_connected", addr=addr, local_max=self.store.max_phy_offset)
@@ -752,7 +879,7 @@ class HASlave:
         reason = "cancelled"
         try:
             async with stream, trio.open_nursery() as nursery:
-                end = _End(nursery.cancel_scope)
+                end = End(nursery.cancel_scope)
                 nursery.start_soon(self._report_loop, stream, end)
                 nursery.start_soon(self._receive_loop, stream, end, progress)
             reason = end.reason or "closed"
@@ -763,31 +890,15 @@ class HASlave:
             )
         return progress[0]
 
-    async def _report_loop(self, stream: trio.SocketStream, end: _End) -> None:
-        try:
-            while True:
-                # Made before reading the max: growth during the send below sets it.
-                self._report_wake = wake = trio.Event()
-                offset = self.store.max_phy_offset
-                await _send(stream, encode_report(offset), self.housekeeping_interval_s)
-                self.last_report = offset
-                self.last_write_ms = int(time.time() * 1000)
-                with trio.move_on_after(self.heartbeat_interval_s):
-                    await wake.wait()
-        except _Stalled:
-            end("send stalled")
-        except _IO_ERRORS as exc:
-            end(f"write error: {exc!r}")
-        finally:
-            self._report_wake = None
-
     async def _receive_loop(
-        self, stream: trio.SocketStream, end: _End, progress: list[bool]
+        self, stream: trio.SocketStream, end: End, progress: list[bool]
     ) -> None:
         reader = FrameReader(self.max_frame_body)
         store = self.store
         while True:
-            data = await _receive(stream, _FRAME_READ_CHUNK, self.housekeeping_interval_s, end)
+            data = await receive_within(
+                stream, _FRAME_READ_CHUNK, self.housekeeping_interval_s, end
+            )
             if data is None:
                 return
             try:
@@ -818,24 +929,3 @@ class HASlave:
                     return
             if store.max_phy_offset != before and self._report_wake is not None:
                 self._report_wake.set()
-
-
-async def _receive(
-    stream: trio.SocketStream, size: int, timeout_s: float, end: _End
-) -> bytes | None:
-    """The next bytes from the peer, or None after `end(reason)`: a read error, the peer's
-    close, or nothing within `timeout_s` (the housekeeping interval)."""
-    data: bytes | None = None
-    try:
-        with trio.move_on_after(timeout_s):
-            data = await stream.receive_some(size)
-    except _IO_ERRORS as exc:
-        end(f"read error: {exc!r}")
-        return None
-    if data is None:
-        end("housekeeping timeout")
-        return None
-    if not data:
-        end("eof")
-        return None
-    return data
