@@ -415,8 +415,13 @@ class MasterStreamReader(_Reader):
     def _check_entries(self, entries: Sequence[EpochEntry], max_offset: int) -> None:
         prev: EpochEntry | None = None
         for e in entries:
-            if not 0 <= e.start_offset <= max_offset or (
-                prev is not None and (e.epoch <= prev.epoch or e.start_offset < prev.start_offset)
+            if (
+                e.epoch < 0
+                or not 0 <= e.start_offset <= max_offset
+                or (
+                    prev is not None
+                    and (e.epoch <= prev.epoch or e.start_offset < prev.start_offset)
+                )
             ):
                 raise self._fail(f"bad epoch entries: {e} after {prev}, max {max_offset}")
             prev = e
@@ -936,6 +941,27 @@ class _EpochMismatch(Exception):
     """A frame's epoch contradicts the local epoch file."""
 
 
+def _epoch_problem(last: EpochEntry | None, frame: TransferFrame, local_max: int) -> str | None:
+    """Why the frame's epoch does not fit after the last local entry, or None. A log with
+    entries grows only at its max, so a newer epoch must start exactly there (an empty
+    store, or no entries: at or before the frame)."""
+    if last is None:
+        if frame.epoch_start > frame.offset:
+            return f"epoch {frame.epoch} starts at {frame.epoch_start}, after the frame"
+        return None
+    if frame.epoch < last.epoch:
+        return f"epoch {frame.epoch} older than the local {last.epoch}"
+    if frame.epoch == last.epoch:
+        if frame.epoch_start != last.start_offset:
+            return f"epoch {frame.epoch} starts at {frame.epoch_start}, locally at {last}"
+        return None
+    if local_max != 0 and frame.epoch_start != local_max:
+        return f"new epoch {frame.epoch} starts at {frame.epoch_start}, not at {local_max}"
+    if frame.epoch_start > frame.offset or frame.epoch_start < last.start_offset:
+        return f"new epoch {frame.epoch} starts at {frame.epoch_start}"
+    return None
+
+
 class AutoSwitchHASlave(HAClientBase[AutoSwitchSlaveStore]):
     """Follows a controller-mode master's commitlog over its HA port.
 
@@ -1133,18 +1159,7 @@ class AutoSwitchHASlave(HAClientBase[AutoSwitchSlaveStore]):
             return  # a heartbeat of a master without epochs (the reader refuses bodies)
         epochs = self.epoch_file
         last = epochs.last
-        problem: str | None = None
-        if last is not None and frame.epoch < last.epoch:
-            problem = f"epoch {frame.epoch} older than the local {last.epoch}"
-        elif last is not None and frame.epoch == last.epoch:
-            if frame.epoch_start != last.start_offset:
-                problem = f"epoch {frame.epoch} starts at {frame.epoch_start}, locally at {last}"
-        elif last is not None and local_max != 0 and frame.epoch_start != local_max:
-            problem = f"new epoch {frame.epoch} starts at {frame.epoch_start}, not at {local_max}"
-        elif frame.epoch_start > frame.offset or (
-            last is not None and frame.epoch_start < last.start_offset
-        ):
-            problem = f"epoch {frame.epoch} starts at {frame.epoch_start}"
+        problem = _epoch_problem(last, frame, local_max)
         if problem is not None:
             if frame.body:
                 raise _EpochMismatch(problem)

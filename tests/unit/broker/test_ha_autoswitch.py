@@ -385,6 +385,7 @@ _HS = encode_master_handshake(100, [E(1, 0)])
         _mh(24, 100, struct.pack(">iqiq", 1, 50, 2, 10)),  # starts going back
         _mh(12, 100, struct.pack(">iq", 1, 101)),  # an epoch starting past the max
         _mh(12, 100, struct.pack(">iq", 1, -1)),
+        _mh(12, 100, struct.pack(">iq", -2, 0)),  # a negative epoch
         _HS + _HS[:4],  # a second handshake
         _HS + struct.pack(">iiqiqq", 2, 65, 0, 1, 0, 0),  # a body over max_body (64 here)
         _HS + struct.pack(">iiqiqq", 2, -1, 0, 1, 0, 0),
@@ -613,9 +614,14 @@ async def test_slave_saves_a_new_epoch_before_the_bytes_and_checks_frames(
             await trio.sleep(1)
             assert s.connected
             assert local.entries == [E(3, 0), E(4, 100)]
-            # A body in an older epoch: the connection is closed, nothing appended.
-            await conn.send_all(encode_transfer_header(200, 100, 3, 0, 200) + body)
-            assert await _closed_within(conn, 1) < 0.5
+            # A body in an older epoch (even one said to start here): closed, nothing
+            # appended.
+            with capture_logs() as logs:
+                await conn.send_all(encode_transfer_header(200, 100, 3, 200, 200) + body)
+                assert await _closed_within(conn, 1) < 0.5
+            assert [e["error"] for e in logs if e["event"] == "ha_epoch_mismatch"] == [
+                "epoch 3 older than the local 4"
+            ]
         assert dst.max_phy_offset == 200
         async with await listener.accept() as conn:
             assert await hello(conn, 300, [E(3, 0), E(4, 100)]) == 200
