@@ -185,9 +185,18 @@ class CommitBatcher:
         self._replication = replication
         self._slave_timeout_s = slave_timeout_s
         self.read_only = read_only
+        self._refusal: Callable[[], str | None] | None = None
         self._open = False
         # Replies of the open run, answered once `end` wrote it.
         self._waiting: list[tuple[CommitTicket, Responder, Build]] = []
+
+    def set_replication(
+        self, replication: Replication | None, refusal: Callable[[], str | None] | None
+    ) -> None:
+        """Change what appends wait on (a controller-mode broker changing role); `refusal`
+        gives why a put is refused before it is stored (IN_SYNC_REPLICAS_NOT_ENOUGH)."""
+        self._replication = replication
+        self._refusal = refusal
 
     @property
     def in_run(self) -> bool:
@@ -236,6 +245,11 @@ class CommitBatcher:
         if self.read_only is not None:
             refused = PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, None, self.read_only)
             return CommitTicket(self, refused, -1)
+        if self._refusal is not None:
+            why = self._refusal()
+            if why is not None:
+                refused = PutMessageResult(PutMessageStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, None, why)
+                return CommitTicket(self, refused, -1)
         result, flush_end = self._store.put_messages_nowait(msgs)
         replication = self._replication
         if (

@@ -29,6 +29,7 @@ from broker.commit import CommitBatcher
 from broker.config import BrokerConfig, parse_host_port
 from broker.consumer_manager import ConsumerManager
 from broker.ha import HAMaster, HASlave
+from broker.ha_autoswitch import AutoSwitchHAMaster, AutoSwitchHASlave
 from broker.long_polling import LongPollingService
 from broker.offset_manager import OffsetManager
 from broker.processors.admin import AdminProcessor
@@ -42,6 +43,7 @@ from broker.processors.send_back import SendBackProcessor
 from broker.producer_manager import ProducerManager
 from broker.queue_locks import QueueLockManager
 from broker.registration import RegistrationService
+from broker.replicas_manager import ReplicasManager
 from broker.schedule import ScheduleService
 from broker.slave_sync import SlaveSynchronize
 from broker.subscription_manager import SubscriptionManager
@@ -52,6 +54,7 @@ from common.schedule import SCHEDULE_TOPIC, parse_delay_levels
 from remoting import (
     NATIVE_CODEC,
     Connection,
+    Processor,
     RemotingClient,
     RemotingCommand,
     RemotingServer,
@@ -60,6 +63,7 @@ from remoting import (
 )
 from remoting.codes import RequestCode as R
 from store import MessageStore, StoreClosedError
+from store.epoch_file import EpochFile
 
 log = structlog.get_logger()
 
@@ -103,6 +107,11 @@ async def _refuse_on_slave(conn: Connection, cmd: RemotingCommand) -> RemotingCo
 
 async def _no_transaction_on_slave(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     return cmd.make_response(ResponseCode.SLAVE_NOT_AVAILABLE)
+
+
+EPOCH_FILE = "epochFileCheckpoint"
+NO_ROLE_YET = "the controller has not given this broker a role yet"
+SLAVE_READ_ONLY = "messages are put to the slave"
 
 
 class BrokerController:
@@ -156,6 +165,8 @@ class BrokerController:
             ha_addr=lambda: self.ha_addr,
             on_master=self._on_master,
         )
+        # Controller mode: not registered until the controllers give a role.
+        self.registration.paused = config.enable_controller_mode
         self.schedule = ScheduleService(
             store_dir,
             parse_delay_levels(config.message_delay_level),
@@ -179,9 +190,20 @@ class BrokerController:
         self.query = QueryProcessor(self)
         self._store: MessageStore | None = None
         # Replication (`broker.ha`): a master serves its slaves, a slave follows its master.
-        self.ha_master: HAMaster | None = None
-        self.ha_slave: HASlave | None = None
+        self.ha_master: HAMaster | AutoSwitchHAMaster | None = None
+        self.ha_slave: HASlave | AutoSwitchHASlave | None = None
         self.ha_addr = ""
+        # The role served now: fixed by the configuration, or given by the controllers in
+        # controller mode (`broker.replicas_manager`; none until they answer).
+        self.role: str = config.broker_role
+        self.broker_id = config.broker_id
+        self.role_pending = config.enable_controller_mode
+        self.epochs = EpochFile(config.store_path / EPOCH_FILE)
+        self.replicas = ReplicasManager(self) if config.enable_controller_mode else None
+        # The master's address as the controllers name it (controller mode, as a slave).
+        self.controller_master_addr: str | None = None
+        self._role_scope: trio.CancelScope | None = None
+        self._role_done: trio.Event | None = None
         self.master_addr: str | None = None
         self.slave_sync = SlaveSynchronize(self, config.slave_sync_interval_ms / 1000)
         self.catch_up = MasterCatchUp(self)
@@ -260,19 +282,63 @@ class BrokerController:
         reg(R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self.admin.get_all_subscription_group_config)
         reg(R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, self.admin.update_and_create_subscription_group)
         reg(R.GET_BROKER_CONFIG, self.admin.get_broker_config)
-        if self.config.is_slave:
-            # A slave copies its master: it changes no topic or group and ends no transaction
-            # (RocketMQ's answers).
-            for code in (
-                R.UPDATE_AND_CREATE_TOPIC,
-                R.DELETE_TOPIC_IN_BROKER,
-                R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-                R.DELETE_SUBSCRIPTIONGROUP,
-            ):
+        # A slave copies its master: it changes no topic or group and ends no transaction
+        # (RocketMQ's answers). In controller mode the role changes at run time.
+        changes = (
+            R.UPDATE_AND_CREATE_TOPIC,
+            R.DELETE_TOPIC_IN_BROKER,
+            R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+            R.DELETE_SUBSCRIPTIONGROUP,
+        )
+        if self.config.enable_controller_mode:
+            for code in changes:
+                entry = table.get(code)
+                if entry is not None:
+                    reg(code, self._unless_slave(entry[0], _refuse_on_slave))
+            entry = table.get(R.END_TRANSACTION)
+            assert entry is not None
+            reg(R.END_TRANSACTION, self._unless_slave(entry[0], _no_transaction_on_slave))
+            assert self.replicas is not None
+            reg(R.NOTIFY_BROKER_ROLE_CHANGED, self._role_changed)
+            reg(R.GET_BROKER_EPOCH_CACHE, self.admin.get_broker_epoch_cache)
+        elif self.config.is_slave:
+            for code in changes:
                 reg(code, _refuse_on_slave, inline=True)
             reg(R.END_TRANSACTION, _no_transaction_on_slave, inline=True)
         # connection lifecycle
         s.on_disconnect(self._on_disconnect)
+
+    def _unless_slave(self, processor: Processor, refusal: Processor) -> Processor:
+        """`processor` while this broker is master, `refusal` while not (controller mode)."""
+
+        async def route(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+            if self.role == "SLAVE" or self.role_pending:
+                return await refusal(conn, cmd)
+            return await processor(conn, cmd)
+
+        return route
+
+    async def _role_changed(self, conn: Connection, cmd: RemotingCommand) -> None:
+        """NOTIFY_BROKER_ROLE_CHANGED (oneway, from a controller)."""
+        if self.replicas is not None:
+            await self.replicas.on_role_changed(cmd)
+
+    @property
+    def ha_master_autoswitch(self) -> AutoSwitchHAMaster | None:
+        """The controller-mode HA master while this broker is master."""
+        ha = self.ha_master
+        return ha if isinstance(ha, AutoSwitchHAMaster) else None
+
+    def confirm_offset(self) -> int:
+        """What the group holds for sure: the HA master's or slave's confirm offset in
+        controller mode, else the commitlog max offset."""
+        ha: AutoSwitchHAMaster | AutoSwitchHASlave | HAMaster | HASlave | None = self.ha_master
+        if ha is None:
+            ha = self.ha_slave
+        if isinstance(ha, AutoSwitchHAMaster | AutoSwitchHASlave):
+            return ha.confirm_offset
+        store = self._store
+        return store.max_phy_offset if store is not None else 0
 
     @property
     def store(self) -> MessageStore:
@@ -396,9 +462,14 @@ class BrokerController:
 
     def _on_master(self, ha_addr: str | None, master_addr: str | None) -> None:
         """The NameServer's answer to a registration: a slave follows the master it names
-        (unless `ha_master_address` fixes it)."""
+        (unless `ha_master_address` fixes it). In controller mode only an answer naming the
+        master the controllers named counts (a NameServer may still list the old one)."""
         slave = self.ha_slave
         if slave is None:
+            return
+        if self.replicas is not None and (
+            master_addr is None or master_addr != self.controller_master_addr
+        ):
             return
         if not self.config.ha_master_address and ha_addr != slave.master_addr:
             log.info("ha_master_changed", ha_addr=ha_addr, master_addr=master_addr)
@@ -413,13 +484,166 @@ class BrokerController:
         for group in changed:
             self.client_manage.notify_group(group)
 
+    # -- controller mode: role switches ------------------------------------------------------
+    async def _end_role(self) -> None:
+        """Stop the current role's tasks (HA, metadata copies, master services) and wait for
+        them to end."""
+        scope, done = self._role_scope, self._role_done
+        if scope is not None and done is not None:
+            scope.cancel()
+            await done.wait()
+        self._role_scope = self._role_done = None
+        self.ha_master = None
+        self.ha_slave = None
+        self.ha_addr = ""
+
+    async def _role_session(
+        self,
+        setup: Callable[[trio.Nursery], Awaitable[None]],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        done = self._role_done = trio.Event()
+        try:
+            with trio.CancelScope() as scope:
+                self._role_scope = scope
+                async with trio.open_nursery() as nursery:
+                    await setup(nursery)
+                    task_status.started()
+        finally:
+            done.set()
+
+    async def _start_role(self, setup: Callable[[trio.Nursery], Awaitable[None]]) -> None:
+        if self._nursery is None:
+            raise RuntimeError("the broker is not running")
+        await self._nursery.start(self._role_session, setup)
+
+    async def change_to_master(self, epoch: int, my_id: int, members: frozenset[int]) -> None:
+        """Become the group's master for `epoch` (controller mode; see broker.replicas_manager)."""
+        cfg = self.config
+        commits = self.commits
+        commits.read_only = "this broker is becoming master"
+        # Pending until the switch is complete: a switch that fails is tried again.
+        self.role_pending = True
+        await self._end_role()
+        store = self.store
+        # Writes are refused until the switch ends, and a replica's appends are whole runs:
+        # the max offset is where this epoch starts.
+        start = store.max_phy_offset
+        epochs = self.epochs
+        epochs.truncate_from(start + 1)  # entries past the log's end never wrote anything
+        last = epochs.last
+        if last is None or last.epoch < epoch:
+            # A replica's first epoch also counts what the store held before controller
+            # mode, so that slaves can copy it.
+            epochs.append(epoch, store.min_phy_offset if last is None else start)
+            await trio.to_thread.run_sync(epochs.save)  # fsync: worker thread
+        elif last.epoch > epoch:
+            log.error("controller_epoch_behind_local", epoch=epoch, local=last.epoch)
+        replicas = self.replicas
+        ha = AutoSwitchHAMaster(
+            store,
+            lambda: list(epochs.entries),
+            transfer_batch_size=cfg.ha_transfer_batch_size,
+            heartbeat_interval_s=cfg.ha_send_heartbeat_interval_ms / 1000,
+            housekeeping_interval_s=cfg.ha_housekeeping_interval_ms / 1000,
+            max_gap_not_in_sync=cfg.ha_max_gap_not_in_sync,
+            all_ack=cfg.all_ack_in_sync_state_set,
+            need_acks=cfg.in_sync_replicas - 1,
+            on_disconnect=replicas.slave_disconnected if replicas is not None else None,
+        )
+        ha.set_sync_state_set(my_id, members)
+        self.ha_master = ha
+        host = cfg.listen_host_port[0]
+
+        async def setup(nursery: trio.Nursery) -> None:
+            ha_port = await self._start_ha_master(nursery, host, self.port)
+            self.ha_addr = f"{parse_host_port(self.addr)[0]}:{ha_port}"
+            await nursery.start(self.schedule.run, store, commits.put)
+            nursery.start_soon(self.transactions.run)
+
+        await self._start_role(setup)
+        commits.set_replication(ha, self._in_sync_refusal)
+        self.role = "SYNC_MASTER"
+        self.broker_id = 0
+        self.role_pending = False
+        self.controller_master_addr = self.addr
+        self.master_addr = None
+        self.send.is_slave = False
+        commits.read_only = None
+        self.registration.broker_id = 0
+        self.registration.paused = False
+        self.registration.trigger()
+        log.info("broker_role_changed", role=self.role, epoch=epoch, ha_addr=self.ha_addr)
+
+    def _in_sync_refusal(self) -> str | None:
+        """Why a send is refused before it is stored: the SyncStateSet is smaller than
+        `min_in_sync_replicas` (acknowledging would promise copies that do not exist)."""
+        ha = self.ha_master_autoswitch
+        if ha is None:
+            return None
+        size, needed = ha.in_sync_set_size(), self.config.min_in_sync_replicas
+        if size < needed:
+            return f"SyncStateSet has {size} members, minInSyncReplicas is {needed}"
+        return None
+
+    async def change_to_slave(self, my_id: int, master_addr: str) -> None:
+        """Follow the master at `master_addr` (controller mode)."""
+        cfg = self.config
+        commits = self.commits
+        commits.read_only = SLAVE_READ_ONLY
+        self.send.is_slave = True
+        self.role = "SLAVE"
+        self.role_pending = True
+        await self._end_role()
+        commits.set_replication(None, None)
+        self.broker_id = my_id
+        self.role_pending = False
+        self.controller_master_addr = master_addr
+        self.master_addr = None
+        ha = AutoSwitchHASlave(
+            self.store,
+            self.epochs,
+            my_id,
+            cfg.ha_master_address,
+            heartbeat_interval_s=cfg.ha_send_heartbeat_interval_ms / 1000,
+            housekeeping_interval_s=cfg.ha_housekeeping_interval_ms / 1000,
+        )
+        self.ha_slave = ha
+
+        async def setup(nursery: trio.Nursery) -> None:
+            nursery.start_soon(ha.run)
+            nursery.start_soon(self.slave_sync.run)
+            nursery.start_soon(self._follow_master_registration, master_addr)
+
+        await self._start_role(setup)
+        self.registration.broker_id = my_id
+        self.registration.paused = False
+        self.registration.trigger()
+        log.info("broker_role_changed", role=self.role, broker_id=my_id, master=master_addr)
+
+    async def _follow_master_registration(self, master_addr: str) -> None:
+        """Register again every second until the NameServers name `master_addr` as master
+        (their answer carries its HA address; a new master registers in its own time)."""
+        while self.master_addr != master_addr:
+            await trio.sleep(1.0)
+            if self.master_addr != master_addr:
+                self.registration.trigger()
+
     # -- lifecycle ---------------------------------------------------------------------------
     def stop(self) -> None:
         """Ask `run` to shut down cleanly."""
         self._stop.set()
 
+    def _notify_ha(self, _topic: str, _queue_id: int, _max_offset: int) -> None:
+        ha = self.ha_master
+        if ha is not None:
+            ha.notify_append()
+
     async def _load(self) -> None:
         # Small JSON files, but still disk reads: keep them off the event loop.
+        if self.config.enable_controller_mode:
+            await trio.to_thread.run_sync(self.epochs.load)
         await trio.to_thread.run_sync(self.topics.load)
         await trio.to_thread.run_sync(self.offsets.load)
         await trio.to_thread.run_sync(self.subscriptions.load)
@@ -435,7 +659,10 @@ class BrokerController:
         ) as store:
             self._store = store
             # The inline processors of one received chunk append as one run (`broker.commit`).
-            if cfg.is_slave:
+            if cfg.enable_controller_mode:
+                # The role comes from the controllers (`broker.replicas_manager`).
+                store.add_arrival_listener(self._notify_ha)
+            elif cfg.is_slave:
                 self.ha_slave = HASlave(
                     store,
                     cfg.ha_master_address,
@@ -456,7 +683,11 @@ class BrokerController:
                 store,
                 replication=self.ha_master if cfg.broker_role == "SYNC_MASTER" else None,
                 slave_timeout_s=cfg.slave_timeout_ms / 1000,
-                read_only="messages are put to the slave" if cfg.is_slave else None,
+                read_only=NO_ROLE_YET
+                if cfg.enable_controller_mode
+                else SLAVE_READ_ONLY
+                if cfg.is_slave
+                else None,
             )
             self.server.processors.set_run_hooks(commits.begin, commits.end)
             self._known_topics = {cfg.topic_name for cfg in self.topics}
@@ -493,7 +724,9 @@ class BrokerController:
                             nursery.start_soon(self._scan_loop)
                             nursery.start_soon(self._stats_loop)
                             nursery.start_soon(self.long_polling.run)
-                            if not cfg.is_slave:
+                            if self.replicas is not None:
+                                nursery.start_soon(self.replicas.run)
+                            elif not cfg.is_slave:
                                 # A slave copies what its master's services write.
                                 await nursery.start(self.schedule.run, store, commits.put)
                                 nursery.start_soon(self.transactions.run)

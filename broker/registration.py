@@ -69,6 +69,8 @@ class RegistrationService:
         self.last_ok: dict[str, bool] = {}
         self.ha_addr = ha_addr
         self.on_master = on_master
+        # True: rounds send nothing (a controller-mode broker before it has a role).
+        self.paused = False
 
     def trigger(self) -> None:
         """Register again as soon as possible (after a topic change)."""
@@ -89,7 +91,7 @@ class RegistrationService:
 
     async def register_all(self) -> int:
         """One round to every NameServer. Returns how many accepted."""
-        if not self.namesrv_addrs:
+        if not self.namesrv_addrs or self.paused:
             return 0
         body = self._body()
         addr = self.broker_addr()

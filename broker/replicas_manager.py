@@ -338,6 +338,10 @@ class ReplicasManager:
                 if exc.code == METADATA_NOT_EXIST:
                     self.registered = False
                 log.info("controller_sync_failed", error=str(exc))
+            except (OSError, ValueError):
+                # A role switch failed locally (the HA port taken, the epoch file refused):
+                # the broker stays without the role and tries again.
+                log.exception("controller_role_switch_failed")
             # Unregistered or without a master: retry soon; else every period.
             delay = period if self.registered and self._has_master() else _RETRY_S
             with trio.move_on_after(delay):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import TYPE_CHECKING
 
@@ -200,7 +201,7 @@ class AdminProcessor:
                 "brokerVersion": str(BROKER_VERSION),
                 "brokerVersionDesc": BROKER_VERSION_DESC,
                 # trimq's own key (RocketMQ has none): `mqadmin clusterList` shows it.
-                "brokerRole": ctrl.config.broker_role,
+                "brokerRole": ctrl.role,
                 "bootTimestamp": str(ctrl.boot_timestamp_ms),
                 "runtime": _uptime(ctrl.boot_timestamp_ms),
                 "commitLogMaxOffset": str(store.max_phy_offset),
@@ -234,6 +235,31 @@ class AdminProcessor:
         if source is None:
             return error(cmd, ResponseCode.SYSTEM_ERROR, "this broker runs no HA service")
         return cmd.make_response(ResponseCode.SUCCESS, body=source.runtime_info().to_json())
+
+    @guarded()
+    async def get_broker_epoch_cache(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        """GET_BROKER_EPOCH_CACHE (controller mode): the epoch entries, each with its end."""
+        ctrl = self.ctrl
+        max_offset = ctrl.store.max_phy_offset
+        entries = ctrl.epochs.entries
+        epochs = [
+            {
+                "epoch": e.epoch,
+                "startOffset": e.start_offset,
+                "endOffset": entries[i + 1].start_offset if i + 1 < len(entries) else max_offset,
+            }
+            for i, e in enumerate(entries)
+        ]
+        body = {
+            "clusterName": ctrl.config.broker_cluster_name,
+            "brokerName": ctrl.config.broker_name,
+            "brokerId": ctrl.replicas.broker_id if ctrl.replicas is not None else ctrl.broker_id,
+            "epochList": epochs,
+            "maxOffset": max_offset,
+        }
+        return cmd.make_response(ResponseCode.SUCCESS, body=json.dumps(body).encode())
 
     @guarded()
     async def read_commitlog(

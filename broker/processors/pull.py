@@ -154,7 +154,7 @@ class PullProcessor:
         if (
             hdr.sys_flag & PULL_FLAG_COMMIT_OFFSET
             and hdr.commit_offset >= 0
-            and ctrl.config.broker_id == 0
+            and ctrl.broker_id == 0
         ):
             ctrl.offsets.commit(hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.commit_offset)
         if (

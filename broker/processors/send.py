@@ -82,6 +82,10 @@ _STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
         "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
     ),
     PutMessageStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"),
+    PutMessageStatus.IN_SYNC_REPLICAS_NOT_ENOUGH: (
+        ResponseCode.SYSTEM_ERROR,
+        "in-sync replicas not enough",
+    ),
 }
 
 _ATTR_BORN_HOST = "send.born_host"
@@ -225,8 +229,9 @@ class SendProcessor:
 
     def __init__(self, ctrl: BrokerController) -> None:
         self.ctrl = ctrl
-        # The role is fixed for the broker's life: read once, not on every send.
-        self._is_slave = ctrl.config.is_slave
+        # Read on every send: set at start, changed by the broker on a role switch
+        # (controller mode).
+        self.is_slave = ctrl.config.is_slave
 
     def region_fields(self) -> dict[str, str]:
         """extFields of every send response (Java producers read them without a null check)."""
@@ -542,7 +547,7 @@ class SendProcessor:
         self, conn: Connection, cmd: RemotingCommand, msgs: Sequence[MessageInner], queue_id: int
     ) -> RemotingCommand | None:
         """Append `msgs`: the answer now, or None when the commit ticket answers it later."""
-        if self._is_slave:
+        if self.is_slave:
             return self._response(cmd, ResponseCode.SERVICE_NOT_AVAILABLE, self._slave_remark())
         ticket = self.ctrl.commits.append(msgs)
         if ticket.settled:
