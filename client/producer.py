@@ -477,8 +477,12 @@ class Producer:
         deadline: float,
     ) -> TopicPublishInfo:
         """After a retryable failure: the topic's route again when it may have changed
-        (broker gone, topic created), within `deadline`; else `info`."""
-        if is_transport_error(exc) or getattr(exc, "code", None) == ResponseCode.TOPIC_NOT_EXIST:
+        (broker gone, topic created, a master turned slave or not given a role yet), within
+        `deadline`; else `info`."""
+        if is_transport_error(exc) or getattr(exc, "code", None) in (
+            ResponseCode.TOPIC_NOT_EXIST,
+            ResponseCode.SERVICE_NOT_AVAILABLE,
+        ):
             try:
                 with trio.move_on_at(deadline):
                     await instance.update_topic_route(topic)
