@@ -430,3 +430,23 @@ async def test_a_started_producer_times_attempts_on_its_runs_clock(
             await p.send(Message("T", b"x"), timeout_ms=1000)
         assert trio.current_time() - start == pytest.approx(1.0, abs=0.01)
     assert p._now is trio.current_time
+
+
+async def test_a_broker_turned_slave_makes_the_route_refresh() -> None:
+    """SERVICE_NOT_AVAILABLE (the address is a slave now, or a broker without a role): the
+    route is read again before the next attempt, which goes elsewhere."""
+    broker, clock = Broker(), Clock()
+    inst = CountingInstance(broker)
+    p = _producer(broker, clock, inst)
+    broker.mode[ADDRS["broker-a"]] = str(int(ResponseCode.SERVICE_NOT_AVAILABLE))
+    broker.mode[ADDRS["broker-b"]] = str(int(ResponseCode.SERVICE_NOT_AVAILABLE))
+    with pytest.raises(SendFailedError):
+        await p.send(Message("T", b"x"))
+    assert inst.route_updates == len(broker.calls) > 1
+    # Another refusal (not a route matter) does not read the route again.
+    inst.route_updates = 0
+    broker.mode[ADDRS["broker-a"]] = str(int(ResponseCode.SYSTEM_BUSY))
+    broker.mode[ADDRS["broker-b"]] = str(int(ResponseCode.SYSTEM_BUSY))
+    with pytest.raises(SendFailedError):
+        await p.send(Message("T", b"x"))
+    assert inst.route_updates == 0
