@@ -9,6 +9,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from client.fault import LATENCY_MAX_MS, NOT_AVAILABLE_DURATION_MS, check_fault_tables
+from common.acl import RequestSigner
+
+# Credentials of a cluster with ACL on (docs/security.md), read when the options do not name
+# them.
+ACCESS_KEY_ENV = "TRIMQ_ACCESS_KEY"
+SECRET_KEY_ENV = "TRIMQ_SECRET_KEY"
 
 
 def _default_client_ip() -> str:
@@ -50,6 +56,18 @@ class ClientConfig(BaseModel):
         ),
     )
     mq_client_api_timeout_ms: int = Field(default=3000, gt=0)
+    access_key: str | None = Field(
+        default_factory=lambda: os.environ.get(ACCESS_KEY_ENV) or None,
+        description=(
+            "ACL account (RocketMQ's AccessKey): with secret_key, every request is signed as "
+            "RocketMQ clients sign them; default: the TRIMQ_ACCESS_KEY environment variable"
+        ),
+    )
+    secret_key: str | None = Field(
+        default_factory=lambda: os.environ.get(SECRET_KEY_ENV) or None,
+        repr=False,
+        description="the account's secret key; default: the TRIMQ_SECRET_KEY variable",
+    )
 
     # producer
     send_timeout_ms: int = Field(default=3000, gt=0)
@@ -119,6 +137,21 @@ class ClientConfig(BaseModel):
     def _check_fault_tables(self) -> ClientConfig:
         check_fault_tables(self.latency_max_ms, self.not_available_duration_ms)
         return self
+
+    @model_validator(mode="after")
+    def _check_credentials(self) -> ClientConfig:
+        if bool(self.access_key) != bool(self.secret_key):
+            raise ValueError(
+                "access_key and secret_key go together: set both (or TRIMQ_ACCESS_KEY and "
+                "TRIMQ_SECRET_KEY) to sign requests, or neither"
+            )
+        return self
+
+    def request_signer(self) -> RequestSigner | None:
+        """The signer of every request when credentials are set, else None."""
+        if not self.access_key or not self.secret_key:
+            return None
+        return RequestSigner(self.access_key, self.secret_key)
 
     def namesrv_list(self) -> list[str]:
         """The NameServer addresses, in order."""

@@ -215,7 +215,13 @@ class ClientInstance:
         }.get(name, SerializeType.JSON)
         try:
             self.remoting = await self._stack.enter_async_context(
-                RemotingClient(serialize_type=serialize, upgrade_to_msgpack=name == "auto")
+                RemotingClient(
+                    serialize_type=serialize,
+                    upgrade_to_msgpack=name == "auto",
+                    # Signs every request, NameServer ones included, as RocketMQ's
+                    # AclClientRPCHook does.
+                    before_send=self.config.request_signer(),
+                )
             )
             self.remoting.processors.register(
                 RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_notify_consumer_ids_changed

@@ -65,6 +65,11 @@ class RemotingClient:
         language: the LanguageCode put on every request.
         outbound_queue_size: frames queued per connection before senders wait.
         max_inflight: server-sent requests handled at once per connection.
+        before_send: called with every request before it is sent (`invoke`, `invoke_oneway`);
+            it may change the request's extFields and body, which reach the server exactly
+            as they are then (RocketMQ's RPCHook: the client's ACL signer adds `AccessKey`
+            and `Signature`). It runs when `invoke` is called, again for each call with the
+            same command; what it raises, the call raises.
     """
 
     def __init__(
@@ -78,8 +83,10 @@ class RemotingClient:
         outbound_queue_size: int = 1024,
         max_inflight: int = 256,
         upgrade_to_msgpack: bool = False,
+        before_send: Callable[[RemotingCommand], None] | None = None,
     ) -> None:
         self.serialize_type = int(serialize_type)
+        self.before_send = before_send
         self._upgrade = upgrade_to_msgpack
         self.language = int(language)
         self._max_frame_size = max_frame_size
@@ -145,6 +152,9 @@ class RemotingClient:
             RemotingConnectionLost: the connection closed before the response.
             RemotingTooManyRequestsError: `max_pending` requests are already waiting.
         """
+        if self.before_send is not None:
+            # The header codec carries extFields as they are, so the hook sees the final ones.
+            self.before_send(cmd)
         conn = self._connections.get(addr)
         if conn is not None and not conn.closed and timeout_ms >= 1:
             # Connected: the connection's own invoke is the coroutine (no frame of ours per
@@ -173,6 +183,8 @@ class RemotingClient:
             RemotingConnectError: the connection could not be opened.
             RemotingConnectionLost: the connection is closed.
         """
+        if self.before_send is not None:
+            self.before_send(cmd)
         conn = await self._get_connection(addr)
         cmd.serialize_type = conn.serialize_type
         cmd.language = self.language

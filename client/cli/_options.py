@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from client.config import SERIALIZE_TYPE_NAMES
+from client.config import ACCESS_KEY_ENV, SECRET_KEY_ENV, SERIALIZE_TYPE_NAMES
 
 
 def serialize_type_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -25,3 +25,43 @@ def serialize_type_option(f: Callable[..., Any]) -> Callable[..., Any]:
             "json or rocketmq: RocketMQ's codecs, for any broker; msgpack: trimq only."
         ),
     )(f)
+
+
+def credentials_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """`--access-key` / `--secret-key` (`ClientConfig.access_key` / `secret_key`): sign every
+    request for a cluster with ACL on. Default: TRIMQ_ACCESS_KEY / TRIMQ_SECRET_KEY (the
+    environment keeps the secret out of the process list)."""
+    f = click.option(
+        "--secret-key",
+        "--secretKey",
+        "secret_key",
+        envvar=SECRET_KEY_ENV,
+        default=None,
+        metavar="KEY",
+        help="ACL secret key (prefer the environment variable: a flag shows in `ps`).",
+    )(f)
+    return click.option(
+        "--access-key",
+        "--accessKey",
+        "access_key",
+        envvar=ACCESS_KEY_ENV,
+        default=None,
+        metavar="KEY",
+        help="ACL account: sign every request with it (RocketMQ plain ACL).",
+    )(f)
+
+
+def credentials(access_key: str | None, secret_key: str | None) -> dict[str, Any]:
+    """The `ClientConfig` options for the given credentials (none when both are unset, so the
+    config's own defaults apply).
+
+    Raises:
+        click.UsageError: only one of the two is given.
+    """
+    if not access_key and not secret_key:
+        return {}
+    if not access_key or not secret_key:
+        raise click.UsageError(
+            "--access-key and --secret-key go together (or TRIMQ_ACCESS_KEY and TRIMQ_SECRET_KEY)"
+        )
+    return {"access_key": access_key, "secret_key": secret_key}

@@ -36,7 +36,7 @@ from client import (
     PullConsumer,
 )
 from client.admin import replication_lag
-from client.cli._options import serialize_type_option
+from client.cli._options import credentials, credentials_options, serialize_type_option
 from client.controller_admin import ControllerAdmin
 from client.errors import MQClientError
 from remoting.errors import RemoteError, RemotingError
@@ -95,11 +95,12 @@ def _config(namesrv: str | None) -> ClientConfig:
         namesrv_addr=namesrv or "",
         instance_name=f"mqadmin-{time.time_ns()}",
         serialize_type=_options["serialize_type"],
+        **_options["credentials"],
     )
 
 
 # Options of the command group, for every command's client.
-_options: dict[str, Any] = {"serialize_type": "auto"}
+_options: dict[str, Any] = {"serialize_type": "auto", "credentials": {}}
 
 
 def _run(fn: Callable[[], Awaitable[T]]) -> T:
@@ -215,10 +216,14 @@ def _bool(text: str) -> bool:
 @click.group(cls=_AliasGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--log-level", default="warning", show_default=True, help="Client log level.")
 @serialize_type_option
-def cli(log_level: str, serialize_type: str) -> None:
+@credentials_options
+def cli(
+    log_level: str, serialize_type: str, access_key: str | None, secret_key: str | None
+) -> None:
     """trimq admin tool (RocketMQ mqadmin commands)."""
     configure_logging(log_level)
     _options["serialize_type"] = serialize_type
+    _options["credentials"] = credentials(access_key, secret_key)
 
 
 # -- topics ---------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from client import (
     SendResult,
     SendStatus,
 )
-from client.cli._options import serialize_type_option
+from client.cli._options import credentials, credentials_options, serialize_type_option
 from remoting.logs import configure_logging
 
 _err = Console(stderr=True)
@@ -127,11 +127,16 @@ def _config(namesrv: str | None, **kw: Any) -> ClientConfig:
     if not namesrv:
         click.echo("mqbench: error: pass -n HOST:PORT or set NAMESRV_ADDR", err=True)
         sys.exit(1)
-    return ClientConfig(namesrv_addr=namesrv, serialize_type=_options["serialize_type"], **kw)
+    return ClientConfig(
+        namesrv_addr=namesrv,
+        serialize_type=_options["serialize_type"],
+        **_options["credentials"],
+        **kw,
+    )
 
 
 # Options of the command group, for every command's client.
-_options: dict[str, Any] = {"serialize_type": "auto"}
+_options: dict[str, Any] = {"serialize_type": "auto", "credentials": {}}
 
 
 def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
@@ -164,10 +169,14 @@ async def _progress(stats: Stats, kind: str, done: trio.Event, console: Console 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--log-level", default="error", show_default=True)
 @serialize_type_option
-def cli(log_level: str, serialize_type: str) -> None:
+@credentials_options
+def cli(
+    log_level: str, serialize_type: str, access_key: str | None, secret_key: str | None
+) -> None:
     """trimq benchmark tool."""
     configure_logging(log_level)
     _options["serialize_type"] = serialize_type
+    _options["credentials"] = credentials(access_key, secret_key)
 
 
 @cli.command()

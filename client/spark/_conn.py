@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import os
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -80,13 +81,24 @@ class Conn:
         timeout_ms: RPC timeout for route and offset calls.
         serialize_type: header codec, as `ClientConfig.serialize_type` ("auto": JSON, moving to
             msgpack with a trimq server).
+        access_key, secret_key: ACL credentials (`ClientConfig.access_key` / `secret_key`);
+            None: the config's defaults (the TRIMQ_ACCESS_KEY / TRIMQ_SECRET_KEY variables).
     """
 
     def __init__(
-        self, namesrv_addr: str, *, timeout_ms: int = 3000, serialize_type: str = "auto"
+        self,
+        namesrv_addr: str,
+        *,
+        timeout_ms: int = 3000,
+        serialize_type: str = "auto",
+        access_key: str | None = None,
+        secret_key: str | None = None,
     ) -> None:
         self.namesrv_addr = namesrv_addr
         self.serialize_type = serialize_type
+        self._credentials: dict[str, Any] = (
+            {"access_key": access_key, "secret_key": secret_key} if access_key else {}
+        )
         self.timeout_ms = timeout_ms
         self._producers: dict[str, Producer] = {}
         self._lock = threading.Lock()
@@ -120,6 +132,7 @@ class Conn:
             instance_name=unique_instance_name(),
             mq_client_api_timeout_ms=self.timeout_ms,
             serialize_type=cast(SerializeTypeName, self.serialize_type),
+            **self._credentials,
         )
         return ClientInstance(cfg)
 
@@ -479,9 +492,18 @@ _CACHE_LOCK = threading.Lock()
 _MAX_CACHED = 8
 
 
-def get_conn(namesrv_addr: str, *, serialize_type: str = "auto") -> Conn:
-    """This process's connection to the cluster behind `namesrv_addr` (started on first use)."""
-    key = (os.getpid(), f"{namesrv_addr}|{serialize_type}")
+def get_conn(
+    namesrv_addr: str,
+    *,
+    serialize_type: str = "auto",
+    access_key: str | None = None,
+    secret_key: str | None = None,
+) -> Conn:
+    """This process's connection to the cluster behind `namesrv_addr` (started on first use),
+    one per header codec and set of ACL credentials."""
+    # The secret is in the key as a digest only: the key is logged nowhere, but need not hold it.
+    secret_id = hashlib.sha256(secret_key.encode()).hexdigest()[:16] if secret_key else ""
+    key = (os.getpid(), f"{namesrv_addr}|{serialize_type}|{access_key or ''}|{secret_id}")
     with _CACHE_LOCK:
         conn = _CACHE.get(key)
         if conn is not None and conn.alive:
@@ -491,7 +513,12 @@ def get_conn(namesrv_addr: str, *, serialize_type: str = "auto") -> Conn:
         if len(_CACHE) >= _MAX_CACHED:
             oldest = next(iter(_CACHE))
             _CACHE.pop(oldest).close()
-        conn = Conn(namesrv_addr, serialize_type=serialize_type).start()
+        conn = Conn(
+            namesrv_addr,
+            serialize_type=serialize_type,
+            access_key=access_key,
+            secret_key=secret_key,
+        ).start()
         _CACHE[key] = conn
         return conn
 

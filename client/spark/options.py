@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from client.config import SERIALIZE_TYPE_NAMES
@@ -177,6 +177,10 @@ class SourceOptions:
     sub_expression: str
     streaming: bool
     serialize_type: str = "auto"
+    # ACL credentials (`rocketmq.accessKey`, `rocketmq.secretKey`); None: the executors'
+    # TRIMQ_ACCESS_KEY / TRIMQ_SECRET_KEY, if any.
+    access_key: str | None = None
+    secret_key: str | None = field(default=None, repr=False)
 
     def namesrv_list(self) -> list[str]:
         return _namesrv_list(self.namesrv_addr)
@@ -192,6 +196,8 @@ class SinkOptions:
     send_batch_size: int
     send_msg_timeout_ms: int
     serialize_type: str = "auto"
+    access_key: str | None = None
+    secret_key: str | None = field(default=None, repr=False)
 
     def namesrv_list(self) -> list[str]:
         return _namesrv_list(self.namesrv_addr)
@@ -212,6 +218,16 @@ def _serialize_type(opts: Mapping[str, str]) -> str:
         names = ", ".join(repr(n) for n in SERIALIZE_TYPE_NAMES)
         raise _err("rocketmq.serializeType", f"must be one of {names}, got {raw!r}")
     return raw
+
+
+def _credentials(opts: Mapping[str, str]) -> dict[str, str]:
+    """`rocketmq.accessKey` and `rocketmq.secretKey`: both or neither."""
+    access = opts.get("rocketmq.accesskey", "").strip()
+    secret = opts.get("rocketmq.secretkey", "").strip()
+    if bool(access) != bool(secret):
+        missing = "rocketmq.secretKey" if access else "rocketmq.accessKey"
+        raise _err(missing, "is required with the other ACL credential")
+    return {"access_key": access, "secret_key": secret} if access else {}
 
 
 def _namesrv(opts: Mapping[str, str]) -> str:
@@ -299,6 +315,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         sub_expression=sub_expr,
         streaming=streaming,
         serialize_type=_serialize_type(opts),
+        **_credentials(opts),
     )
 
 
@@ -345,4 +362,5 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         send_batch_size=batch,
         send_msg_timeout_ms=timeout,
         serialize_type=_serialize_type(opts),
+        **_credentials(opts),
     )

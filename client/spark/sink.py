@@ -80,7 +80,12 @@ def check_write_schema(schema: StructType, opts: SinkOptions) -> list[str]:
 def _send_all(
     opts: SinkOptions, columns: list[str], batches: Iterator[pa.RecordBatch], prefix: str
 ) -> int:
-    conn = get_conn(opts.namesrv_addr, serialize_type=opts.serialize_type)
+    conn = get_conn(
+        opts.namesrv_addr,
+        serialize_type=opts.serialize_type,
+        access_key=opts.access_key,
+        secret_key=opts.secret_key,
+    )
     session: SendSession = conn.send_session(
         opts.producer_group, timeout_ms=opts.send_msg_timeout_ms
     )

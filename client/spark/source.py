@@ -68,7 +68,12 @@ class RangePartition(InputPartition):
 
 
 def _conn(opts: SourceOptions) -> Conn:
-    return get_conn(opts.namesrv_addr, serialize_type=opts.serialize_type)
+    return get_conn(
+        opts.namesrv_addr,
+        serialize_type=opts.serialize_type,
+        access_key=opts.access_key,
+        secret_key=opts.secret_key,
+    )
 
 
 def resolve_queues(conn: Conn, opts: SourceOptions) -> dict[str, list[tuple[str, int]]]:
