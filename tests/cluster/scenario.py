@@ -45,7 +45,9 @@ from tests.cluster.support import (
 )
 from tests.helpers import wait_until
 
-WARMUP_S = 3.0
+# The load runs this long before the fault (every fault then waits for what it needs, e.g.
+# acknowledgements by the broker it breaks).
+WARMUP_S = 2.0
 DRAIN_TIMEOUT_S = 90.0
 # The load producer's fault table: RocketMQ's latency thresholds, shorter not-available
 # durations. A failed (isolated) send counts as 30 s of latency -> the last entry, which must
@@ -94,6 +96,8 @@ async def run_scenario(
     `cleanup(ctx)` runs once the acknowledged messages were consumed (or the drain gave up),
     also when the fault failed: it puts the cluster back as the next scenario expects it.
     """
+    t_start = time.monotonic()
+    phases: list[tuple[str, float]] = []
     await cluster.await_healthy()
     # A broker's container is healthy once one NameServer lists it (deploy/healthcheck.py),
     # and `create_topic` below asks one NameServer for the cluster's masters: a broker that
@@ -115,18 +119,20 @@ async def run_scenario(
             topic, cluster=CLUSTER_NAME, read_queue_nums=4, write_queue_nums=4
         )
         assert len(created) == 3, created
-        # A slave learns the topic from its master (slave_sync_interval_ms); reads from a slave
-        # whose master is gone need it there.
-        for slave in SLAVES:
-            await wait_until(
-                lambda s=slave: slave_knows_topic(rc, cluster, s, topic),  # type: ignore[misc]
-                total=20,
-                interval=0.2,
-                what=f"{slave} copying topic {topic} from its master",
-            )
         ctx: Ctx | None = None
         try:
+            # The consumer processes start (seconds of interpreter start-up) while the slaves
+            # copy the topic.
             procs.start(consumers)
+            # A slave learns the topic from its master (slave_sync_interval_ms); reads from a
+            # slave whose master is gone need it there.
+            for slave in SLAVES:
+                await wait_until(
+                    lambda s=slave: slave_knows_topic(rc, cluster, s, topic),  # type: ignore[misc]
+                    total=20,
+                    interval=0.2,
+                    what=f"{slave} copying topic {topic} from its master",
+                )
             await wait_until(procs.ready, total=30, interval=0.2, what="consumer processes ready")
             async with Producer(
                 f"pg_{name}_{suffix}",
@@ -139,6 +145,7 @@ async def run_scenario(
             ) as producer:
                 load = Load(producer, topic, tag=f"{name}-{suffix}")
                 ctx = Ctx(cluster, load, procs, rc, admin, topic, name)
+                phases.append(("setup", time.monotonic()))
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(load.run)
                     await trio.sleep(WARMUP_S)
@@ -146,6 +153,7 @@ async def run_scenario(
                         recover_s, note = await fault(ctx)
                     finally:
                         load.stop()
+                phases.append(("fault", time.monotonic()))
             # A fault may have paused the consumers; they must read everything now.
             procs.resume()
 
@@ -158,12 +166,15 @@ async def run_scenario(
             except AssertionError:
                 pass  # counted as lost below, with the keys in the message
             row, lost = account(name, load, procs.records(), recover_s, note)
+            phases.append(("drain", time.monotonic()))
         finally:
             procs.stop_all()
             if cleanup is not None and ctx is not None:
                 await cleanup(ctx)
+    phases.append(("teardown", time.monotonic()))
     rows.append(row)
     print(f"\n{Row.HEADER}\n{row.line()}")
+    print(phase_line(name, t_start, phases))
     problems = list(ctx.failures)
     if row.lost:
         problems.append(f"{row.lost} acknowledged messages never consumed: {sorted(lost)[:20]}")
@@ -171,6 +182,16 @@ async def run_scenario(
         problems.append(f"too little load to judge: {row}")
     assert not problems, "; ".join(problems)
     return row
+
+
+def phase_line(name: str, start: float, phases: list[tuple[str, float]]) -> str:
+    """`name: setup 4.1s, fault 12.0s, ...`: where a scenario's time went (its phases' ends,
+    `time.monotonic()`, in order)."""
+    parts, last = [], start
+    for phase, end in phases:
+        parts.append(f"{phase} {end - last:.1f}s")
+        last = end
+    return f"{name}: " + ", ".join(parts) + f" (total {last - start:.1f}s)"
 
 
 async def wait_for(
