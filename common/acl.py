@@ -26,6 +26,7 @@ import hmac
 import ipaddress
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ __all__ = [
     "AclFileWatcher",
     "AclRules",
     "AddressPattern",
+    "CheckableCommand",
     "CodeRule",
     "Need",
     "Perm",
@@ -262,18 +264,20 @@ def _exact_address(text: str, pattern: str) -> IPAddress:
         ) from None
 
 
+_DECIMAL = re.compile(r"[0-9]{1,3}")
+_HEX = re.compile(r"[0-9a-fA-F]{1,4}")
+
+
 def _range_part(part: str, maximum: int, base: int, pattern: str) -> tuple[int, int]:
     part = part.strip()
     if part == "*":
         return 0, maximum
-    lo_text, dash, hi_text = part.partition("-")
-    try:
-        lo = int(lo_text, base)
-        hi = int(hi_text, base) if dash else lo
-    except ValueError:
-        raise ValueError(f"{part!r} in {pattern!r} is not a number, a range n-m or '*'") from None
-    if not lo_text.strip() or (dash and not hi_text.strip()):
+    lo_text, dash, hi_text = (p.strip() for p in part.partition("-"))
+    number = _DECIMAL if base == 10 else _HEX
+    if not number.fullmatch(lo_text) or (dash and not number.fullmatch(hi_text)):
         raise ValueError(f"{part!r} in {pattern!r} is not a number, a range n-m or '*'")
+    lo = int(lo_text, base)
+    hi = int(hi_text, base) if dash else lo
     if not (0 <= lo <= hi <= maximum):
         raise ValueError(f"range {part!r} in {pattern!r} must satisfy 0 <= n <= m <= {maximum}")
     return lo, hi
@@ -627,6 +631,17 @@ class SignableCommand(Protocol):
     def body(self) -> Body | None: ...
 
 
+class CheckableCommand(Protocol):
+    """What a checker reads of a request (remoting's RemotingCommand has it)."""
+
+    @property
+    def code(self) -> int: ...
+    @property
+    def ext_fields(self) -> Mapping[str, str] | None: ...
+    @property
+    def body(self) -> Body | None: ...
+
+
 class RequestSigner:
     """RocketMQ's `AclClientRPCHook`: call it on each request just before it is sent.
 
@@ -759,7 +774,7 @@ def _group_and_topic(fields: Fields, body: Body | None) -> list[Need]:
 def _json_body(body: Body | None, what: str) -> dict[str, Any]:
     try:
         doc = json.loads(bytes(body or b"{}"))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):
         raise AclError(
             f"ACL: the {what} body is not JSON; its groups and topics are unknown"
         ) from None
@@ -990,7 +1005,7 @@ class AclChecker:
             return
         self._authorise(account, req, what)
 
-    def check_command(self, cmd: Any, remote_address: str) -> None:
+    def check_command(self, cmd: CheckableCommand, remote_address: str) -> None:
         """`check` of a request object with `code`, `ext_fields` and `body` (a RemotingCommand).
 
         Raises:

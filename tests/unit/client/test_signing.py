@@ -68,7 +68,7 @@ class _Server:
     async def _serve(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         self.received.append(cmd)
         try:
-            self.checker.check(cmd.code, cmd.ext_fields, cmd.body, conn.remote_address)
+            self.checker.check_command(cmd, conn.remote_address)
         except AclError as exc:
             self.refused.append(exc.remark)
             if cmd.is_oneway:

@@ -318,6 +318,10 @@ def test_address_patterns(pattern: str, address: str, expected: bool) -> None:
         "1050:5:600:300c:1-fffff",
         "1050:5:600:3261:1-2",
         "hostname",
+        "10.0.0.1_0",
+        "10.0.0.+5",
+        "10.0.0.0x1-5",
+        "1050::0x1-2",
     ],
 )
 def test_bad_address_patterns_are_refused(pattern: str) -> None:
