@@ -22,7 +22,7 @@ ALLOWED: dict[str, set[str]] = {
     "controller": {"common", "remoting"},
 }
 THIRD_PARTY: dict[str, set[str]] = {
-    "common": {"trio", "pydantic", "structlog"},
+    "common": {"trio", "pydantic", "structlog", "yaml"},
     "remoting": {"trio", "msgpack", "structlog"},
     "store": {"trio", "pydantic", "structlog"},
     "controller": {"trio", "httpx", "pydantic", "structlog", "click"},
