@@ -126,6 +126,17 @@ class BrokerConfig(BaseModel):
     ha_max_time_slave_not_catchup_ms: int = Field(default=15_000, ge=1)
     """A slave not caught up with the master for this long leaves the SyncStateSet."""
 
+    # -- access control (docs/security.md) ---------------------------------------------------
+    acl_enable: bool = False
+    """Check every request against the accounts of `acl_file` (RocketMQ's plain ACL)."""
+    acl_file: str | None = None
+    """The plain_acl.yml; reloaded when it changes (a bad file keeps the last good one)."""
+    acl_reload_interval_ms: int = Field(default=5000, ge=100)
+    acl_access_key: str | None = None
+    """This broker's own account (`broker: true` in the NameServers' and peers' files): what
+    it sends to NameServers and to its group's other brokers is signed with it."""
+    acl_secret_key: str | None = Field(default=None, repr=False)
+
     # -- storage -------------------------------------------------------------------------
     store_dir: str = "~/store"
     flush_disk_type: Literal["ASYNC_FLUSH", "SYNC_FLUSH"] = "ASYNC_FLUSH"
@@ -244,6 +255,10 @@ class BrokerConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_role(self) -> BrokerConfig:
+        if self.acl_enable and not self.acl_file:
+            raise ValueError("acl_enable needs acl_file")
+        if (self.acl_access_key is None) != (self.acl_secret_key is None):
+            raise ValueError("acl_access_key and acl_secret_key go together")
         if self.enable_controller_mode:
             if not self.controller_addrs:
                 raise ValueError("enable_controller_mode needs controller_addr")

@@ -49,6 +49,14 @@ from broker.slave_sync import SlaveSynchronize
 from broker.subscription_manager import SubscriptionManager
 from broker.topic_manager import TopicManager
 from broker.transaction import TransactionService
+from common.acl import (
+    AclChecker,
+    AclFileWatcher,
+    AclRules,
+    RequestSigner,
+    load_acl_file,
+    server_check,
+)
 from common.message import NATIVE as _STORE_NATIVE
 from common.schedule import SCHEDULE_TOPIC, parse_delay_levels
 from remoting import (
@@ -153,7 +161,14 @@ class BrokerController:
             idle_timeout_ms=config.channel_idle_timeout_ms,
             read_timeout_ms=config.channel_read_timeout_ms,
         )
-        self.client = RemotingClient(serialize_type=SerializeType.JSON)
+        # What the broker sends (registrations, a group's metadata copies) is signed with its
+        # own account when it has one (peers and NameServers may run with ACL).
+        signer = (
+            RequestSigner(config.acl_access_key, config.acl_secret_key)
+            if config.acl_access_key is not None and config.acl_secret_key is not None
+            else None
+        )
+        self.client = RemotingClient(serialize_type=SerializeType.JSON, before_send=signer)
         self.registration = RegistrationService(
             self.client,
             config.namesrv_addrs,
@@ -220,6 +235,11 @@ class BrokerController:
         self.store_host: tuple[str, int] = ("127.0.0.1", port)
         self.boot_timestamp_ms = int(time.time() * 1000)
         self._register_processors()
+        # Access control: the accounts are read at start (`run`), before anything is served.
+        self.acl: AclChecker | None = None
+        if config.acl_enable:
+            self.acl = AclChecker(AclRules({}, ()))
+            self.server.processors.check_before(server_check(self.acl))
 
     async def _bound(self, port: int) -> None:
         """The listening port is known: the advertised address and the store host (written
@@ -642,6 +662,10 @@ class BrokerController:
 
     async def _load(self) -> None:
         # Small JSON files, but still disk reads: keep them off the event loop.
+        if self.acl is not None:
+            assert self.config.acl_file is not None
+            # A bad file stops the start (AclFileError names what is wrong).
+            self.acl.replace(await trio.to_thread.run_sync(load_acl_file, self.config.acl_file))
         if self.config.enable_controller_mode:
             await trio.to_thread.run_sync(self.epochs.load)
         await trio.to_thread.run_sync(self.topics.load)
@@ -724,6 +748,14 @@ class BrokerController:
                             nursery.start_soon(self._scan_loop)
                             nursery.start_soon(self._stats_loop)
                             nursery.start_soon(self.long_polling.run)
+                            if self.acl is not None:
+                                assert cfg.acl_file is not None
+                                watcher = AclFileWatcher(
+                                    cfg.acl_file,
+                                    self.acl,
+                                    interval_s=cfg.acl_reload_interval_ms / 1000,
+                                )
+                                nursery.start_soon(watcher.run)
                             if self.replicas is not None:
                                 nursery.start_soon(self.replicas.run)
                             elif not cfg.is_slave:

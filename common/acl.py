@@ -76,6 +76,7 @@ __all__ = [
     "parse_address_pattern",
     "parse_perm",
     "required_access",
+    "server_check",
     "sign",
 ]
 
@@ -1179,3 +1180,20 @@ class AclFileWatcher:
             except Exception:
                 # The rules in force stay; the next poll tries again.
                 log.exception("acl_reload_failed", path=str(self.path))
+
+
+def server_check(checker: AclChecker) -> Callable[[Any, Any], Any]:
+    """A server's pre-dispatch check (remoting's `ProcessorTable.check_before`): None lets a
+    request through; a refusal is the request's NO_PERMISSION answer with the checker's
+    remark (it names account, resource and permission, never a secret)."""
+
+    def check(conn: Any, cmd: Any) -> Any:
+        try:
+            checker.check(cmd.code, cmd.ext_fields, cmd.body, conn.remote_address)
+        except AclError as exc:
+            # Info, not warning: a stranger can send any number of refused requests.
+            log.info("acl_refused", code=cmd.code, peer=conn.remote_address, remark=exc.remark)
+            return cmd.make_response(exc.code, exc.remark)
+        return None
+
+    return check

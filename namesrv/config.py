@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from common.config import ConfigError as ConfigError  # re-exported: namesrv.cli catches it
 from common.config import load_settings
@@ -58,8 +58,23 @@ class NamesrvConfig(BaseModel):
     """Read trimq's msgpack headers and advertise them to trimq clients. False serves only
     RocketMQ's JSON and ROCKETMQ header codecs, as an Apache server does (a msgpack frame then
     closes its connection as an unknown serialize type)."""
+    acl_enable: bool = False
+    """Check every request against the accounts of `acl_file` (docs/security.md): route
+    changes need a broker or admin account."""
+    acl_file: str | None = None
+    """The plain_acl.yml; reloaded when it changes (a bad file keeps the last good one)."""
+    acl_reload_interval_ms: int = Field(default=5000, ge=100)
+    acl_open_route_reads: bool = True
+    """With ACL on, route queries need no account (clients look brokers up before anything
+    else); False: any valid account."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool = False
+
+    @model_validator(mode="after")
+    def _check_acl(self) -> NamesrvConfig:
+        if self.acl_enable and not self.acl_file:
+            raise ValueError("acl_enable needs acl_file")
+        return self
 
     @field_validator("listen")
     @classmethod

@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 import trio
 
+from common.acl import AclChecker, AclFileWatcher, AclRules, load_acl_file, server_check
 from namesrv.config import NamesrvConfig
 from namesrv.kv_config import KVConfig
 from namesrv.processors import NamesrvProcessors, monotonic_ms
@@ -51,6 +52,11 @@ class NameServer:
         for code, handler in self.processors.handlers().items():
             self._server.processors.register(code, handler, inline=True)
         self._server.on_disconnect(self._on_disconnect)
+        # Access control: the accounts are read at start (`run`), before anything is served.
+        self.acl: AclChecker | None = None
+        if config.acl_enable:
+            self.acl = AclChecker(AclRules({}, ()), open_route_reads=config.acl_open_route_reads)
+            self._server.processors.check_before(server_check(self.acl))
         self.port: int = 0
         self._nursery_cm: Any = None
         self._nursery: trio.Nursery | None = None
@@ -71,7 +77,16 @@ class NameServer:
         Raises:
             OSError: the listen address cannot be bound.
         """
+        cfg = self.config
         async with trio.open_nursery() as nursery:
+            if self.acl is not None:
+                assert cfg.acl_file is not None
+                # A file read: worker thread. A bad file stops the start (AclFileError).
+                self.acl.replace(await trio.to_thread.run_sync(load_acl_file, cfg.acl_file))
+                watcher = AclFileWatcher(
+                    cfg.acl_file, self.acl, interval_s=cfg.acl_reload_interval_ms / 1000
+                )
+                nursery.start_soon(watcher.run)
             port: int = await nursery.start(self._server.run)
             self.port = port
             nursery.start_soon(self._scan_loop)

@@ -52,6 +52,9 @@ Processor: TypeAlias = Callable[
 ]
 
 
+Check: TypeAlias = Callable[["Connection", RemotingCommand], RemotingCommand | None]
+
+
 class RunHooks(NamedTuple):
     """Callbacks around each run of inline processors (see the module docstring)."""
 
@@ -65,21 +68,48 @@ class ProcessorTable:
     Changes apply to requests read from then on, on every connection that holds the table.
     """
 
-    __slots__ = ("_entries", "default", "run_hooks")
+    __slots__ = ("_entries", "_wrapper", "default", "run_hooks")
 
     def __init__(self) -> None:
         self._entries: dict[int, tuple[Processor, bool]] = {}
         self.default: Processor | None = None
         self.run_hooks: RunHooks | None = None
+        self._wrapper: Callable[[Processor], Processor] | None = None
 
     def register(self, code: int, processor: Processor, *, inline: bool = False) -> None:
         """Route requests with `code` to `processor` (replacing any earlier one); `inline`
         runs it in the connection's reader (it must never suspend)."""
+        if self._wrapper is not None:
+            processor = self._wrapper(processor)
         self._entries[int(code)] = (processor, inline)
 
     def set_default(self, processor: Processor) -> None:
         """Handle every code without a processor of its own (in a task)."""
+        if self._wrapper is not None:
+            processor = self._wrapper(processor)
         self.default = processor
+
+    def check_before(self, check: Check) -> None:
+        """Run `check(conn, cmd)` before every processor, those registered later included
+        (access control): a response it returns answers the request instead (nothing is sent
+        for a oneway request), None lets the processor run. `check` must not suspend (it runs
+        in inline processors too). Once per table."""
+        if self._wrapper is not None:
+            raise RuntimeError("the table has a check already")
+
+        def wrap(processor: Processor) -> Processor:
+            async def checked(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+                refusal = check(conn, cmd)
+                if refusal is not None:
+                    return None if cmd.is_oneway else refusal
+                return await processor(conn, cmd)
+
+            return checked
+
+        self._wrapper = wrap
+        self._entries = {code: (wrap(p), inline) for code, (p, inline) in self._entries.items()}
+        if self.default is not None:
+            self.default = wrap(self.default)
 
     def set_run_hooks(self, begin: Callable[[], None], end: Callable[[], None]) -> None:
         """Bracket each run of inline processors with `begin()` and `end()` (both quick,
