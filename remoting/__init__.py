@@ -29,6 +29,7 @@ from remoting.errors import (
     RemotingTimeoutError,
     RemotingTooManyRequestsError,
 )
+from remoting.tls import TlsClientSettings, TlsConfigError, TlsServerSettings
 
 NATIVE_CODEC = native is not None
 """True when the frame and header codec run in the C extension `remoting._speedups` (built,
@@ -62,6 +63,9 @@ __all__ = [
     "ResponseCode",
     "RunHooks",
     "SerializeType",
+    "TlsClientSettings",
+    "TlsConfigError",
+    "TlsServerSettings",
     "decode_header",
     "encode_frame",
     "encode_header",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Coroutine
 from contextlib import AsyncExitStack
 from types import TracebackType
@@ -17,6 +18,7 @@ from remoting._processor import ProcessorTable
 from remoting._protocol import PendingBudget, opaque_counter
 from remoting.codes import LanguageCode, SerializeType
 from remoting.errors import RemotingConnectError, RemotingTimeoutError
+from remoting.tls import TlsClientSettings, describe_handshake_error
 
 __all__ = ["RemotingClient", "split_address"]
 
@@ -70,6 +72,12 @@ class RemotingClient:
             as they are then (RocketMQ's RPCHook: the client's ACL signer adds `AccessKey`
             and `Signature`). It runs when `invoke` is called, again for each call with the
             same command; what it raises, the call raises.
+        tls: open every connection with TLS (`remoting.tls.TlsClientSettings`; None or
+            `enable=False`: plain TCP). The context is built when the client is entered
+            (`async with`), which raises `TlsConfigError` for a bad file; the handshake is
+            part of the connect and bounded by `connect_timeout_ms`, and a failed one is a
+            `RemotingConnectError` naming the reason (certificate not trusted, name
+            mismatch, server without TLS).
     """
 
     def __init__(
@@ -84,7 +92,10 @@ class RemotingClient:
         max_inflight: int = 256,
         upgrade_to_msgpack: bool = False,
         before_send: Callable[[RemotingCommand], None] | None = None,
+        tls: TlsClientSettings | None = None,
     ) -> None:
+        self.tls = tls if tls is not None and tls.enable else None
+        self._ssl_context: ssl.SSLContext | None = None
         self.serialize_type = int(serialize_type)
         self.before_send = before_send
         self._upgrade = upgrade_to_msgpack
@@ -104,6 +115,8 @@ class RemotingClient:
 
     # -- lifecycle --------------------------------------------------------------
     async def __aenter__(self) -> Self:
+        if self.tls is not None:
+            self._ssl_context = await self.tls.load_context()
         self._nursery = await self._stack.enter_async_context(trio.open_nursery())
         return self
 
@@ -198,6 +211,27 @@ class RemotingClient:
             await conn.wait_closed()
 
     # -- connections ------------------------------------------------------------------
+    async def _tls_handshake(
+        self, tcp: trio.SocketStream, host: str
+    ) -> trio.SSLStream[trio.SocketStream]:
+        """TLS over a new TCP connection (within the connect's time limit).
+
+        Raises:
+            trio.BrokenResourceError: the handshake failed (its cause is the SSL error).
+        """
+        assert self.tls is not None
+        assert self._ssl_context is not None
+        # The name is sent as SNI (not for an IP address) and checked against the
+        # certificate when the context checks host names.
+        secured = trio.SSLStream(
+            tcp,
+            self._ssl_context,
+            server_hostname=self.tls.server_hostname or host,
+            https_compatible=True,
+        )
+        await secured.do_handshake()
+        return secured
+
     def _fail_attempt(self, addr: str, attempt: _ConnectAttempt, error: BaseException) -> None:
         attempt.error = error
         if self._connecting.get(addr) is attempt:
@@ -225,23 +259,36 @@ class RemotingClient:
 
     async def _connect_and_run(self, addr: str, attempt: _ConnectAttempt) -> None:
         error: RemotingConnectError | None = None
+        tcp: trio.SocketStream | None = None
+        stream: trio.SocketStream | trio.SSLStream[trio.SocketStream] | None = None
         try:
             host, port = split_address(addr)
             with trio.fail_after(self._connect_timeout):
-                stream = await trio.open_tcp_stream(host, port)
+                stream = tcp = await trio.open_tcp_stream(host, port)
+                if self._ssl_context is not None:
+                    stream = await self._tls_handshake(tcp, host)
         except trio.TooSlowError:
+            step = "connect" if stream is None else "TLS handshake"
             error = RemotingConnectError(
-                f"connect to {addr} timed out after {self._connect_timeout * 1000:.0f} ms"
+                f"{step} to {addr} timed out after {self._connect_timeout * 1000:.0f} ms"
+            )
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            error = RemotingConnectError(
+                f"TLS handshake with {addr} failed: {describe_handshake_error(exc)}"
             )
         except OSError as exc:
             error = RemotingConnectError(f"connect to {addr} failed: {exc}")
         except RemotingConnectError as exc:
             error = exc
         except BaseException:  # cancelled: the client is closing
+            if tcp is not None:
+                await trio.aclose_forcefully(tcp)
             self._fail_attempt(addr, attempt, RemotingConnectError("the client is closing"))
             raise
-        if error is not None:
-            self._fail_attempt(addr, attempt, error)
+        if error is not None or stream is None:
+            if tcp is not None:
+                await trio.aclose_forcefully(tcp)
+            self._fail_attempt(addr, attempt, error or RemotingConnectError(f"no stream to {addr}"))
             return
         conn = Connection(
             stream,

@@ -50,7 +50,7 @@ from __future__ import annotations
 import itertools
 import os
 import socket
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 import structlog
@@ -194,6 +194,31 @@ def _address(sock: trio.socket.SocketType, peer: bool) -> str:
     return str(addr)
 
 
+class _TlsReads:
+    """The reader's wait and read steps over an SSLStream, in the shapes of
+    `trio.lowlevel.wait_readable` and `os.read`: `wait` receives the next decrypted bytes
+    (b"" at the end), `read` hands them over, or raises BlockingIOError when `wait` has not
+    received anything since the last `read` (the reader then waits again)."""
+
+    __slots__ = ("_data", "_ssl")
+
+    def __init__(self, ssl_stream: trio.SSLStream[trio.SocketStream]) -> None:
+        self._ssl = ssl_stream
+        self._data: bytes | None = None
+
+    async def wait(self, _sock: object) -> None:
+        if self._data is None:
+            # bytes() of a bytes object is that object (SSLObject.read returns bytes).
+            self._data = bytes(await self._ssl.receive_some(_RECEIVE_SIZE))
+
+    def read(self, _fd: int, _size: int) -> bytes:
+        data = self._data
+        if data is None:
+            raise BlockingIOError
+        self._data = None
+        return data
+
+
 class Connection:
     """One TCP connection, either side.
 
@@ -207,7 +232,7 @@ class Connection:
 
     def __init__(
         self,
-        stream: trio.SocketStream,
+        stream: trio.SocketStream | trio.SSLStream[trio.SocketStream],
         processors: ProcessorTable,
         *,
         max_frame_size: int,
@@ -241,8 +266,17 @@ class Connection:
             next_opaque=next_opaque,
             budget=pending_budget,
         )
-        self._stream = stream
-        sock = stream.socket
+        # `_stream` is always the TCP stream: plain connections read and write its socket
+        # directly. A TLS connection (`_tls`) reads and writes through the SSLStream only,
+        # and only the writer task writes (see `_writer`).
+        self._tls: trio.SSLStream[trio.SocketStream] | None
+        if isinstance(stream, trio.SSLStream):
+            self._tls = stream
+            self._stream = stream.transport_stream
+        else:
+            self._tls = None
+            self._stream = stream
+        sock = self._stream.socket
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:  # not TCP (e.g. a unix socket in tests)
@@ -272,6 +306,11 @@ class Connection:
         # Successful reads so far: what RemotingServer's idle and read timeouts look at (with
         # the bytes of an incomplete frame).
         self.reads = 0
+
+    @property
+    def tls_version(self) -> str | None:
+        """The TLS protocol version of the connection ("TLSv1.3"), or None for plain TCP."""
+        return None if self._tls is None else self._tls.version()
 
     @property
     def partial_frame_bytes(self) -> int:
@@ -478,7 +517,7 @@ class Connection:
             self._send_channel.close()
             self._fail_pending()
             self._done.set()
-            await trio.aclose_forcefully(self._stream)
+            await trio.aclose_forcefully(self._stream if self._tls is None else self._tls)
 
     def _fail_pending(self) -> None:
         pending = self._proto.fail_all()
@@ -510,8 +549,14 @@ class Connection:
         # `fileno()` is -1 once the socket is closed: the read fails (EBADF), never reads
         # another file that took the number.
         sock = stream.socket
-        wait_readable = trio.lowlevel.wait_readable
-        read = os.read
+        wait_readable: Callable[[Any], Awaitable[object]] = trio.lowlevel.wait_readable
+        read: Callable[[int, int], bytes] = os.read
+        if self._tls is not None:
+            # The same two steps through the SSLStream (`_TlsReads`): the plain path keeps
+            # its raw socket reads, with no test per read.
+            tls_reads = _TlsReads(self._tls)
+            wait_readable = tls_reads.wait
+            read = tls_reads.read
         drained = True
         partial = self._partial_budget
         while True:
@@ -765,13 +810,17 @@ class Connection:
 
     async def _writer(self) -> None:
         receive = self._receive_channel
+        # Over TLS the writer is the only one to write (the SSLStream's send_all): it never
+        # says it is idle, so no one writes around it to the raw socket.
+        may_write_around = self._tls is None
+        send_all = self._send_all if self._tls is None else self._tls.send_all
         try:
             while True:
                 # Take what is queued without a scheduler round trip; wait only when empty.
                 try:
                     head, body = receive.receive_nowait()
                 except trio.WouldBlock:
-                    self._writer_idle = True
+                    self._writer_idle = may_write_around
                     try:
                         head, body = await receive.receive()
                     except trio.EndOfChannel:
@@ -779,7 +828,7 @@ class Connection:
                     finally:
                         self._writer_idle = False
                 if body is None and len(head) >= _COALESCE_BYTES:
-                    await self._send_all(head)
+                    await send_all(head)
                     self._written(len(head))
                     continue
                 parts: list[bytes | Body] = [head]
@@ -797,7 +846,7 @@ class Connection:
                     if body is not None:
                         parts.append(body)
                         size += len(body)
-                await self._send_all(parts[0] if len(parts) == 1 else b"".join(parts))
+                await send_all(parts[0] if len(parts) == 1 else b"".join(parts))
                 self._written(size)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             self._close_reason = f"send failed: {exc}"

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from functools import partial
 
 import structlog
 import trio
 
-from remoting._connection import ByteBudget, Connection
+from remoting._connection import ByteBudget, Connection, _address
 from remoting._frame import DEFAULT_MAX_FRAME_SIZE
 from remoting._processor import ProcessorTable
 from remoting._protocol import PendingBudget, opaque_counter
+from remoting.tls import (
+    TLS_HANDSHAKE_BYTE,
+    TlsConfigError,
+    TlsServerSettings,
+    describe_handshake_error,
+    tls_files_signature,
+)
 
 __all__ = ["RemotingServer"]
 
@@ -41,6 +50,9 @@ class RemotingServer:
             this long; 0: never.
         max_partial_frame_bytes: bytes of incomplete frames held over all connections; above
             it a connection holding some stops reading until others complete theirs.
+        tls: TLS on this port (`remoting.tls.TlsServerSettings`: disabled, permissive or
+            enforcing); None: disabled. The certificate and key are loaded when `run`
+            starts, before listening: a bad file raises `TlsConfigError` from `run`.
     """
 
     def __init__(
@@ -56,8 +68,12 @@ class RemotingServer:
         idle_timeout_ms: int = 120_000,
         read_timeout_ms: int = 30_000,
         max_partial_frame_bytes: int = 128 * 1024 * 1024,
+        tls: TlsServerSettings | None = None,
     ) -> None:
         self.host = host
+        self.tls = tls if tls is not None and tls.enabled else None
+        # The context new TLS connections get; replaced when the files change.
+        self._ssl_context: ssl.SSLContext | None = None
         self._msgpack = msgpack_headers
         self._idle_timeout = max(idle_timeout_ms, 0) / 1000
         self._read_timeout = max(read_timeout_ms, 0) / 1000
@@ -100,7 +116,15 @@ class RemotingServer:
             on_bound: awaited with the bound port before the first connection is accepted
                 (state a handler needs that depends on the port, e.g. the address stored in
                 message ids); connections that arrive meanwhile wait in the listen backlog.
+
+        Raises:
+            TlsConfigError: TLS is on and its certificate, key or trust file does not load.
         """
+        tls = self.tls
+        files_seen: tuple[tuple[int, int, int], ...] = ()
+        if tls is not None:
+            files_seen = await trio.to_thread.run_sync(tls_files_signature, tls.files)
+            self._ssl_context = await tls.load_context()
         listeners = await trio.open_tcp_listeners(self.port, host=self.host)
         self.port = int(listeners[0].socket.getsockname()[1])
         if on_bound is not None:
@@ -110,14 +134,23 @@ class RemotingServer:
                 for listener in listeners:
                     await listener.aclose()
                 raise
-        log.info("remoting_server_listening", host=self.host, port=self.port)
+        log.info(
+            "remoting_server_listening",
+            host=self.host,
+            port=self.port,
+            tls=tls.mode if tls is not None else "disabled",
+        )
+        # Plain servers keep today's handler: no TLS step on their connections.
+        handler = self._serve if tls is None else self._serve_tls
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(
-                    partial(trio.serve_listeners, self._serve, listeners, handler_nursery=nursery)
+                    partial(trio.serve_listeners, handler, listeners, handler_nursery=nursery)
                 )
                 if self._idle_timeout or self._read_timeout:
                     nursery.start_soon(self._watch_silence)
+                if tls is not None and tls.reload_interval_ms:
+                    nursery.start_soon(self._watch_tls_files, tls, files_seen)
                 task_status.started(self.port)
         finally:
             for conn in list(self._connections.values()):
@@ -161,7 +194,88 @@ class RemotingServer:
                     conn.close_with_reason(f"idle for {silent:.0f} s")
             seen = live
 
-    async def _serve(self, stream: trio.SocketStream) -> None:
+    async def _watch_tls_files(
+        self, tls: TlsServerSettings, seen: tuple[tuple[int, int, int], ...]
+    ) -> None:
+        """Load the certificate, key and trust files again when they change on disk; new
+        connections get the new context, open ones keep theirs. A change that does not load
+        (a file half written, a key not matching its certificate yet) is tried again at every
+        poll until it loads or changes back, and logged once per distinct state."""
+        failed: tuple[tuple[int, int, int], ...] | None = None
+        while True:
+            await trio.sleep(tls.reload_interval_ms / 1000)
+            now = await trio.to_thread.run_sync(tls_files_signature, tls.files)
+            if now == seen:
+                continue
+            try:
+                context = await tls.load_context()
+            except TlsConfigError as exc:
+                error = str(exc)
+            else:
+                self._ssl_context = context
+                seen, failed = now, None
+                log.info("remoting_tls_reloaded", port=self.port)
+                continue
+            if now != failed:
+                failed = now
+                log.error("remoting_tls_reload_failed", port=self.port, error=error)
+
+    async def _serve_tls(self, stream: trio.SocketStream) -> None:
+        """A connection to a permissive or enforcing server: TLS when its first byte is a TLS
+        handshake record, else plain (permissive) or closed (enforcing). The byte is peeked
+        (MSG_PEEK), so it stays in the socket for the plain path, which reads the raw socket
+        as on a server without TLS."""
+        tls = self.tls
+        assert tls is not None
+        handshake_timeout = tls.handshake_timeout_ms / 1000
+        peer = _address(stream.socket, peer=True)
+        # Permissive: a plain client may be as quiet before its first request as the idle
+        # timeout allows any connection. Enforcing: only a TLS client is served, and its
+        # handshake (first byte included) must end in time.
+        if tls.mode == "permissive" and self._idle_timeout:
+            first_byte_timeout = self._idle_timeout
+        else:
+            first_byte_timeout = handshake_timeout
+        deadline = trio.current_time() + first_byte_timeout
+        first = b""
+        with trio.move_on_at(deadline):
+            try:
+                first = await stream.socket.recv(1, socket.MSG_PEEK)
+            except OSError as exc:
+                log.debug("remoting_tls_peek_failed", peer=peer, error=str(exc))
+        if not first:
+            # Closed, failed, or silent too long.
+            await trio.aclose_forcefully(stream)
+            return
+        if first[0] != TLS_HANDSHAKE_BYTE:
+            if tls.mode == "enforcing":
+                log.info("remoting_plain_refused", peer=peer, reason="tls mode is enforcing")
+                await trio.aclose_forcefully(stream)
+                return
+            await self._serve(stream)
+            return
+        context = self._ssl_context
+        assert context is not None
+        # https_compatible: no close_notify is needed at the end; a frame cut short by a
+        # close is still detected by its length.
+        secured = trio.SSLStream(stream, context, server_side=True, https_compatible=True)
+        if tls.mode == "permissive":
+            deadline = trio.current_time() + handshake_timeout
+        error: str | None = None
+        with trio.move_on_at(deadline) as scope:
+            try:
+                await secured.do_handshake()
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                error = describe_handshake_error(exc)
+        if scope.cancelled_caught:
+            error = f"no complete handshake within {tls.handshake_timeout_ms} ms"
+        if error is not None:
+            log.warning("remoting_tls_handshake_failed", peer=peer, error=error)
+            await trio.aclose_forcefully(secured)
+            return
+        await self._serve(secured)
+
+    async def _serve(self, stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]) -> None:
         conn = Connection(
             stream,
             self.processors,
