@@ -149,6 +149,7 @@ __all__ = [
     "java_string_hash",
     "month_start_ms",
     "native_build_batch_messages",
+    "native_scan_records",
     "patch_record",
     "patch_records",
     "store_timestamp_pos",
@@ -1338,7 +1339,10 @@ class DispatchStatus(enum.IntEnum):
 
 
 class DispatchRequest(NamedTuple):
-    """What recovery and the dispatcher need to know about one record."""
+    """What recovery and the dispatcher need to know about one record.
+
+    `common.speedups` builds these item by item (its REQ_FIELDS): a new field goes there too.
+    """
 
     status: DispatchStatus
     size: int = 0
@@ -1361,7 +1365,7 @@ _END = DispatchRequest(DispatchStatus.END)
 _INVALID = DispatchRequest(DispatchStatus.INVALID)
 
 
-def check_record(
+def _py_check_record(
     buf: Buffer,
     offset: int = 0,
     *,
@@ -1369,6 +1373,8 @@ def check_record(
     max_size: int = DEFAULT_MAX_RECORD_SIZE,
 ) -> DispatchRequest:
     """Validate the record at `offset` and extract what the consume queue and index need.
+
+    The reference of `check_record` (the native one when the accelerators are in use).
 
     Never raises. It checks the magic code, that TOTALSIZE is within ``[91, max_size]`` and
     within `buf`, that the body / topic / properties lengths add up exactly to TOTALSIZE,
@@ -1391,6 +1397,44 @@ def check_record(
         return _check(buf, offset, check_crc, max_size)
     except Exception:  # never raise: any surprise means the bytes are not a record
         return _INVALID
+
+
+_STATUSES = tuple(DispatchStatus)  # by value: OK, BLANK, END, INVALID
+
+
+def _native_check_record(
+    buf: Buffer,
+    offset: int = 0,
+    *,
+    check_crc: bool = True,
+    max_size: int = DEFAULT_MAX_RECORD_SIZE,
+) -> DispatchRequest:
+    """`_py_check_record`, natively: the same request for the same bytes. Bytes that are no
+    record never raise; a failed allocation raises MemoryError where the reference says INVALID
+    (recovery must not cut the commitlog for want of memory)."""
+    return _native.check_record(buf, offset, check_crc, max_size, DispatchRequest, _STATUSES)
+
+
+check_record = _native_check_record if NATIVE else _py_check_record
+
+
+def _native_scan_records(
+    buf: bytes, pos: int, base: int, file_from: int, file_size: int, check_crc: bool, max_size: int
+) -> tuple[list[DispatchRequest], int, DispatchStatus | None]:
+    return _native.scan_records(
+        buf, pos, base, file_from, file_size, check_crc, max_size, DispatchRequest, _STATUSES
+    )
+
+
+native_scan_records: (
+    Callable[
+        [bytes, int, int, int, int, bool, int],
+        tuple[list[DispatchRequest], int, DispatchStatus | None],
+    ]
+    | None
+) = _native_scan_records if NATIVE else None
+"""`common.speedups.scan_records` (store._recovery.RecordScanner's loop over one buffer), or
+None when the accelerators are not in use."""
 
 
 def _check(buf: Buffer, offset: int, check_crc: bool, max_size: int) -> DispatchRequest:

@@ -389,7 +389,8 @@ static PyObject *sp_decode_properties(PyObject *self, PyObject *arg) {
 
 static PyObject *s_topic, *s_body, *s_queue_id, *s_flag, *s_properties, *s_properties_string,
     *s_sys_flag, *s_born_timestamp, *s_born_host, *s_store_host, *s_reconsume_times,
-    *s_prepared_transaction_offset, *s_tags_code, *s_encoded_properties, *s_TAGS, *s_WAIT;
+    *s_prepared_transaction_offset, *s_tags_code, *s_encoded_properties, *s_TAGS, *s_WAIT, *s_KEYS,
+    *s_UNIQ_KEY;
 
 static int intern_names(void) {
 #define INTERN(var, text)                                                                          \
@@ -410,6 +411,8 @@ static int intern_names(void) {
     INTERN(s_encoded_properties, "encoded_properties")
     INTERN(s_TAGS, "TAGS")
     INTERN(s_WAIT, "WAIT")
+    INTERN(s_KEYS, "KEYS")
+    INTERN(s_UNIQ_KEY, "UNIQ_KEY")
 #undef INTERN
     return 0;
 }
@@ -1681,6 +1684,378 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------------ record checks (recovery) */
+
+/* check_record(buf, offset, check_crc, max_size, req_type, statuses) and
+ * scan_records(buf, pos, base, file_from, file_size, check_crc, max_size, req_type, statuses):
+ * common.message._check and the scan loop of store._recovery.RecordScanner (their references).
+ * `req_type` is common.message.DispatchRequest (a tuple subclass of 15 fields, built here item by
+ * item), `statuses` the DispatchStatus members in value order (OK, BLANK, END, INVALID). Bytes
+ * that are no record never raise: they give END or INVALID exactly where the references do. Every
+ * read stays within the buffer: each length is checked against what is left before it is used. */
+
+#define BLANK_MAGIC_CODE 0xCBD43194u
+#define BLANK_RECORD_SIZE 8
+#define REQ_FIELDS 15
+/* The body CRC of bodies this large runs without the GIL; taking it back may wait a switch
+ * interval for another thread, which smaller bodies would pay for nothing. */
+#define CRC_NOGIL_MIN (64 * 1024)
+
+enum { ST_OK, ST_BLANK, ST_END, ST_INVALID };
+
+/* Where the parts of a record that passed the layout checks are, as indexes into its buffer. */
+typedef struct {
+    int32_t total, sys_flag;
+    Py_ssize_t rec, body_start, body_end, topic_start, topic_end, props_start, rec_end;
+    Py_ssize_t store_ts, prepared; /* positions of STORETIMESTAMP and PREPARED_TRANSACTION_OFFSET */
+} rec_layout;
+
+/* The checks of `_check` up to the UTF-8 decoding, on the bytes b[offset:end]. ST_OK with `l`
+ * filled; ST_BLANK with l->total the padding size; ST_END; ST_INVALID. */
+static int check_layout(const unsigned char *b, Py_ssize_t offset, Py_ssize_t end, int check_crc,
+                        long long max_size, rec_layout *l) {
+    if (offset < 0) return ST_INVALID;
+    if (offset >= end) return ST_END;
+    Py_ssize_t avail = end - offset;
+    if (avail < 8) {
+        for (Py_ssize_t k = offset; k < end; k++)
+            if (b[k]) return ST_INVALID;
+        return ST_END;
+    }
+    const unsigned char *r = b + offset;
+    int32_t total = (int32_t)get_be32(r);
+    uint32_t magic = get_be32(r + 4);
+    if (magic == BLANK_MAGIC_CODE) {
+        if (total < BLANK_RECORD_SIZE || total > avail) return ST_INVALID;
+        l->total = total;
+        return ST_BLANK;
+    }
+    if (magic != MESSAGE_MAGIC_CODE) return total == 0 && magic == 0 ? ST_END : ST_INVALID;
+    if (total < MIN_RECORD_SIZE || total > max_size || total > avail) return ST_INVALID;
+    int32_t sys_flag = (int32_t)get_be32(r + 36);
+    Py_ssize_t born = sys_flag & BORNHOST_V6_FLAG ? 16 : 4;
+    Py_ssize_t store = sys_flag & STOREHOST_V6_FLAG ? 16 : 4;
+    Py_ssize_t fixed = 80 + born + store; /* up to and including BODYLENGTH */
+    if (total < fixed + 3) return ST_INVALID;
+    int32_t body_len = (int32_t)get_be32(r + fixed - 4);
+    /* body, topic length byte and properties length must fit: body_end + 3 <= rec_end */
+    if (body_len < 0 || (Py_ssize_t)body_len > total - fixed - 3) return ST_INVALID;
+    Py_ssize_t rec_end = offset + total;
+    Py_ssize_t body_start = offset + fixed;
+    Py_ssize_t body_end = body_start + body_len;
+    Py_ssize_t topic_end = body_end + 1 + b[body_end];
+    if (topic_end + 2 > rec_end) return ST_INVALID;
+    int16_t props_len = (int16_t)get_be16(b + topic_end);
+    if (props_len < 0 || topic_end + 2 + props_len != rec_end) return ST_INVALID;
+    if (check_crc) {
+        uint32_t crc;
+        if (body_len >= CRC_NOGIL_MIN) {
+            Py_BEGIN_ALLOW_THREADS crc = crc32_any(0, b + body_start, (size_t)body_len);
+            Py_END_ALLOW_THREADS
+        } else {
+            crc = crc32_any(0, b + body_start, (size_t)body_len);
+        }
+        if ((int32_t)(crc & 0x7FFFFFFFu) != (int32_t)get_be32(r + 8)) return ST_INVALID;
+    }
+    l->total = total;
+    l->sys_flag = sys_flag;
+    l->rec = offset;
+    l->body_start = body_start;
+    l->body_end = body_end;
+    l->topic_start = body_end + 1;
+    l->topic_end = topic_end;
+    l->props_start = topic_end + 2;
+    l->rec_end = rec_end;
+    l->store_ts = offset + 52 + born;
+    l->prepared = offset + 68 + born + store;
+    return ST_OK;
+}
+
+/* store._recovery.has_torn_tail of a record that passed `check_layout`: a NUL in the topic or
+ * the properties (a write torn there left zeros the body CRC does not cover). */
+static int torn_tail(const unsigned char *b, const rec_layout *l) {
+    return memchr(b + l->topic_start, 0, (size_t)(l->topic_end - l->topic_start)) != NULL ||
+           memchr(b + l->props_start, 0, (size_t)(l->rec_end - l->props_start)) != NULL;
+}
+
+/* A new `req_type` of REQ_FIELDS items, every item a new reference from `v` (all stolen, also
+ * when it fails: NULL items mean an earlier allocation failed). */
+static PyObject *new_request(PyTypeObject *req_type, PyObject **v) {
+    int failed = 0;
+    for (int k = 0; k < REQ_FIELDS; k++)
+        if (v[k] == NULL) failed = 1;
+    PyObject *req = failed ? NULL : req_type->tp_alloc(req_type, REQ_FIELDS);
+    if (req == NULL) {
+        for (int k = 0; k < REQ_FIELDS; k++) Py_XDECREF(v[k]);
+        return NULL;
+    }
+    for (int k = 0; k < REQ_FIELDS; k++) PyTuple_SET_ITEM(req, k, v[k]);
+    return req;
+}
+
+/* DispatchRequest(status, size): every other field at its default. */
+static PyObject *plain_request(PyTypeObject *req_type, PyObject *status, long long size) {
+    PyObject *v[REQ_FIELDS];
+    v[0] = Py_NewRef(status);
+    v[1] = PyLong_FromLongLong(size);
+    v[2] = PyUnicode_FromStringAndSize("", 0); /* topic */
+    for (int k = 3; k <= 8; k++) v[k] = PyLong_FromLong(0);
+    v[9] = PyUnicode_FromStringAndSize("", 0); /* keys */
+    v[10] = Py_NewRef(Py_None);                /* uniq_key */
+    v[11] = PyLong_FromLong(0);
+    v[12] = Py_NewRef(Py_None); /* properties */
+    v[13] = PyLong_FromLong(0);
+    v[14] = PyLong_FromLong(0);
+    return new_request(req_type, v);
+}
+
+/* Strict UTF-8 text of b[start:end]: 1 with a new reference in *out, 0 when the bytes are not
+ * UTF-8 (nothing raised: the record is INVALID), -1 with an exception set. */
+static int utf8_text(const unsigned char *b, Py_ssize_t start, Py_ssize_t end, PyObject **out) {
+    *out = PyUnicode_DecodeUTF8((const char *)b + start, end - start, NULL);
+    if (*out != NULL) return 1;
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return -1;
+    PyErr_Clear();
+    return 0;
+}
+
+/* The OK DispatchRequest of a record that passed `check_layout`, with `topic` (borrowed, its
+ * decoded topic): 1 with a new reference in *out, 0 when the properties are not UTF-8 (nothing
+ * raised), -1 with an exception set. */
+static int ok_request(const unsigned char *b, const rec_layout *l, PyTypeObject *req_type,
+                      PyObject *ok, PyObject *topic, PyObject **out) {
+    *out = NULL;
+    PyObject *text;
+    int rc = utf8_text(b, l->props_start, l->rec_end, &text);
+    if (rc <= 0) return rc;
+    PyObject *props = PyDict_New();
+    if (props != NULL && PyUnicode_GET_LENGTH(text) > 0 && decode_props_into(props, text) == NULL)
+        Py_CLEAR(props);
+    Py_DECREF(text);
+    if (props == NULL) return -1;
+    /* borrowed from `props`, which the request keeps */
+    PyObject *tags = NULL, *keys = NULL, *uniq = NULL;
+    if (((tags = PyDict_GetItemWithError(props, s_TAGS)) == NULL && PyErr_Occurred()) ||
+        ((keys = PyDict_GetItemWithError(props, s_KEYS)) == NULL && PyErr_Occurred()) ||
+        ((uniq = PyDict_GetItemWithError(props, s_UNIQ_KEY)) == NULL && PyErr_Occurred())) {
+        Py_DECREF(props);
+        return -1;
+    }
+    /* tags_code: the Java hash of a non-empty TAGS value, else 0 */
+    int32_t tags_code = 0;
+    if (tags != NULL && PyUnicode_Check(tags) && PyUnicode_GET_LENGTH(tags) > 0)
+        tags_code = (int32_t)java_hash_cont(0, tags);
+    const unsigned char *r = b + l->rec;
+    PyObject *v[REQ_FIELDS];
+    v[0] = Py_NewRef(ok);
+    v[1] = PyLong_FromLong(l->total);
+    v[2] = Py_NewRef(topic);
+    v[3] = PyLong_FromLong((int32_t)get_be32(r + 12));   /* queue_id */
+    v[4] = PyLong_FromLongLong(get_be64s(r + 20));       /* queue_offset */
+    v[5] = PyLong_FromLongLong(get_be64s(r + 28));       /* commit_log_offset */
+    v[6] = PyLong_FromLong(tags_code);
+    v[7] = PyLong_FromLongLong(get_be64s(b + l->store_ts));
+    v[8] = PyLong_FromLong(l->sys_flag);
+    v[9] = keys != NULL ? Py_NewRef(keys) : PyUnicode_FromStringAndSize("", 0);
+    v[10] = Py_NewRef(uniq != NULL ? uniq : Py_None);
+    v[11] = PyLong_FromLongLong(get_be64s(b + l->prepared));
+    v[12] = props; /* the reference is moved into the request */
+    v[13] = PyLong_FromLongLong(get_be64s(r + 40));      /* born_timestamp */
+    v[14] = PyLong_FromLong((int32_t)get_be32(r + 8));   /* body_crc as stored */
+    *out = new_request(req_type, v);
+    return *out != NULL ? 1 : -1;
+}
+
+/* The arguments both functions share: the request type and the four statuses. */
+static int request_kinds(PyObject *req_type, PyObject *statuses, const char *usage) {
+    if (!PyType_Check(req_type) || !PyType_IsSubtype((PyTypeObject *)req_type, &PyTuple_Type) ||
+        !PyTuple_Check(statuses) || PyTuple_GET_SIZE(statuses) != 4) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    return 0;
+}
+
+/* An int argument as a long long; out of range: `lo` / `hi` by its sign (a max_size beyond
+ * every TOTALSIZE, an offset beyond every buffer). */
+static int clamped_ll(PyObject *obj, long long *out) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    *out = overflow > 0 ? LLONG_MAX : overflow < 0 ? LLONG_MIN : v;
+    return 0;
+}
+
+/* check_record(buf, offset, check_crc, max_size, req_type, statuses) -> DispatchRequest */
+static PyObject *sp_check_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    static const char usage[] =
+        "check_record(buf, offset: int, check_crc: bool, max_size: int, req_type, statuses)";
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return NULL;
+    }
+    if (request_kinds(args[4], args[5], usage) < 0) return NULL;
+    PyTypeObject *req_type = (PyTypeObject *)args[4];
+    PyObject *statuses = args[5];
+    long long offset, max_size;
+    if (clamped_ll(args[1], &offset) < 0 || clamped_ll(args[3], &max_size) < 0) return NULL;
+    int check_crc = PyObject_IsTrue(args[2]);
+    if (check_crc < 0) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *b = view.buf;
+    Py_ssize_t end = view.len;
+    rec_layout l = {0};
+    int st;
+    if (offset < 0)
+        st = ST_INVALID;
+    else if (offset >= end)
+        st = ST_END;
+    else
+        st = check_layout(b, (Py_ssize_t)offset, end, check_crc, max_size, &l);
+    PyObject *req = NULL;
+    if (st == ST_OK) {
+        PyObject *topic;
+        int rc = utf8_text(b, l.topic_start, l.topic_end, &topic);
+        if (rc > 0) {
+            rc = ok_request(b, &l, req_type, PyTuple_GET_ITEM(statuses, ST_OK), topic, &req);
+            Py_DECREF(topic);
+        }
+        if (rc < 0) {
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        if (rc == 0) st = ST_INVALID;
+    }
+    if (req == NULL)
+        req = plain_request(req_type, PyTuple_GET_ITEM(statuses, st), st == ST_BLANK ? l.total : 0);
+    PyBuffer_Release(&view);
+    return req;
+}
+
+/*
+ * scan_records(buf, pos, base, file_from, file_size, check_crc, max_size, req_type, statuses)
+ *   -> (requests, end, outcome)
+ * RecordScanner's loop over `buf`, the bytes of one file from relative position `base` on,
+ * starting at relative position `pos`: the valid records up to the first stop, `end` the
+ * relative position after the last of them, and `outcome` the scanner's: BLANK, END or INVALID;
+ * or None where the scanner would read the file again first (fewer than 8 bytes of a header
+ * left, or a record longer than the bytes left while the file goes on): the caller reads from
+ * `end` and takes that record as the reference does, then calls again.
+ */
+static PyObject *sp_scan_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    static const char usage[] =
+        "scan_records(buf, pos: int, base: int, file_from: int, file_size: int, check_crc: bool, "
+        "max_size: int, req_type, statuses)";
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return NULL;
+    }
+    if (request_kinds(args[7], args[8], usage) < 0) return NULL;
+    PyTypeObject *req_type = (PyTypeObject *)args[7];
+    PyObject *statuses = args[8];
+    long long pos, base, file_from, file_size, max_size;
+    if (get_ll(args[1], 0, I64_MAX, &pos, NULL, "pos") < 0 ||
+        get_ll(args[2], 0, I64_MAX / 2, &base, NULL, "base") < 0 ||
+        get_ll(args[3], I64_MIN, I64_MAX, &file_from, NULL, "file_from") < 0 ||
+        get_ll(args[4], 0, I64_MAX / 2, &file_size, NULL, "file_size") < 0 ||
+        clamped_ll(args[6], &max_size) < 0)
+        return NULL;
+    int check_crc = PyObject_IsTrue(args[5]);
+    if (check_crc < 0) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *b = view.buf;
+    Py_ssize_t len = view.len;
+    if (pos < base || pos - base > len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "scan_records: pos outside the buffer");
+        return NULL;
+    }
+    PyObject *out = PyList_New(0);
+    PyObject *topic = NULL; /* the last topic decoded, with its raw bytes */
+    const unsigned char *topic_raw = NULL;
+    Py_ssize_t topic_len = -1;
+    int outcome = -1; /* -1: read again at `pos` */
+    if (out == NULL) goto fail;
+    for (;;) {
+        /* pos <= base + len, base and file_size <= I64_MAX / 2, len and total far below:
+         * no sum below overflows */
+        if (pos + BLANK_RECORD_SIZE > file_size) {
+            outcome = pos >= file_size ? ST_END : ST_INVALID;
+            break;
+        }
+        Py_ssize_t i = (Py_ssize_t)(pos - base);
+        Py_ssize_t left = len - i;
+        if (left < 8) break;
+        int32_t total = (int32_t)get_be32(b + i);
+        if (get_be32(b + i + 4) == BLANK_MAGIC_CODE) {
+            /* the padding must run exactly to the end of the file */
+            int whole = pos + total == file_size && total >= BLANK_RECORD_SIZE;
+            outcome = whole ? ST_BLANK : ST_INVALID;
+            break;
+        }
+        if (total > 0 && total <= max_size && left < total && base + len < file_size) break;
+        rec_layout l;
+        int st = check_layout(b, i, len, check_crc, max_size, &l);
+        if (st != ST_OK) {
+            outcome = st == ST_END ? ST_END : ST_INVALID;
+            break;
+        }
+        long long own;
+        if (__builtin_add_overflow(file_from, pos, &own) || get_be64s(b + i + 28) != own ||
+            pos + l.total > file_size || torn_tail(b, &l)) {
+            outcome = ST_INVALID;
+            break;
+        }
+        Py_ssize_t tlen = l.topic_end - l.topic_start;
+        if (topic == NULL || tlen != topic_len || memcmp(topic_raw, b + l.topic_start, tlen) != 0) {
+            PyObject *t;
+            int rc = utf8_text(b, l.topic_start, l.topic_end, &t);
+            if (rc < 0) goto fail;
+            if (rc == 0) {
+                outcome = ST_INVALID;
+                break;
+            }
+            Py_XSETREF(topic, t);
+            topic_raw = b + l.topic_start;
+            topic_len = tlen;
+        }
+        PyObject *req;
+        int rc = ok_request(b, &l, req_type, PyTuple_GET_ITEM(statuses, ST_OK), topic, &req);
+        if (rc < 0) goto fail;
+        if (rc == 0) {
+            outcome = ST_INVALID;
+            break;
+        }
+        rc = PyList_Append(out, req);
+        Py_DECREF(req);
+        if (rc < 0) goto fail;
+        pos += l.total;
+    }
+    Py_XDECREF(topic);
+    PyBuffer_Release(&view);
+    PyObject *end = PyLong_FromLongLong(pos);
+    PyObject *result = end != NULL ? PyTuple_New(3) : NULL;
+    if (result == NULL) {
+        Py_XDECREF(end);
+        Py_DECREF(out);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 0, out);
+    PyTuple_SET_ITEM(result, 1, end);
+    PyObject *status = outcome < 0 ? Py_None : PyTuple_GET_ITEM(statuses, outcome);
+    PyTuple_SET_ITEM(result, 2, Py_NewRef(status));
+    return result;
+fail:
+    Py_XDECREF(topic);
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 /* ------------------------------------------------------------------ UNIQ_KEY generator */
 /* UniqKeys(prefix, month_start, month_end, counter): the state of common.message.UniqKeyGenerator
  * (its reference, the same keys for the same clock readings). Each call holds the GIL from start
@@ -2396,6 +2771,10 @@ static PyMethodDef methods[] = {
      "A pull body's records as new objects of a slotted class (None: use the Python decoder)."},
     {"decode_records_columns", (PyCFunction)(void (*)(void))sp_decode_records_columns,
      METH_FASTCALL, "A pull body's records as Arrow column buffers (None: use Python)."},
+    {"check_record", (PyCFunction)(void (*)(void))sp_check_record, METH_FASTCALL,
+     "The DispatchRequest of the record at an offset (common.message.check_record)."},
+    {"scan_records", (PyCFunction)(void (*)(void))sp_scan_records, METH_FASTCALL,
+     "RecordScanner's loop over a buffer: (requests, end, outcome or None)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 _T = TypeVar("_T")
+_S = TypeVar("_S")
 
 def crc32(data: bytes | bytearray | memoryview, value: int = 0, /) -> int:
     """`zlib.crc32` (IEEE polynomial), with carry-less multiplication when the CPU has it."""
@@ -131,6 +132,36 @@ def decode_records_columns(
 ):
     """The records below queue offset `end` as Arrow column buffers, or None when the body
     needs the Python decoder (see `common.message.decode_records_columns`)."""
+
+def check_record(
+    buf: bytes | bytearray | memoryview,
+    offset: int,
+    check_crc: bool,
+    max_size: int,
+    req_type: type[_T],
+    statuses: tuple[Any, ...],
+    /,
+) -> _T:
+    """`common.message._py_check_record`: the request of the record at `offset`, built as
+    `req_type` (`DispatchRequest`) with the status members `statuses` (OK, BLANK, END,
+    INVALID). Bytes that are no record never raise."""
+
+def scan_records(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    base: int,
+    file_from: int,
+    file_size: int,
+    check_crc: bool,
+    max_size: int,
+    req_type: type[_T],
+    statuses: tuple[_S, ...],
+    /,
+) -> tuple[list[_T], int, _S | None]:
+    """`store._recovery.RecordScanner`'s loop over `buf` (the bytes of one file from relative
+    position `base` on) from relative position `pos`: the valid records, the relative position
+    after the last of them, and the scanner's outcome (BLANK, END, INVALID), or None where the
+    scanner would read the file again before that position's record."""
 
 class FsyncWorker:
     """The SYNC_FLUSH group commit's fsync thread, in C (Linux only): syncs rounds of

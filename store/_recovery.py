@@ -39,6 +39,7 @@ from common.message import (
     DispatchRequest,
     DispatchStatus,
     check_record,
+    native_scan_records,
 )
 from store._mapped_file import MappedFile
 from store.commitlog import CommitLog
@@ -126,7 +127,25 @@ class RecordScanner(_FileScan):
         size = self.file_size
         buf = b""
         base = pos
+        # Natively (not light): the records of each window at once, with the same checks; the
+        # loop below takes the one record at each place where it reads the file again. So the
+        # reads and the outcome are the Python loop's (only a first window of fewer than 8
+        # bytes is read twice).
+        scan = None if self._light else native_scan_records
+        if scan is not None and pos + BLANK_RECORD_SIZE <= size:
+            buf = self._read(pos, _WINDOW)
         while True:
+            if scan is not None:
+                reqs, _at, outcome = scan(
+                    buf, pos, base, self._from, size, self._check_crc, self._max_size
+                )
+                for req in reqs:
+                    pos += req.size
+                    self.end = pos
+                    yield req
+                if outcome is not None:
+                    self.outcome = outcome
+                    break
             if pos + BLANK_RECORD_SIZE > size:
                 self.outcome = DispatchStatus.END if pos >= size else DispatchStatus.INVALID
                 break
