@@ -10,11 +10,36 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from client.fault import LATENCY_MAX_MS, NOT_AVAILABLE_DURATION_MS, check_fault_tables
 from common.acl import RequestSigner
+from remoting.tls import TlsClientSettings
 
 # Credentials of a cluster with ACL on (docs/security.md), read when the options do not name
 # them.
 ACCESS_KEY_ENV = "TRIMQ_ACCESS_KEY"
 SECRET_KEY_ENV = "TRIMQ_SECRET_KEY"
+# TLS (docs/security.md, "TLS"), read when the options do not set them: `use_tls` is
+# RocketMQ's `useTLS` (`-Dtls.enable`), the others its `tls.client.*` properties.
+USE_TLS_ENV = "TRIMQ_USE_TLS"
+TLS_ENV = {
+    "tls_trust_cert_path": "TRIMQ_TLS_TRUST_CERT_PATH",
+    "tls_verify_server": "TRIMQ_TLS_VERIFY_SERVER",
+    "tls_check_hostname": "TRIMQ_TLS_CHECK_HOSTNAME",
+    "tls_server_hostname": "TRIMQ_TLS_SERVER_HOSTNAME",
+    "tls_cert_path": "TRIMQ_TLS_CERT_PATH",
+    "tls_key_path": "TRIMQ_TLS_KEY_PATH",
+    "tls_key_password": "TRIMQ_TLS_KEY_PASSWORD",
+}
+# The TLS options that only mean something with use_tls on.
+_TLS_ONLY = (
+    "tls_trust_cert_path",
+    "tls_server_hostname",
+    "tls_cert_path",
+    "tls_key_path",
+    "tls_key_password",
+)
+
+
+def _env(name: str) -> str | None:
+    return os.environ.get(name) or None
 
 
 def _default_client_ip() -> str:
@@ -67,6 +92,57 @@ class ClientConfig(BaseModel):
         default_factory=lambda: os.environ.get(SECRET_KEY_ENV) or None,
         repr=False,
         description="the account's secret key; default: the TRIMQ_SECRET_KEY variable",
+    )
+    # Defaults from the environment are validated like given values (`validate_default`),
+    # so TRIMQ_USE_TLS=yes is True and TRIMQ_USE_TLS=maybe an error naming the option.
+    use_tls: bool = Field(
+        default_factory=lambda: _env(USE_TLS_ENV) or False,
+        validate_default=True,
+        description=(
+            "open every connection (NameServers and brokers) with TLS (RocketMQ's useTLS, "
+            "tls.enable); default: the TRIMQ_USE_TLS variable, else false"
+        ),
+    )
+    tls_trust_cert_path: str | None = Field(
+        default_factory=lambda: _env(TLS_ENV["tls_trust_cert_path"]),
+        description=(
+            "PEM file of the CA certificates servers' certificates must chain to "
+            "(tls.client.trustCertPath); none: the system's trust store"
+        ),
+    )
+    tls_verify_server: bool = Field(
+        default_factory=lambda: _env(TLS_ENV["tls_verify_server"]) or True,
+        validate_default=True,
+        description=(
+            "verify the server's certificate (tls.client.authServer); false trusts any "
+            "certificate, as RocketMQ's default does: encrypted but not authenticated"
+        ),
+    )
+    tls_check_hostname: bool = Field(
+        default_factory=lambda: _env(TLS_ENV["tls_check_hostname"]) or True,
+        validate_default=True,
+        description=(
+            "with tls_verify_server, the certificate must name the host connected to (DNS "
+            "name, or IP address: broker addresses from routes are IPs); false checks the "
+            "chain only, as RocketMQ's Java client does"
+        ),
+    )
+    tls_server_hostname: str | None = Field(
+        default_factory=lambda: _env(TLS_ENV["tls_server_hostname"]),
+        description="the name checked in (and sent as SNI to) every server instead of its host",
+    )
+    tls_cert_path: str | None = Field(
+        default_factory=lambda: _env(TLS_ENV["tls_cert_path"]),
+        description="the client's PEM certificate, for servers that require one (mutual TLS)",
+    )
+    tls_key_path: str | None = Field(
+        default_factory=lambda: _env(TLS_ENV["tls_key_path"]),
+        description="its PEM private key; none: in tls_cert_path",
+    )
+    tls_key_password: str | None = Field(
+        default_factory=lambda: _env(TLS_ENV["tls_key_password"]),
+        repr=False,
+        description="the private key's pass phrase",
     )
 
     # producer
@@ -146,6 +222,39 @@ class ClientConfig(BaseModel):
                 "TRIMQ_SECRET_KEY) to sign requests, or neither"
             )
         return self
+
+    @model_validator(mode="after")
+    def _check_tls(self) -> ClientConfig:
+        if not self.use_tls:
+            given = [name for name in _TLS_ONLY if name in self.model_fields_set]
+            if any(getattr(self, name) is not None for name in given):
+                raise ValueError(
+                    f"{', '.join(given)} given but use_tls is off: set use_tls (TRIMQ_USE_TLS, "
+                    "mqadmin --tls) to connect with TLS"
+                )
+            return self
+        # The remoting settings check the combinations (a key needs its certificate).
+        self.tls_settings()
+        return self
+
+    def tls_settings(self) -> TlsClientSettings | None:
+        """The TLS settings of the client's connections, or None without `use_tls`.
+
+        Raises:
+            TlsConfigError: an inconsistent combination (a key without a certificate).
+        """
+        if not self.use_tls:
+            return None
+        return TlsClientSettings(
+            enable=True,
+            trust_cert_path=self.tls_trust_cert_path,
+            verify_server=self.tls_verify_server,
+            check_hostname=self.tls_check_hostname,
+            server_hostname=self.tls_server_hostname,
+            cert_path=self.tls_cert_path,
+            key_path=self.tls_key_path,
+            key_password=self.tls_key_password,
+        )
 
     def request_signer(self) -> RequestSigner | None:
         """The signer of every request when credentials are set, else None."""

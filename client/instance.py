@@ -221,6 +221,9 @@ class ClientInstance:
                     # Signs every request, NameServer ones included, as RocketMQ's
                     # AclClientRPCHook does.
                     before_send=self.config.request_signer(),
+                    # TLS on every connection (NameServers and brokers) with use_tls; the
+                    # files are read when the client is entered.
+                    tls=self.config.tls_settings(),
                 )
             )
             self.remoting.processors.register(

@@ -36,7 +36,13 @@ from client import (
     PullConsumer,
 )
 from client.admin import replication_lag
-from client.cli._options import credentials, credentials_options, serialize_type_option
+from client.cli._options import (
+    credentials,
+    credentials_options,
+    serialize_type_option,
+    tls,
+    tls_options,
+)
 from client.controller_admin import ControllerAdmin
 from client.errors import MQClientError
 from remoting.errors import RemoteError, RemotingError
@@ -96,11 +102,12 @@ def _config(namesrv: str | None) -> ClientConfig:
         instance_name=f"mqadmin-{time.time_ns()}",
         serialize_type=_options["serialize_type"],
         **_options["credentials"],
+        **_options["tls"],
     )
 
 
 # Options of the command group, for every command's client.
-_options: dict[str, Any] = {"serialize_type": "auto", "credentials": {}}
+_options: dict[str, Any] = {"serialize_type": "auto", "credentials": {}, "tls": {}}
 
 
 def _run(fn: Callable[[], Awaitable[T]]) -> T:
@@ -217,13 +224,19 @@ def _bool(text: str) -> bool:
 @click.option("--log-level", default="warning", show_default=True, help="Client log level.")
 @serialize_type_option
 @credentials_options
+@tls_options
 def cli(
-    log_level: str, serialize_type: str, access_key: str | None, secret_key: str | None
+    log_level: str,
+    serialize_type: str,
+    access_key: str | None,
+    secret_key: str | None,
+    **tls_values: Any,
 ) -> None:
     """trimq admin tool (RocketMQ mqadmin commands)."""
     configure_logging(log_level)
     _options["serialize_type"] = serialize_type
     _options["credentials"] = credentials(access_key, secret_key)
+    _options["tls"] = tls(tls_values)
 
 
 # -- topics ---------------------------------------------------------------------------------

@@ -38,7 +38,13 @@ from client import (
     SendResult,
     SendStatus,
 )
-from client.cli._options import credentials, credentials_options, serialize_type_option
+from client.cli._options import (
+    credentials,
+    credentials_options,
+    serialize_type_option,
+    tls,
+    tls_options,
+)
 from remoting.logs import configure_logging
 
 _err = Console(stderr=True)
@@ -131,12 +137,13 @@ def _config(namesrv: str | None, **kw: Any) -> ClientConfig:
         namesrv_addr=namesrv,
         serialize_type=_options["serialize_type"],
         **_options["credentials"],
+        **_options["tls"],
         **kw,
     )
 
 
 # Options of the command group, for every command's client.
-_options: dict[str, Any] = {"serialize_type": "auto", "credentials": {}}
+_options: dict[str, Any] = {"serialize_type": "auto", "credentials": {}, "tls": {}}
 
 
 def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
@@ -170,13 +177,19 @@ async def _progress(stats: Stats, kind: str, done: trio.Event, console: Console 
 @click.option("--log-level", default="error", show_default=True)
 @serialize_type_option
 @credentials_options
+@tls_options
 def cli(
-    log_level: str, serialize_type: str, access_key: str | None, secret_key: str | None
+    log_level: str,
+    serialize_type: str,
+    access_key: str | None,
+    secret_key: str | None,
+    **tls_values: Any,
 ) -> None:
     """trimq benchmark tool."""
     configure_logging(log_level)
     _options["serialize_type"] = serialize_type
     _options["credentials"] = credentials(access_key, secret_key)
+    _options["tls"] = tls(tls_values)
 
 
 @cli.command()

@@ -22,7 +22,7 @@ import hashlib
 import os
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import structlog
 import trio
@@ -41,6 +41,9 @@ from remoting import RemotingCommand
 from remoting.codes import RequestCode, ResponseCode
 from remoting.errors import RemoteError
 from remoting.protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
+
+if TYPE_CHECKING:
+    from client.spark.options import TlsOptions
 
 __all__ = ["Conn", "PulledBody", "SendSession", "close_all", "get_conn"]
 
@@ -83,6 +86,8 @@ class Conn:
             msgpack with a trimq server).
         access_key, secret_key: ACL credentials (`ClientConfig.access_key` / `secret_key`);
             None: the config's defaults (the TRIMQ_ACCESS_KEY / TRIMQ_SECRET_KEY variables).
+        tls: `ClientConfig` TLS options (`use_tls`, `tls_*`) as (name, value) pairs; empty:
+            the config's defaults (the TRIMQ_USE_TLS / TRIMQ_TLS_* variables).
     """
 
     def __init__(
@@ -93,8 +98,10 @@ class Conn:
         serialize_type: str = "auto",
         access_key: str | None = None,
         secret_key: str | None = None,
+        tls: TlsOptions = (),
     ) -> None:
         self.namesrv_addr = namesrv_addr
+        self._tls: dict[str, Any] = dict(tls)
         self.serialize_type = serialize_type
         self._credentials: dict[str, Any] = (
             {"access_key": access_key, "secret_key": secret_key} if access_key else {}
@@ -133,6 +140,7 @@ class Conn:
             mq_client_api_timeout_ms=self.timeout_ms,
             serialize_type=cast(SerializeTypeName, self.serialize_type),
             **self._credentials,
+            **self._tls,
         )
         return ClientInstance(cfg)
 
@@ -498,12 +506,18 @@ def get_conn(
     serialize_type: str = "auto",
     access_key: str | None = None,
     secret_key: str | None = None,
+    tls: TlsOptions = (),
 ) -> Conn:
     """This process's connection to the cluster behind `namesrv_addr` (started on first use),
-    one per header codec and set of ACL credentials."""
+    one per header codec, set of ACL credentials and TLS options."""
     # The secret is in the key as a digest only: the key is logged nowhere, but need not hold it.
     secret_id = hashlib.sha256(secret_key.encode()).hexdigest()[:16] if secret_key else ""
-    key = (os.getpid(), f"{namesrv_addr}|{serialize_type}|{access_key or ''}|{secret_id}")
+    # So are the TLS options (they may hold a key's pass phrase).
+    tls_id = hashlib.sha256(repr(tls).encode()).hexdigest()[:16] if tls else ""
+    key = (
+        os.getpid(),
+        f"{namesrv_addr}|{serialize_type}|{access_key or ''}|{secret_id}|{tls_id}",
+    )
     with _CACHE_LOCK:
         conn = _CACHE.get(key)
         if conn is not None and conn.alive:
@@ -518,6 +532,7 @@ def get_conn(
             serialize_type=serialize_type,
             access_key=access_key,
             secret_key=secret_key,
+            tls=tls,
         ).start()
         _CACHE[key] = conn
         return conn

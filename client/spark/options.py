@@ -25,6 +25,7 @@ __all__ = [
     "OffsetSpec",
     "SinkOptions",
     "SourceOptions",
+    "TlsOptions",
     "match_topics",
     "parse_offset_spec",
     "parse_queue_key",
@@ -49,6 +50,25 @@ SYSTEM_TOPICS = frozenset(
 SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "RMQ_SYS_", "rmq_sys_")
 
 _GROUP_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+# `ClientConfig` TLS options as sorted (name, value) pairs: hashable, for the connection cache.
+TlsOptions = tuple[tuple[str, str | bool], ...]
+
+# Spark option (lower-cased) -> (as users write it, `ClientConfig` field, boolean?).
+_TLS_OPTIONS: dict[str, tuple[str, str, bool]] = {
+    "rocketmq.tls.enable": ("rocketmq.tls.enable", "use_tls", True),
+    "rocketmq.tls.trustcertpath": ("rocketmq.tls.trustCertPath", "tls_trust_cert_path", False),
+    "rocketmq.tls.verifyserver": ("rocketmq.tls.verifyServer", "tls_verify_server", True),
+    "rocketmq.tls.checkhostname": ("rocketmq.tls.checkHostname", "tls_check_hostname", True),
+    "rocketmq.tls.serverhostname": (
+        "rocketmq.tls.serverHostname",
+        "tls_server_hostname",
+        False,
+    ),
+    "rocketmq.tls.certpath": ("rocketmq.tls.certPath", "tls_cert_path", False),
+    "rocketmq.tls.keypath": ("rocketmq.tls.keyPath", "tls_key_path", False),
+    "rocketmq.tls.keypassword": ("rocketmq.tls.keyPassword", "tls_key_password", False),
+}
 
 # A per-topic offset spec: {topic: {"broker:queue": offset}}; -2 = earliest, -1 = latest.
 OffsetSpec = Literal["earliest", "latest"] | dict[str, dict[str, int]]
@@ -181,6 +201,9 @@ class SourceOptions:
     # TRIMQ_ACCESS_KEY / TRIMQ_SECRET_KEY, if any.
     access_key: str | None = None
     secret_key: str | None = field(default=None, repr=False)
+    # TLS (`rocketmq.tls.*`): the `ClientConfig` options given, as sorted pairs; empty: the
+    # executors' TRIMQ_USE_TLS / TRIMQ_TLS_* variables, if any.
+    tls: TlsOptions = field(default=(), repr=False)
 
     def namesrv_list(self) -> list[str]:
         return _namesrv_list(self.namesrv_addr)
@@ -198,6 +221,7 @@ class SinkOptions:
     serialize_type: str = "auto"
     access_key: str | None = None
     secret_key: str | None = field(default=None, repr=False)
+    tls: TlsOptions = field(default=(), repr=False)
 
     def namesrv_list(self) -> list[str]:
         return _namesrv_list(self.namesrv_addr)
@@ -228,6 +252,33 @@ def _credentials(opts: Mapping[str, str]) -> dict[str, str]:
         missing = "rocketmq.secretKey" if access else "rocketmq.accessKey"
         raise _err(missing, "is required with the other ACL credential")
     return {"access_key": access, "secret_key": secret} if access else {}
+
+
+def _tls(opts: Mapping[str, str]) -> TlsOptions:
+    """`rocketmq.tls.enable` and the other `rocketmq.tls.*` options (docs/security.md, "TLS").
+
+    Raises:
+        ValueError: an unknown `rocketmq.tls.` option, a malformed boolean, or TLS options
+            without `rocketmq.tls.enable=true`.
+    """
+    out: dict[str, str | bool] = {}
+    for key, raw in opts.items():
+        if not key.startswith("rocketmq.tls."):
+            continue
+        spec = _TLS_OPTIONS.get(key)
+        if spec is None:
+            known = ", ".join(name for name, _, _ in _TLS_OPTIONS.values())
+            raise _err(key, f"is not a TLS option (known: {known})")
+        name, config_field, boolean = spec
+        if boolean:
+            out[config_field] = _bool(opts, key, name, False)
+        elif raw.strip():
+            out[config_field] = raw.strip()
+    if out.get("use_tls") is not True:
+        others = [n for n, name, _ in _TLS_OPTIONS.values() if name in out and name != "use_tls"]
+        if others:
+            raise _err(others[0], "needs rocketmq.tls.enable=true")
+    return tuple(sorted(out.items()))
 
 
 def _namesrv(opts: Mapping[str, str]) -> str:
@@ -316,6 +367,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         streaming=streaming,
         serialize_type=_serialize_type(opts),
         **_credentials(opts),
+        tls=_tls(opts),
     )
 
 
@@ -363,4 +415,5 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         send_msg_timeout_ms=timeout,
         serialize_type=_serialize_type(opts),
         **_credentials(opts),
+        tls=_tls(opts),
     )

@@ -85,6 +85,7 @@ def _send_all(
         serialize_type=opts.serialize_type,
         access_key=opts.access_key,
         secret_key=opts.secret_key,
+        tls=opts.tls,
     )
     session: SendSession = conn.send_session(
         opts.producer_group, timeout_ms=opts.send_msg_timeout_ms

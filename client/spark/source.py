@@ -73,6 +73,7 @@ def _conn(opts: SourceOptions) -> Conn:
         serialize_type=opts.serialize_type,
         access_key=opts.access_key,
         secret_key=opts.secret_key,
+        tls=opts.tls,
     )
 
 
