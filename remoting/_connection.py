@@ -43,6 +43,11 @@ With many, the writer joins the requests issued together into one write. The wri
 `os.write` and waits for writability only when the socket buffer is full
 (`SocketStream.send_all` yields once more after every successful send).
 (docs/design-notes.md, "Direct request writes")
+
+A TLS connection (given a `trio.SSLStream`, docs/security.md "TLS") reads and writes through
+the SSLStream, and only its writer task writes: the direct writes above go around the stream
+to the raw socket, so they are for plain connections only. The plain path is unchanged by it
+(the choice is made once per connection, not per read or write).
 """
 
 from __future__ import annotations
