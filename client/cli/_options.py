@@ -7,8 +7,15 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+from pydantic import ValidationError
 
-from client.config import ACCESS_KEY_ENV, SECRET_KEY_ENV, SERIALIZE_TYPE_NAMES, USE_TLS_ENV
+from client.config import (
+    ACCESS_KEY_ENV,
+    SECRET_KEY_ENV,
+    SERIALIZE_TYPE_NAMES,
+    USE_TLS_ENV,
+    ClientConfig,
+)
 
 
 def serialize_type_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -164,3 +171,21 @@ def tls(values: dict[str, Any]) -> dict[str, Any]:
     if others and not use_tls:
         raise click.UsageError(f"{', '.join(others)}: only with --tls (or {USE_TLS_ENV}=true)")
     return given
+
+
+def client_config(**options: Any) -> ClientConfig:
+    """`ClientConfig(**options)`, its validation errors (an option, or a TRIMQ_* variable it
+    defaults from, such as TRIMQ_USE_TLS=maybe) as one usage error. Values are left out of
+    the message: they may be secrets.
+
+    Raises:
+        click.UsageError: the options do not validate.
+    """
+    try:
+        return ClientConfig(**options)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'options'}: {err['msg']}"
+            for err in exc.errors(include_input=False, include_url=False)
+        )
+        raise click.UsageError(f"bad client options ({problems})") from None

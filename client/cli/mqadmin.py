@@ -37,6 +37,7 @@ from client import (
 )
 from client.admin import replication_lag
 from client.cli._options import (
+    client_config,
     credentials,
     credentials_options,
     serialize_type_option,
@@ -97,7 +98,7 @@ def _fail(msg: str) -> None:
 def _config(namesrv: str | None) -> ClientConfig:
     if not namesrv:
         _fail("no NameServer address: pass -n HOST:PORT or set NAMESRV_ADDR")
-    return ClientConfig(
+    return client_config(
         namesrv_addr=namesrv or "",
         instance_name=f"mqadmin-{time.time_ns()}",
         serialize_type=_options["serialize_type"],

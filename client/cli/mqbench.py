@@ -39,6 +39,7 @@ from client import (
     SendStatus,
 )
 from client.cli._options import (
+    client_config,
     credentials,
     credentials_options,
     serialize_type_option,
@@ -133,7 +134,7 @@ def _config(namesrv: str | None, **kw: Any) -> ClientConfig:
     if not namesrv:
         click.echo("mqbench: error: pass -n HOST:PORT or set NAMESRV_ADDR", err=True)
         sys.exit(1)
-    return ClientConfig(
+    return client_config(
         namesrv_addr=namesrv,
         serialize_type=_options["serialize_type"],
         **_options["credentials"],

@@ -231,3 +231,15 @@ def test_spark_connection_config_gets_the_tls_options() -> None:
     settings = conn._open_instance().config.tls_settings()
     assert settings == TlsClientSettings(trust_cert_path="/ca.pem")
     assert Conn(opts.namesrv_addr)._open_instance().config.tls_settings() is None
+
+
+@pytest.mark.parametrize("tool", [mqadmin, mqbench])
+def test_bad_tls_variable_is_a_usage_error(tool: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRIMQ_USE_TLS", "maybe")
+    monkeypatch.setenv("TRIMQ_TLS_KEY_PASSWORD", "hunter22")
+    monkeypatch.setattr(tool, "_options", dict(tool._options))
+    sub = ["topicList", "-n", "127.0.0.1:1"] if tool is mqadmin else ["producer", "-n", "x:1"]
+    result = CliRunner().invoke(tool.cli, sub)
+    assert result.exit_code == 2, result.output
+    assert "bad client options (use_tls: Input should be a valid boolean" in result.output
+    assert "hunter22" not in result.output
