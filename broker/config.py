@@ -19,11 +19,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from common.config import ConfigError as ConfigError  # re-exported: broker.cli catches it
-from common.config import load_settings
+from common.config import TlsServerFields, load_settings
 from common.schedule import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
+from remoting.tls import server_settings
 
 if TYPE_CHECKING:
     from store.config import StoreConfig
@@ -54,7 +55,7 @@ def primary_local_ip() -> str:
             return "127.0.0.1"
 
 
-class BrokerConfig(BaseModel):
+class BrokerConfig(TlsServerFields):
     """All broker settings. Field names are the TOML keys (`TRIMQ_` + upper case for env vars)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -136,6 +137,18 @@ class BrokerConfig(BaseModel):
     """This broker's own account (`broker: true` in the NameServers' and peers' files): what
     it sends to NameServers and to its group's other brokers is signed with it."""
     acl_secret_key: str | None = Field(default=None, repr=False)
+
+    # -- TLS of the broker's own connections (to NameServers and group peers) ---------------
+    # (the listening port's settings are `tls_mode` and `tls_server_*`, common.config)
+    tls_enable: bool | None = None
+    """Connect with TLS; None: when `tls_mode` is enforcing (RocketMQ's tls.enable)."""
+    tls_client_trust_cert_path: str | None = None
+    """CA certificates for the servers; None: the system store."""
+    tls_client_verify_server: bool = True
+    tls_client_check_hostname: bool = True
+    tls_client_cert_path: str | None = None
+    tls_client_key_path: str | None = None
+    tls_client_key_password: str | None = Field(default=None, repr=False)
 
     # -- storage -------------------------------------------------------------------------
     store_dir: str = "~/store"
@@ -255,6 +268,7 @@ class BrokerConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_role(self) -> BrokerConfig:
+        server_settings(self)  # TlsConfigError (a ValueError) names a bad TLS setting
         if self.acl_enable and not self.acl_file:
             raise ValueError("acl_enable needs acl_file")
         if (self.acl_access_key is None) != (self.acl_secret_key is None):

@@ -70,6 +70,7 @@ from remoting import (
     SerializeType,
 )
 from remoting.codes import RequestCode as R
+from remoting.tls import TlsClientSettings, server_settings
 from store import MessageStore, StoreClosedError
 from store.epoch_file import EpochFile
 
@@ -160,6 +161,7 @@ class BrokerController:
             msgpack_headers=config.msgpack_headers,
             idle_timeout_ms=config.channel_idle_timeout_ms,
             read_timeout_ms=config.channel_read_timeout_ms,
+            tls=server_settings(config),
         )
         # What the broker sends (registrations, a group's metadata copies) is signed with its
         # own account when it has one (peers and NameServers may run with ACL).
@@ -168,7 +170,24 @@ class BrokerController:
             if config.acl_access_key is not None and config.acl_secret_key is not None
             else None
         )
-        self.client = RemotingClient(serialize_type=SerializeType.JSON, before_send=signer)
+        tls_on = (
+            config.tls_enable if config.tls_enable is not None else config.tls_mode == "enforcing"
+        )
+        self.client = RemotingClient(
+            serialize_type=SerializeType.JSON,
+            before_send=signer,
+            tls=TlsClientSettings(
+                enable=True,
+                trust_cert_path=config.tls_client_trust_cert_path,
+                verify_server=config.tls_client_verify_server,
+                check_hostname=config.tls_client_check_hostname,
+                cert_path=config.tls_client_cert_path,
+                key_path=config.tls_client_key_path,
+                key_password=config.tls_client_key_password,
+            )
+            if tls_on
+            else None,
+        )
         self.registration = RegistrationService(
             self.client,
             config.namesrv_addrs,

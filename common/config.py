@@ -18,9 +18,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
-__all__ = ["ENV_PREFIX", "ConfigError", "env_overrides", "format_validation_error", "load_settings"]
+__all__ = [
+    "ENV_PREFIX",
+    "ConfigError",
+    "TlsServerFields",
+    "env_overrides",
+    "format_validation_error",
+    "load_settings",
+]
 
 ENV_PREFIX = "TRIMQ_"
 
@@ -133,3 +140,21 @@ def load_settings(
     except ValidationError as exc:
         source = ", ".join(layers) if error_source == "layers" else file_source
         raise ConfigError(format_validation_error(exc, program, source)) from None
+
+
+class TlsServerFields(BaseModel):
+    """TLS settings of a server's remoting port (RocketMQ's `tls.server.*`; docs/security.md),
+    shared by the broker's and the NameServer's models."""
+
+    tls_mode: Literal["disabled", "permissive", "enforcing"] = "disabled"
+    """`permissive` serves TLS and plain on one port (told apart by the first byte);
+    `enforcing` TLS only."""
+    tls_server_cert_path: str | None = None
+    tls_server_key_path: str | None = None
+    """None: the key is in the certificate file."""
+    tls_server_key_password: str | None = Field(default=None, repr=False)
+    tls_server_need_client_auth: Literal["none", "optional", "require"] = "none"
+    tls_server_trust_cert_path: str | None = None
+    """The CA certificates client certificates are checked against."""
+    tls_handshake_timeout_ms: int = Field(default=10_000, ge=1)
+    tls_reload_interval_ms: int = Field(default=5000, ge=100)

@@ -14,10 +14,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from common.config import ConfigError as ConfigError  # re-exported: namesrv.cli catches it
-from common.config import load_settings
+from common.config import TlsServerFields, load_settings
+from remoting.tls import server_settings
 
 
 def parse_host_port(addr: str) -> tuple[str, int]:
@@ -35,7 +36,7 @@ def parse_host_port(addr: str) -> tuple[str, int]:
     return host.strip("[]"), port
 
 
-class NamesrvConfig(BaseModel):
+class NamesrvConfig(TlsServerFields):
     """All NameServer settings. Field names are the TOML keys (`TRIMQ_` + upper case for env)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -72,6 +73,7 @@ class NamesrvConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_acl(self) -> NamesrvConfig:
+        server_settings(self)  # TlsConfigError (a ValueError) names a bad TLS setting
         if self.acl_enable and not self.acl_file:
             raise ValueError("acl_enable needs acl_file")
         return self

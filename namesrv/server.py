@@ -22,6 +22,7 @@ from namesrv.kv_config import KVConfig
 from namesrv.processors import NamesrvProcessors, monotonic_ms
 from namesrv.route_table import RouteTable
 from remoting import Connection, RemotingServer
+from remoting.tls import server_settings
 
 log = structlog.get_logger()
 
@@ -45,6 +46,7 @@ class NameServer:
             msgpack_headers=config.msgpack_headers,
             idle_timeout_ms=config.channel_idle_timeout_ms,
             read_timeout_ms=config.channel_read_timeout_ms,
+            tls=server_settings(config),
         )
         self.processors = NamesrvProcessors(
             self.route_table, self.kv, order_message_enable=config.order_message_enable

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import ssl
 from dataclasses import dataclass, field
-from typing import Final, Literal, get_args
+from typing import Final, Literal, Protocol, cast, get_args
 
 import trio
 
@@ -32,8 +32,10 @@ __all__ = [
     "TlsClientSettings",
     "TlsConfigError",
     "TlsMode",
+    "TlsServerOptions",
     "TlsServerSettings",
     "describe_handshake_error",
+    "server_settings",
     "tls_files_signature",
 ]
 
@@ -323,3 +325,44 @@ class TlsClientSettings:
     async def load_context(self) -> ssl.SSLContext:
         """`build_context` in a worker thread."""
         return await trio.to_thread.run_sync(self.build_context)
+
+
+class TlsServerOptions(Protocol):
+    """A server configuration with the `tls_*` settings (docs/security.md, T5)."""
+
+    @property
+    def tls_mode(self) -> str: ...
+    @property
+    def tls_server_cert_path(self) -> str | None: ...
+    @property
+    def tls_server_key_path(self) -> str | None: ...
+    @property
+    def tls_server_key_password(self) -> str | None: ...
+    @property
+    def tls_server_need_client_auth(self) -> str: ...
+    @property
+    def tls_server_trust_cert_path(self) -> str | None: ...
+    @property
+    def tls_handshake_timeout_ms(self) -> int: ...
+    @property
+    def tls_reload_interval_ms(self) -> int: ...
+
+
+def server_settings(cfg: TlsServerOptions) -> TlsServerSettings | None:
+    """The server's TLS settings from its configuration; None when `tls_mode` is disabled.
+
+    Raises:
+        TlsConfigError: a bad mode or combination (e.g. a TLS mode without a certificate).
+    """
+    if cfg.tls_mode == "disabled":
+        return None
+    return TlsServerSettings(
+        mode=cast("TlsMode", cfg.tls_mode),
+        cert_path=cfg.tls_server_cert_path,
+        key_path=cfg.tls_server_key_path,
+        key_password=cfg.tls_server_key_password,
+        client_auth=cast("ClientAuth", cfg.tls_server_need_client_auth),
+        trust_cert_path=cfg.tls_server_trust_cert_path,
+        handshake_timeout_ms=cfg.tls_handshake_timeout_ms,
+        reload_interval_ms=cfg.tls_reload_interval_ms,
+    )
