@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 import trio
 
 from tests.helpers import StagingGuard
@@ -43,3 +44,13 @@ async def staging_guard(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Stagin
     finally:
         trio.lowlevel.remove_instrument(guard)
     assert guard.violations == [], guard.violations[:5]
+
+
+@pytest.fixture(autouse=True)
+def _restore_structlog() -> Iterator[None]:
+    """A test that runs a CLI configures structlog for the whole process (its level filter,
+    logger caching): later tests get the configuration back as it was, so a test that
+    captures log events sees them whatever ran before it."""
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)
