@@ -118,12 +118,19 @@ BASE_IMAGE   ?= python:3.11-slim
 LOCAL_BASE   ?= trimq-base:bookworm
 WHEELS       := deploy/wheels
 WHEEL_STAMP  := $(WHEELS)/.stamp
-APP_SOURCES  := $(shell find namesrv broker remoting store client -name '*.py' -o -name '*.c' -o -name '*.pyi' 2>/dev/null)
+APP_SOURCES  := $(shell find common namesrv broker remoting store client controller -name '*.py' -o -name '*.c' -o -name '*.pyi' 2>/dev/null)
+# Debian's etcd-server for the image's `etcd` role, with the packages it depends on that a
+# minimal base may lack (the Dockerfile installs the missing ones): fetched with this host's apt.
+DEBS         := deploy/debs
+DEBS_STAMP   := $(DEBS)/.stamp
+ETCD_DEBS    := etcd-server adduser init-system-helpers
 CLUSTER_PROJECT ?= trimq
 COMPOSE      ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 CLUSTER      := $(COMPOSE) -p $(CLUSTER_PROJECT) -f deploy/docker-compose.yml
+CONTROLLER_PROJECT ?= trimq-ctl
+CONTROLLER_CLUSTER := $(COMPOSE) -p $(CONTROLLER_PROJECT) -f deploy/docker-compose.controller.yml
 
-.PHONY: image cluster-up cluster-down cluster-test
+.PHONY: image cluster-up cluster-down cluster-test cluster-controller-up cluster-controller-down
 
 # Wheels for trimq and its runtime dependencies; trimq's own wheel goes to app/ so the image's
 # dependency layer stays cached while only trimq changes.
@@ -134,7 +141,14 @@ $(WHEEL_STAMP): pyproject.toml README.md $(APP_SOURCES) | $(RUN_STAMP)
 	mv $(WHEELS)/deps/trimq-*.whl $(WHEELS)/app/
 	touch $@
 
-image: $(WHEEL_STAMP)
+$(DEBS_STAMP):
+	rm -rf $(DEBS)
+	mkdir -p $(DEBS)
+	cd $(DEBS) && { apt-get download $(ETCD_DEBS) 2>/dev/null || \
+		{ apt-get update -qq && apt-get download $(ETCD_DEBS); }; }
+	touch $@
+
+image: $(WHEEL_STAMP) $(DEBS_STAMP)
 	IMAGE=$(IMAGE) BASE=$(BASE_IMAGE) LOCAL_BASE=$(LOCAL_BASE) deploy/build-image.sh
 
 # Two NameServers (127.0.0.1:9876, :9877), masters broker-a/b/c (127.0.0.1:10911, :10921, :10931;
@@ -147,7 +161,18 @@ cluster-up: image
 cluster-down:
 	$(CLUSTER) down -v --remove-orphans
 
-# The failover scenarios against their own compose project (trimq-test-<pid>, ports picked free,
-# SYNC_MASTER); K=<expression> runs the matching ones only (pytest -k).
+# Controller mode: a 3-member etcd, controllers on 127.0.0.1:9978-9980, a NameServer on :9976,
+# broker-a's two controller-mode replicas (:11011, :11021; the controllers pick the master) and
+# a plain broker-b (:11031); deploy/docker-compose.controller.yml. A project of its own.
+cluster-controller-up: image
+	TRIMQ_IMAGE=$(IMAGE) $(CONTROLLER_CLUSTER) up -d
+	deploy/wait-healthy.sh $(CONTROLLER_PROJECT) 180
+
+cluster-controller-down:
+	$(CONTROLLER_CLUSTER) down -v --remove-orphans
+
+# The failover scenarios against their own compose projects (trimq-ctl-test-<pid> for the
+# controller-mode ones, then trimq-test-<pid> with SYNC_MASTER; ports picked free);
+# K=<expression> runs the matching ones only (pytest -k), e.g. K=controller.
 cluster-test: image $(TEST_STAMP)
 	$(BIN)/python -m pytest -m cluster -s tests/cluster $(if $(K),-k "$(K)")

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # `make image`: build the trimq container image without any container registry.
 #
-# 1. Wheels for trimq and its runtime dependencies are built on the host into deploy/wheels
-#    (the Makefile does that step and calls this script afterwards).
+# 1. Wheels for trimq and its runtime dependencies are built on the host into deploy/wheels,
+#    and Debian's etcd-server .deb (with dependencies a minimal base may lack) is downloaded
+#    into deploy/debs with the host's apt (the Makefile does both and calls this script after).
 # 2. The base image: $BASE (default python:3.11-slim) when it is present locally; otherwise a
 #    local Debian bookworm base ($LOCAL_BASE, default trimq-base:bookworm) made once with
 #    mmdebstrap from this machine's own apt sources and `docker import`ed; later runs reuse it.
-# 3. `docker build` installs the wheels with `pip --no-index`: nothing in it needs the network.
+# 3. `docker build` installs the .debs with dpkg and the wheels with `pip --no-index`: nothing
+#    in it needs the network.
 set -euo pipefail
 
 IMAGE=${IMAGE:-trimq:latest}
@@ -19,6 +21,11 @@ have_image() { docker image inspect "$1" >/dev/null 2>&1; }
 
 if ! ls "$here"/wheels/app/trimq-*.whl >/dev/null 2>&1; then
     echo "build-image: no trimq wheel in $here/wheels (run 'make image')" >&2
+    exit 2
+fi
+
+if ! ls "$here"/debs/etcd-server_*.deb >/dev/null 2>&1; then
+    echo "build-image: no etcd-server .deb in $here/debs (run 'make image')" >&2
     exit 2
 fi
 

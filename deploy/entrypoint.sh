@@ -1,12 +1,23 @@
 #!/bin/sh
 # Container entrypoint: the first argument picks the role, the rest are its flags.
-#   namesrv [mqnamesrv flags]   (settings also from TRIMQ_* environment variables)
-#   broker  [mqbroker flags]    (PEER_RELAY set: deploy/relay.py runs next to it, see there)
-#   healthcheck namesrv|broker  (used by the compose health checks)
+#   namesrv [mqnamesrv flags]       (settings also from TRIMQ_* environment variables)
+#   broker  [mqbroker flags]        (PEER_RELAY set: deploy/relay.py runs next to it, see there)
+#   controller [mqcontroller flags] (TRIMQ_* settings, controller/config.py; PEER_RELAY too)
+#   etcd [etcd flags]               (Debian's etcd-server; ETCD_* variables are its settings)
+#   healthcheck namesrv|broker|controller|etcd  (used by the compose health checks)
 # Anything else is run as a command (e.g. `sh`).
 set -e
 role=${1:-namesrv}
 [ "$#" -gt 0 ] && shift
+
+# A process that must reach peers' advertised (loopback) addresses gets a relay to them; it
+# is the server's child after the exec and goes when the container stops.
+start_relay() {
+    if [ -n "${PEER_RELAY:-}" ]; then
+        python3 /opt/trimq/bin/trimq-relay "$PEER_RELAY" &
+    fi
+}
+
 case "$role" in
     namesrv | mqnamesrv)
         # mqnamesrv listens on loopback by default; in a container it must listen on all.
@@ -15,12 +26,20 @@ case "$role" in
         exec mqnamesrv "$@"
         ;;
     broker | mqbroker)
-        # A broker reaches its group peer's advertised (loopback) address through the relay;
-        # it is the broker's child after the exec and goes when the container stops.
-        if [ -n "${PEER_RELAY:-}" ]; then
-            python3 /opt/trimq/bin/trimq-relay "$PEER_RELAY" &
-        fi
+        start_relay
         exec mqbroker "$@"
+        ;;
+    controller | mqcontroller)
+        TRIMQ_LISTEN=${TRIMQ_LISTEN:-0.0.0.0:9878}
+        export TRIMQ_LISTEN
+        start_relay
+        exec mqcontroller "$@"
+        ;;
+    etcd)
+        # Its data lives in the container's /data volume unless ETCD_DATA_DIR says otherwise.
+        ETCD_DATA_DIR=${ETCD_DATA_DIR:-/data/etcd}
+        export ETCD_DATA_DIR
+        exec etcd "$@"
         ;;
     healthcheck) exec python3 /opt/trimq/bin/trimq-healthcheck "$@" ;;
     *) exec "$role" "$@" ;;

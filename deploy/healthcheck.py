@@ -1,12 +1,20 @@
-"""Container health check: `trimq-healthcheck namesrv|broker` (exit 0 = healthy).
+"""Container health check: `trimq-healthcheck namesrv|broker|controller|etcd` (exit 0 =
+healthy).
 
-namesrv: the NameServer on this container answers GET_BROKER_CLUSTER_INFO.
-broker:  at least one NameServer of TRIMQ_NAMESRV_ADDR lists this broker (TRIMQ_BROKER_NAME,
-         TRIMQ_BROKER_ID) at its advertised address (TRIMQ_ADVERTISE), i.e. it is registered;
-         a SLAVE (TRIMQ_BROKER_ROLE) also has its HA connection to its master open (its own
-         GET_BROKER_HA_STATUS: `haClientRuntimeInfo.activated`). A master's health does not
-         depend on its slaves (it serves without one); a SYNC_MASTER's output shows how many are
-         in sync (`inSyncSlaveNums`; with none, its sends are answered SLAVE_NOT_AVAILABLE).
+namesrv:    the NameServer on this container answers GET_BROKER_CLUSTER_INFO.
+broker:     at least one NameServer of TRIMQ_NAMESRV_ADDR lists this broker (TRIMQ_BROKER_NAME,
+            TRIMQ_BROKER_ID) at its advertised address (TRIMQ_ADVERTISE), i.e. it is registered;
+            a SLAVE (TRIMQ_BROKER_ROLE) also has its HA connection to its master open (its own
+            GET_BROKER_HA_STATUS: `haClientRuntimeInfo.activated`). A master's health does not
+            depend on its slaves (it serves without one); a SYNC_MASTER's output shows how many
+            are in sync (`inSyncSlaveNums`; with none, its sends are answered
+            SLAVE_NOT_AVAILABLE). In controller mode (TRIMQ_ENABLE_CONTROLLER_MODE) the
+            controllers assign the id: listed under its name at its address with any id (0 as
+            master), i.e. it has a role; the output names it.
+controller: the controller on this container answers CONTROLLER_GET_METADATA_INFO and names a
+            leader (with etcd unreachable there is none, and nothing can be elected).
+etcd:       the member's /health on its client port (ETCD_LISTEN_CLIENT_URLS' port, 2379)
+            says true: it is part of a cluster that has a leader.
 
 Standalone on purpose (stdlib only, one JSON RemotingCommand over a plain socket): it starts
 fast and checks the wire protocol exactly as a client sees it.
@@ -14,6 +22,7 @@ fast and checks the wire protocol exactly as a client sees it.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import socket
@@ -23,6 +32,7 @@ from collections.abc import Mapping
 
 GET_BROKER_CLUSTER_INFO = 106
 GET_BROKER_HA_STATUS = 907
+CONTROLLER_GET_METADATA_INFO = 1005
 TIMEOUT_S = 2.0
 
 
@@ -39,6 +49,13 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 def request(addr: str, code: int) -> dict[str, object]:
     """Send request `code` (no fields, no body) to `addr`; the decoded JSON body of a
     successful answer (ValueError for any other)."""
+    _, body = call(addr, code)
+    return body
+
+
+def call(addr: str, code: int) -> tuple[dict[str, object], dict[str, object]]:
+    """Send request `code` (no fields, no body) to `addr`; the answer's header fields
+    (extFields) and decoded JSON body when it succeeded (ValueError for any other answer)."""
     host, _, port = addr.strip().rpartition(":")
     header = json.dumps(
         {
@@ -65,7 +82,11 @@ def request(addr: str, code: int) -> dict[str, object]:
         raise ValueError(f"code {reply.get('code')}: {reply.get('remark')}")
     body = data[4 + header_len :]
     decoded = json.loads(body) if body else {}
-    return decoded if isinstance(decoded, dict) else {}
+    fields = reply.get("extFields")
+    return (
+        fields if isinstance(fields, dict) else {},
+        decoded if isinstance(decoded, dict) else {},
+    )
 
 
 def cluster_info(addr: str) -> dict[str, object]:
@@ -73,15 +94,64 @@ def cluster_info(addr: str) -> dict[str, object]:
     return request(addr, GET_BROKER_CLUSTER_INFO)
 
 
-def broker_registered(info: dict[str, object], name: str, broker_id: str, addr: str) -> bool:
+def registered_ids(info: dict[str, object], name: str, addr: str) -> list[str]:
+    """The broker ids the cluster info lists `addr` under for broker name `name`."""
     table = info.get("brokerAddrTable")
     if not isinstance(table, dict):
-        return False
+        return []
     entry = table.get(name)
     if not isinstance(entry, dict):
-        return False
+        return []
     addrs = entry.get("brokerAddrs")
-    return isinstance(addrs, dict) and addrs.get(broker_id) == addr
+    if not isinstance(addrs, dict):
+        return []
+    return [str(bid) for bid, a in addrs.items() if a == addr]
+
+
+def broker_registered(info: dict[str, object], name: str, broker_id: str, addr: str) -> bool:
+    return broker_id in registered_ids(info, name, addr)
+
+
+def _flag(env: Mapping[str, str], key: str) -> bool:
+    return env.get(key, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _listen_port(env: Mapping[str, str], default: str) -> str:
+    return env.get("TRIMQ_LISTEN", f"0.0.0.0:{default}").rpartition(":")[2]
+
+
+def controller_health(env: Mapping[str, str]) -> tuple[bool, str]:
+    """(healthy, output) of the controller on this container."""
+    addr = f"127.0.0.1:{_listen_port(env, '9878')}"
+    try:
+        fields, _ = call(addr, CONTROLLER_GET_METADATA_INFO)
+    except (OSError, ValueError) as exc:
+        return False, f"controller not answering: {exc}"
+    leader = fields.get("controllerLeaderAddress")
+    if not leader:
+        return False, "controller answering, but the controllers have no leader"
+    me = "leader" if str(fields.get("isLeader")).lower() == "true" else "follower"
+    return True, f"controller {me}; leader {leader}"
+
+
+def etcd_health(env: Mapping[str, str]) -> tuple[bool, str]:
+    """(healthy, output) of the etcd member on this container (GET /health)."""
+    urls = env.get("ETCD_LISTEN_CLIENT_URLS", "http://127.0.0.1:2379")
+    port = int(urls.split(",")[0].rstrip("/").rpartition(":")[2])
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT_S)
+    try:
+        conn.request("GET", "/health")
+        answer = conn.getresponse()
+        text = answer.read().decode(errors="replace")
+    except (OSError, http.client.HTTPException) as exc:
+        return False, f"etcd not answering: {exc}"
+    finally:
+        conn.close()
+    try:
+        healthy = answer.status == 200 and json.loads(text).get("health") == "true"
+    except ValueError:
+        healthy = False
+    return healthy, f"etcd /health: {answer.status} {text.strip()}"
 
 
 def ha_status(env: Mapping[str, str]) -> dict[str, object]:
@@ -116,30 +186,40 @@ def main(argv: list[str]) -> int:
     role = argv[1] if len(argv) > 1 else "broker"
     env = os.environ
     if role == "namesrv":
-        port = env.get("TRIMQ_LISTEN", "0.0.0.0:9876").rpartition(":")[2]
         try:
-            cluster_info(f"127.0.0.1:{port}")
+            cluster_info(f"127.0.0.1:{_listen_port(env, '9876')}")
         except (OSError, ValueError) as exc:
             print(f"namesrv not answering: {exc}")
             return 1
         return 0
+    if role in ("controller", "etcd"):
+        healthy, output = (controller_health if role == "controller" else etcd_health)(env)
+        print(output)
+        return 0 if healthy else 1
     name = env.get("TRIMQ_BROKER_NAME", "broker-a")
+    controller_mode = _flag(env, "TRIMQ_ENABLE_CONTROLLER_MODE")
     broker_id = env.get("TRIMQ_BROKER_ID", "0")
     broker_role = env.get("TRIMQ_BROKER_ROLE", "ASYNC_MASTER").upper()
     addr = env.get("TRIMQ_ADVERTISE", "")
     errors = []
-    registered = False
+    ids: list[str] = []
     for ns in filter(None, (a.strip() for a in env.get("TRIMQ_NAMESRV_ADDR", "").split(";"))):
         try:
-            if broker_registered(cluster_info(ns), name, broker_id, addr):
-                registered = True
-                break
-            errors.append(f"{ns}: not listed")
+            ids = registered_ids(cluster_info(ns), name, addr)
         except (OSError, ValueError) as exc:
             errors.append(f"{ns}: {exc}")
-    if not registered:
+            continue
+        if ids and (controller_mode or broker_id in ids):
+            break
+        ids = []
+        errors.append(f"{ns}: not listed")
+    if not ids:
         print(f"{name} at {addr} not registered: " + "; ".join(errors or ["no NameServer"]))
         return 1
+    if controller_mode:
+        as_master = "0" in ids
+        print(f"{name} at {addr} registered as {'master' if as_master else 'slave'} (id {ids[0]})")
+        return 0
     if broker_role == "SLAVE":
         why = slave_linked(env)
         if why is not None:

@@ -1,10 +1,15 @@
-"""The compose cluster of the `cluster` tests: built, started once per session, always removed.
+"""The compose projects of the `cluster` tests: built, started once, always removed.
 
-`make image` builds trimq:latest first (so `make test` on a fresh machine builds it), then the
-project `trimq-test-<pid>` of deploy/docker-compose.yml (three SYNC_MASTER masters, each with a
-slave) starts with free loopback ports, short timings (NameServer expiry 6 s, scan 1 s, broker
-registration every 2 s, slave metadata copy every 1 s, HA heartbeat 1 s and housekeeping 5 s)
-and SYNC_FLUSH. The finalizer saves the containers' logs and runs `down -v` whatever happened.
+`make image` builds trimq:latest first (so `make test` on a fresh machine builds it), once per
+session. `cluster`: the project `trimq-test-<pid>` of deploy/docker-compose.yml (three
+SYNC_MASTER masters, each with a slave) with free loopback ports, short timings (NameServer
+expiry 6 s, scan 1 s, broker registration every 2 s, slave metadata copy every 1 s, HA
+heartbeat 1 s and housekeeping 5 s) and SYNC_FLUSH, for the whole session.
+`controller_cluster`: the project `trimq-ctl-test-<pid>` of deploy/docker-compose.controller.yml
+(etcd, controllers, broker-a's two controller-mode replicas, broker-b; timings in
+tests/cluster/controller_support.py) for one test module. The finalizers save the containers'
+logs and run `down -v` whatever happened. The controller scenarios' module sorts first, so the
+two projects never run at once.
 
 Set TRIMQ_SKIP_CLUSTER=1 to skip these tests on a machine without a Docker engine.
 """
@@ -21,7 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.support import PORT_COUNT, REPO, Cluster, Row
+from tests.cluster.controller_support import PORT_COUNT as CONTROLLER_PORT_COUNT
+from tests.cluster.controller_support import ControllerCluster
+from tests.cluster.support import PORT_COUNT, REPO, Cluster, ComposeProject, Row
 from tests.helpers import free_port
 
 ROWS: list[Row] = []
@@ -45,37 +52,73 @@ def _build_image() -> None:
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[Cluster]:
+def image() -> float:
+    """`make image` once per session; the seconds it took."""
     if os.environ.get("TRIMQ_SKIP_CLUSTER") == "1":
         pytest.skip("TRIMQ_SKIP_CLUSTER=1: docker compose cluster tests skipped on request")
     started = time.monotonic()
     _build_image()
-    built = time.monotonic()
+    return time.monotonic() - started
+
+
+def _free_ports(n: int) -> list[int]:
     ports: list[int] = []
-    while len(ports) < PORT_COUNT:
+    while len(ports) < n:
         port = free_port()
         if port not in ports:
             ports.append(port)
-    c = Cluster(f"trimq-test-{os.getpid()}", ports)
+    return ports
+
+
+def _log_dir() -> Path:
     # Outside pytest's rotating tmp dirs, so the logs of a failed run stay readable.
     logdir = Path(tempfile.gettempdir()) / "trimq-cluster-logs"
     logdir.mkdir(exist_ok=True)
-    c.logdir = logdir
+    return logdir
+
+
+def _down(c: ComposeProject) -> None:
+    try:
+        print(f"\ncompose logs: {c.save_all_logs()}")
+    except Exception as exc:
+        print(f"\ncould not save compose logs: {exc}")
+    c.compose("down", "-v", "--remove-orphans", "-t", "5", timeout=300)
+
+
+@pytest.fixture(scope="session")
+def cluster(image: float) -> Iterator[Cluster]:
+    started = time.monotonic()
+    c = Cluster(f"trimq-test-{os.getpid()}", _free_ports(PORT_COUNT))
+    c.logdir = _log_dir()
     try:
         c.compose("up", "-d")
         c.wait_healthy(total=120)
         print(
-            f"\ncluster {c.project}: image {built - started:.1f}s, "
-            f"up and healthy {time.monotonic() - built:.1f}s; NameServers {c.namesrv_addr}"
+            f"\ncluster {c.project}: image {image:.1f}s, "
+            f"up and healthy {time.monotonic() - started:.1f}s; NameServers {c.namesrv_addr}"
         )
         yield c
     finally:
-        try:
-            (logdir / f"{c.project}.log").write_text(c.compose("logs", "--no-color", timeout=120))
-            print(f"\ncompose logs: {logdir / c.project}.log")
-        except Exception as exc:
-            print(f"\ncould not save compose logs: {exc}")
-        c.compose("down", "-v", "--remove-orphans", "-t", "5", timeout=300)
+        _down(c)
+
+
+@pytest.fixture(scope="module")
+def controller_cluster(image: float) -> Iterator[ControllerCluster]:
+    started = time.monotonic()
+    c = ControllerCluster(f"trimq-ctl-test-{os.getpid()}", _free_ports(CONTROLLER_PORT_COUNT))
+    c.logdir = _log_dir()
+    try:
+        # `up` returns once the controllers are healthy (the replicas depend on a leader).
+        c.compose("up", "-d", timeout=300)
+        c.wait_healthy(total=120)
+        print(
+            f"\ncontroller cluster {c.project}: image {image:.1f}s, up and healthy "
+            f"{time.monotonic() - started:.1f}s; NameServer {c.namesrv_addr}, controllers "
+            f"{c.controller_addrs}"
+        )
+        yield c
+    finally:
+        _down(c)
 
 
 @pytest.fixture

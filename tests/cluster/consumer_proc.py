@@ -1,7 +1,7 @@
 """A consumer host process for the cluster tests (run with the venv's python).
 
     python tests/cluster/consumer_proc.py --namesrv "127.0.0.1:P1;127.0.0.1:P2" \
-        --topic T --group G --out FILE [--rebalance-ms 2000]
+        --topic T [--topic T2 ...] --group G --out FILE [--rebalance-ms 2000]
 
 Appends one line per consumed message to FILE (each line written with one O_APPEND write, so
 a SIGKILL leaves whole lines only): `body<TAB>broker<TAB>queue_id<TAB>queue_offset<TAB>time`.
@@ -53,7 +53,8 @@ async def run(args: argparse.Namespace) -> None:
         listener=listener,
         consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
     )
-    consumer.subscribe(args.topic, "*")
+    for topic in args.topic:
+        consumer.subscribe(topic, "*")
     try:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with consumer:
@@ -67,7 +68,7 @@ async def run(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--namesrv", required=True)
-    parser.add_argument("--topic", required=True)
+    parser.add_argument("--topic", required=True, action="append")
     parser.add_argument("--group", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--name", default=f"cluster-consumer-{os.getpid()}")

@@ -14,11 +14,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import trio
 
 import client.producer as producer_module
 from client import ClientConfig, Message, MessageQueue, Producer, SendResult, SendStatus
+from common.message import MessageDecodeError, decode_offset_msg_id
 from remoting import RemotingClient, RemotingCommand
 from remoting.codes import RequestCode, ResponseCode
 from remoting.protocol.route import ClusterInfo, TopicRouteData
@@ -69,61 +71,23 @@ def _env_key(service: str) -> str:
     return service.upper().replace("-", "_")
 
 
-class Cluster:
-    """One compose project of deploy/docker-compose.yml with its own free ports.
+class ComposeProject:
+    """One compose project of a compose file, driven through `docker-compose` / `docker`.
 
-    `ports`: PORT_COUNT distinct ports: the NameServers', the masters', the masters' HA ports,
-    the slaves'. The masters run as BROKER_ROLE (SYNC_MASTER: an acknowledged send is on the
-    slave too).
+    `env` is the environment compose runs with (ports and settings of the file);
+    `services` what `wait_healthy` waits for by default.
     """
 
-    def __init__(self, project: str, ports: Sequence[int], image: str = "trimq:latest") -> None:
-        if len(ports) != PORT_COUNT:
-            raise ValueError(f"expected {PORT_COUNT} ports, got {len(ports)}")
-        n_ns, n_b = len(NAMESRVS), len(BROKERS)
+    def __init__(
+        self, project: str, compose_file: Path, env: dict[str, str], services: Sequence[str]
+    ) -> None:
         self.project = project
-        self.ns_ports = dict(zip(NAMESRVS, ports[:n_ns], strict=True))
-        masters = ports[n_ns : n_ns + n_b]
-        self.ha_ports = dict(zip(BROKERS, ports[n_ns + n_b : n_ns + 2 * n_b], strict=True))
-        slaves = ports[n_ns + 2 * n_b :]
-        self.broker_ports = {
-            **dict(zip(BROKERS, masters, strict=True)),
-            **dict(zip(SLAVES, slaves, strict=True)),
-        }
-        self.base = [*compose_command(), "-p", project, "-f", str(COMPOSE_FILE)]
+        self.services = tuple(services)
+        self.base = [*compose_command(), "-p", project, "-f", str(compose_file)]
+        self.env = {**os.environ, **env}
         # Where the logs of removed containers are saved (conftest sets it).
         self.logdir: Path | None = None
         self._removed = 0
-        self.env = {
-            **os.environ,
-            "TRIMQ_IMAGE": image,
-            **{f"{_env_key(s)}_PORT": str(p) for s, p in self.ns_ports.items()},
-            **{f"{_env_key(b)}_PORT": str(p) for b, p in self.broker_ports.items()},
-            **{f"{_env_key(b)}_HA_PORT": str(p) for b, p in self.ha_ports.items()},
-            "BROKER_ROLE": BROKER_ROLE,
-            "FLUSH_DISK_TYPE": "SYNC_FLUSH",
-            "NAMESRV_SCAN_INTERVAL_MS": str(NAMESRV_SCAN_MS),
-            "BROKER_EXPIRED_MS": str(BROKER_EXPIRED_MS),
-            "BROKER_REGISTER_PERIOD_MS": str(REGISTER_PERIOD_MS),
-            "SLAVE_TIMEOUT_MS": str(SLAVE_TIMEOUT_MS),
-            "SLAVE_SYNC_INTERVAL_MS": str(SLAVE_SYNC_INTERVAL_MS),
-            "HA_HEARTBEAT_INTERVAL_MS": str(HA_HEARTBEAT_MS),
-            "HA_HOUSEKEEPING_INTERVAL_MS": str(HA_HOUSEKEEPING_MS),
-            "COMMITLOG_FILE_SIZE": str(COMMITLOG_FILE_SIZE),
-            "CONSUME_QUEUE_FILE_SIZE": str(60_000 * 20),
-            "HEALTH_INTERVAL": "1s",
-        }
-
-    # -- addresses ------------------------------------------------------------------------
-    def ns_addr(self, service: str) -> str:
-        return f"127.0.0.1:{self.ns_ports[service]}"
-
-    @property
-    def namesrv_addr(self) -> str:
-        return ";".join(self.ns_addr(s) for s in NAMESRVS)
-
-    def broker_addr(self, service: str) -> str:
-        return f"127.0.0.1:{self.broker_ports[service]}"
 
     # -- docker ---------------------------------------------------------------------------
     def compose(self, *args: str, timeout: float = 180) -> str:
@@ -182,18 +146,13 @@ class Cluster:
         )
         return out.stdout.strip() or "unknown"
 
-    def network(self) -> str:
+    def network(self, name: str | None = None) -> str:
+        """The project's network `name` (the compose file's key), or its only network."""
+        labels = ["--filter", f"label=com.docker.compose.project={self.project}"]
+        if name is not None:
+            labels += ["--filter", f"label=com.docker.compose.network={name}"]
         out = subprocess.run(
-            [
-                "docker",
-                "network",
-                "ls",
-                "-q",
-                "--filter",
-                f"label=com.docker.compose.project={self.project}",
-                "--format",
-                "{{.Name}}",
-            ],
+            ["docker", "network", "ls", "-q", *labels, "--format", "{{.Name}}"],
             capture_output=True,
             text=True,
             check=True,
@@ -201,21 +160,26 @@ class Cluster:
         )
         names = out.stdout.split()
         if len(names) != 1:
-            raise RuntimeError(f"expected one network of {self.project}, found {names}")
+            raise RuntimeError(f"expected one network {name or ''} of {self.project}: {names}")
         return names[0]
 
     def docker(self, *args: str) -> None:
         subprocess.run(["docker", *args], capture_output=True, check=True, timeout=60)
 
-    def disconnect(self, service: str) -> None:
-        """Cut the service's container off the project's network."""
-        self.docker("network", "disconnect", self.network(), self.container(service))
+    def disconnect(self, service: str, network: str | None = None) -> None:
+        """Cut the service's container off the project's network (`network()`)."""
+        self.docker("network", "disconnect", self.network(network), self.container(service))
 
-    def reconnect(self, service: str) -> None:
+    def reconnect(self, service: str, network: str | None = None) -> None:
         """Connect it again under its service name: the other containers reach it by that
         name (a plain `network connect` would drop the alias compose gave it)."""
         self.docker(
-            "network", "connect", "--alias", service, self.network(), self.container(service)
+            "network",
+            "connect",
+            "--alias",
+            service,
+            self.network(network),
+            self.container(service),
         )
 
     def volumes(self, service: str) -> list[str]:
@@ -238,9 +202,13 @@ class Cluster:
         )
         return out.stdout.split()
 
-    def kill(self, service: str) -> None:
-        """SIGKILL the service's container (docker directly: compose takes seconds)."""
-        self.docker("kill", "-s", "KILL", self.container(service))
+    def kill(self, *services: str) -> None:
+        """SIGKILL the services' containers (docker directly: compose takes seconds)."""
+        self.docker("kill", "-s", "KILL", *(self.container(s) for s in services))
+
+    def start(self, *services: str) -> None:
+        """Start the services' stopped containers again (same volumes and networks)."""
+        self.docker("start", *(self.container(s) for s in services))
 
     def save_logs(self, service: str) -> None:
         """Keep the logs of a container about to be removed (`compose logs` shows only the
@@ -256,6 +224,14 @@ class Cluster:
             timeout=60,
         )
         path.write_bytes(proc.stdout + proc.stderr)
+
+    def save_all_logs(self) -> Path | None:
+        """`compose logs` of the project into the log directory; the file."""
+        if self.logdir is None:
+            return None
+        path = self.logdir / f"{self.project}.log"
+        path.write_text(self.compose("logs", "--no-color", "--timestamps", timeout=120))
+        return path
 
     def remove_with_store(self, service: str) -> None:
         """Remove a broker's container (killed first when running) and its store volume: a lost
@@ -292,27 +268,75 @@ class Cluster:
         digest, covered = out.stdout.split()
         return digest, int(covered)
 
-    def wait_healthy(
-        self, services: Sequence[str] = (*NAMESRVS, *ALL_BROKERS), total: float = 90
-    ) -> None:
+    def wait_healthy(self, services: Sequence[str] | None = None, total: float = 90) -> None:
         deadline = time.monotonic() + total
         states: dict[str, str] = {}
         while True:
-            states = {s: self.health(s) for s in services}
+            states = {s: self.health(s) for s in services or self.services}
             if all(v == "healthy" for v in states.values()):
                 return
             if time.monotonic() >= deadline:
-                raise AssertionError(f"cluster not healthy after {total}s: {states}")
+                raise AssertionError(f"not healthy after {total}s: {states}")
             time.sleep(0.5)
 
-    async def await_healthy(
-        self, services: Sequence[str] = (*NAMESRVS, *ALL_BROKERS), total: float = 90
-    ) -> None:
+    async def await_healthy(self, services: Sequence[str] | None = None, total: float = 90) -> None:
         await trio.to_thread.run_sync(lambda: self.wait_healthy(services, total))
 
     async def run(self, *args: str) -> str:
         """`compose(...)` from trio (in a worker thread: it blocks on a subprocess)."""
         return await trio.to_thread.run_sync(lambda: self.compose(*args))
+
+
+class Cluster(ComposeProject):
+    """One compose project of deploy/docker-compose.yml with its own free ports.
+
+    `ports`: PORT_COUNT distinct ports: the NameServers', the masters', the masters' HA ports,
+    the slaves'. The masters run as BROKER_ROLE (SYNC_MASTER: an acknowledged send is on the
+    slave too).
+    """
+
+    def __init__(self, project: str, ports: Sequence[int], image: str = "trimq:latest") -> None:
+        if len(ports) != PORT_COUNT:
+            raise ValueError(f"expected {PORT_COUNT} ports, got {len(ports)}")
+        n_ns, n_b = len(NAMESRVS), len(BROKERS)
+        self.ns_ports = dict(zip(NAMESRVS, ports[:n_ns], strict=True))
+        masters = ports[n_ns : n_ns + n_b]
+        self.ha_ports = dict(zip(BROKERS, ports[n_ns + n_b : n_ns + 2 * n_b], strict=True))
+        slaves = ports[n_ns + 2 * n_b :]
+        self.broker_ports = {
+            **dict(zip(BROKERS, masters, strict=True)),
+            **dict(zip(SLAVES, slaves, strict=True)),
+        }
+        env = {
+            "TRIMQ_IMAGE": image,
+            **{f"{_env_key(s)}_PORT": str(p) for s, p in self.ns_ports.items()},
+            **{f"{_env_key(b)}_PORT": str(p) for b, p in self.broker_ports.items()},
+            **{f"{_env_key(b)}_HA_PORT": str(p) for b, p in self.ha_ports.items()},
+            "BROKER_ROLE": BROKER_ROLE,
+            "FLUSH_DISK_TYPE": "SYNC_FLUSH",
+            "NAMESRV_SCAN_INTERVAL_MS": str(NAMESRV_SCAN_MS),
+            "BROKER_EXPIRED_MS": str(BROKER_EXPIRED_MS),
+            "BROKER_REGISTER_PERIOD_MS": str(REGISTER_PERIOD_MS),
+            "SLAVE_TIMEOUT_MS": str(SLAVE_TIMEOUT_MS),
+            "SLAVE_SYNC_INTERVAL_MS": str(SLAVE_SYNC_INTERVAL_MS),
+            "HA_HEARTBEAT_INTERVAL_MS": str(HA_HEARTBEAT_MS),
+            "HA_HOUSEKEEPING_INTERVAL_MS": str(HA_HOUSEKEEPING_MS),
+            "COMMITLOG_FILE_SIZE": str(COMMITLOG_FILE_SIZE),
+            "CONSUME_QUEUE_FILE_SIZE": str(60_000 * 20),
+            "HEALTH_INTERVAL": "1s",
+        }
+        super().__init__(project, COMPOSE_FILE, env, (*NAMESRVS, *ALL_BROKERS))
+
+    # -- addresses ------------------------------------------------------------------------
+    def ns_addr(self, service: str) -> str:
+        return f"127.0.0.1:{self.ns_ports[service]}"
+
+    @property
+    def namesrv_addr(self) -> str:
+        return ";".join(self.ns_addr(s) for s in NAMESRVS)
+
+    def broker_addr(self, service: str) -> str:
+        return f"127.0.0.1:{self.broker_ports[service]}"
 
 
 # Run inside a broker's container: sha256 over the commitlog bytes [start, end) (files named by
@@ -399,7 +423,14 @@ async def ns_route_brokers(client: RemotingClient, addr: str, topic: str) -> set
     return {q.broker_name for q in route.queue_datas} & masters
 
 
-def client_config(cluster: Cluster, **kw: object) -> ClientConfig:
+class NameServed(Protocol):
+    """A compose project with NameServers clients on this host reach."""
+
+    @property
+    def namesrv_addr(self) -> str: ...
+
+
+def client_config(cluster: NameServed, **kw: object) -> ClientConfig:
     values: dict[str, object] = {
         "namesrv_addr": cluster.namesrv_addr,
         "client_ip": "127.0.0.1",
@@ -413,6 +444,16 @@ def client_config(cluster: Cluster, **kw: object) -> ClientConfig:
 
 
 # -- load ----------------------------------------------------------------------------------
+def store_addr(result: SendResult) -> str:
+    """The address of the broker that stored a sent message, from its offset message id (the
+    store host: a broker's advertised address); "" when the id names none."""
+    try:
+        (host, port), _ = decode_offset_msg_id(result.offset_msg_id.split(",")[0])
+    except MessageDecodeError:
+        return ""
+    return f"{host}:{port}"
+
+
 @contextlib.contextmanager
 def observed_send_results(observe: Callable[[SendResult], None]) -> Iterator[None]:
     """Call `observe` with every send answer the producers of this process get, also the ones
@@ -448,6 +489,10 @@ class Load:
     the same key until it is acknowledged or the load stops, so `sent` counts distinct
     messages and `errors` failed attempts. Times are `time.time()` (shared with the consumer
     processes).
+
+    `ordered`: each sender owns a sharding key (`<tag>-s<n>`) and sends with it (ordered sends:
+    one queue per key, no move to another broker); `by_shard` lists each key's messages in
+    send order, each sent only once the one before it was acknowledged.
     """
 
     producer: Producer
@@ -455,11 +500,18 @@ class Load:
     tag: str
     senders: int = 4
     pause_s: float = 0.02
+    ordered: bool = False
+    by_shard: dict[str, list[str]] = field(default_factory=dict)
     sent: dict[str, float] = field(default_factory=dict)
     acked: dict[str, tuple[float, str]] = field(default_factory=dict)
     errors: list[tuple[float, str]] = field(default_factory=list)
     # (time, broker, status) of every answer other than SEND_OK.
     not_ok: list[tuple[float, str, SendStatus]] = field(default_factory=list)
+    # The same answers with the address of the broker that gave them (`store_addr`).
+    not_ok_at: list[tuple[float, str, SendStatus]] = field(default_factory=list)
+    # key -> address of the broker that acknowledged it, and (queue id, queue offset) there.
+    acked_by: dict[str, str] = field(default_factory=dict)
+    acked_queue: dict[str, tuple[int, int]] = field(default_factory=dict)
     ack_times: list[float] = field(default_factory=list)
     _seq: int = 0
     _stopping: bool = False
@@ -469,16 +521,21 @@ class Load:
         self._seq += 1
         return f"{self.tag}-{self._seq:07d}"
 
-    def _observe(self, result: SendResult) -> None:
-        if result.status is not SendStatus.SEND_OK:
-            self.not_ok.append((time.time(), result.message_queue.broker_name, result.status))
+    def observe(self, result: SendResult) -> None:
+        """Count a send answer of this load's topic (`observed_send_results`)."""
+        if result.status is SendStatus.SEND_OK or result.message_queue.topic != self.topic:
+            return
+        now = time.time()
+        self.not_ok.append((now, result.message_queue.broker_name, result.status))
+        self.not_ok_at.append((now, store_addr(result), result.status))
 
-    async def send_one(self, producer: Producer, key: str) -> bool:
-        """One send (the producer's own retries included); True when acknowledged (recorded),
-        False on failure (recorded) or an answer other than SEND_OK (counted as it came)."""
+    async def send_one(self, producer: Producer, key: str, shard: str | None = None) -> bool:
+        """One send (the producer's own retries included), with sharding key `shard` if given;
+        True when acknowledged (recorded), False on failure (recorded) or an answer other than
+        SEND_OK (counted as it came)."""
         self.sent.setdefault(key, time.time())
         try:
-            result = await producer.send(Message(self.topic, key, keys=key))
+            result = await producer.send(Message(self.topic, key, keys=key), sharding_key=shard)
         except Exception as exc:
             self.errors.append((time.time(), f"{type(exc).__name__}: {exc}"[:200]))
             return False
@@ -486,24 +543,31 @@ class Load:
             return False
         now = time.time()
         self.acked.setdefault(key, (now, result.message_queue.broker_name))
+        self.acked_by.setdefault(key, store_addr(result))
+        self.acked_queue.setdefault(key, (result.message_queue.queue_id, result.queue_offset))
         self.ack_times.append(now)
         return True
 
-    async def _sender(self) -> None:
+    async def _sender(self, index: int) -> None:
+        shard = f"{self.tag}-s{index}" if self.ordered else None
         while not self.stopping():
             key = self._next_key()
-            while not await self.send_one(self.producer, key):
+            if shard is not None:
+                self.by_shard.setdefault(shard, []).append(key)
+            while not await self.send_one(self.producer, key, shard):
                 if self.stopping():
                     return
                 await trio.sleep(0.1)
             await trio.sleep(self.pause_s)
 
-    async def run(self) -> None:
+    async def run(self, *, observe: bool = True) -> None:
+        """Send until stopped. `observe=False` when the caller observes the answers itself
+        (several loads at once: one `observed_send_results` for all)."""
         try:
-            with observed_send_results(self._observe):
+            with observed_send_results(self.observe) if observe else contextlib.nullcontext():
                 async with trio.open_nursery() as nursery:
-                    for _ in range(self.senders):
-                        nursery.start_soon(self._sender)
+                    for index in range(self.senders):
+                        nursery.start_soon(self._sender, index)
         finally:
             self._done.set()
 
@@ -556,12 +620,15 @@ class Consumed:
 
 
 class ConsumerProcs:
-    """Consumer host processes (tests/cluster/consumer_proc.py) of one group."""
+    """Consumer host processes (tests/cluster/consumer_proc.py) of one group, subscribed to
+    `topic` (or to each of several)."""
 
-    def __init__(self, cluster: Cluster, workdir: Path, topic: str, group: str) -> None:
+    def __init__(
+        self, cluster: NameServed, workdir: Path, topic: str | Sequence[str], group: str
+    ) -> None:
         self.cluster = cluster
         self.workdir = workdir
-        self.topic = topic
+        self.topics = [topic] if isinstance(topic, str) else list(topic)
         self.group = group
         self.procs: list[subprocess.Popen[bytes]] = []
         self.outs: list[Path] = []
@@ -578,8 +645,7 @@ class ConsumerProcs:
                         str(script),
                         "--namesrv",
                         self.cluster.namesrv_addr,
-                        "--topic",
-                        self.topic,
+                        *(arg for t in self.topics for arg in ("--topic", t)),
                         "--group",
                         self.group,
                         "--out",
@@ -666,35 +732,67 @@ class Row:
     note: str = ""
 
     HEADER = (
-        f"{'scenario':<22} {'sent':>6} {'acked':>6} {'consumed':>8} {'dups':>5} {'lost':>4} "
+        f"{'scenario':<32} {'sent':>6} {'acked':>6} {'consumed':>8} {'dups':>5} {'lost':>4} "
         f"{'recover_s':>9} {'errors':>6} {'not_ok':>6}  note"
     )
 
     def line(self) -> str:
         return (
-            f"{self.scenario:<22} {self.sent:>6} {self.acked:>6} {self.consumed:>8} "
+            f"{self.scenario:<32} {self.sent:>6} {self.acked:>6} {self.consumed:>8} "
             f"{self.duplicates:>5} {self.lost:>4} {self.recover_s:>9.2f} {self.errors:>6} "
             f"{self.not_ok:>6}  {self.note}"
         )
 
 
 def account(
-    scenario: str, load: Load, records: list[Consumed], recover_s: float, note: str = ""
+    scenario: str,
+    load: Load | Sequence[Load],
+    records: list[Consumed],
+    recover_s: float,
+    note: str = "",
 ) -> tuple[Row, set[str]]:
-    """The row for a scenario and the set of lost keys (acked, never consumed)."""
-    mine = [r for r in records if r.key.startswith(load.tag + "-")]
+    """The row for a scenario (of one load, or of several added up) and the set of lost keys
+    (acked, never consumed)."""
+    loads = [load] if isinstance(load, Load) else list(load)
+    tags = tuple(f"{ld.tag}-" for ld in loads)
+    mine = [r for r in records if r.key.startswith(tags)]
     unique = {r.key for r in mine}
-    lost = set(load.acked) - unique
+    acked = {k for ld in loads for k in ld.acked}
+    lost = acked - unique
     row = Row(
         scenario=scenario,
-        sent=len(load.sent),
-        acked=len(load.acked),
+        sent=sum(len(ld.sent) for ld in loads),
+        acked=len(acked),
         consumed=len(unique),
         duplicates=len(mine) - len(unique),
         lost=len(lost),
         recover_s=recover_s,
-        errors=len(load.errors),
-        not_ok=len(load.not_ok),
+        errors=sum(len(ld.errors) for ld in loads),
+        not_ok=sum(len(ld.not_ok) for ld in loads),
         note=note,
     )
     return row, lost
+
+
+def order_violations(load: Load, records: list[Consumed]) -> list[str]:
+    """Where an ordered load's acknowledged messages break their sharding key's order: each
+    key's messages must sit in one queue (broker name and queue id) at increasing offsets in
+    send order. A message stored more than once (an answer lost, sent again) counts at its
+    first offset. Messages never consumed are left to the lost count."""
+    first: dict[str, Consumed] = {}
+    for r in records:
+        if r.key not in first or r.offset < first[r.key].offset:
+            first[r.key] = r
+    problems = []
+    for shard, keys in load.by_shard.items():
+        placed = [first[k] for k in keys if k in load.acked and k in first]
+        queues = {(r.broker, r.queue_id) for r in placed}
+        if len(queues) > 1:
+            problems.append(f"{shard}: in {len(queues)} queues {sorted(queues)}")
+        for a, b in itertools.pairwise(placed):
+            if b.offset <= a.offset:
+                problems.append(
+                    f"{shard}: {b.key} at offset {b.offset} after {a.key} at {a.offset}"
+                )
+                break
+    return problems
