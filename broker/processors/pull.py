@@ -50,6 +50,10 @@ class PullProcessor:
 
     def __init__(self, ctrl: BrokerController) -> None:
         self.ctrl = ctrl
+        # Controller mode: whether the last `_get` was cut at the confirm offset, and the
+        # queues whose pulls wait for the confirm offset to pass a record.
+        self._capped = False
+        self._confirm_waits: set[tuple[str, int]] = set()
 
     @guarded()
     async def pull_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
@@ -223,14 +227,16 @@ class PullProcessor:
 
         def resume(p: ParkedPull, final: bool) -> bool:
             result = self._get(hdr, p.offset, max_msgs, match)
-            if (
-                not final
-                and result.status is GetMessageStatus.NO_MATCHED_MESSAGE
-                and result.next_begin_offset > p.offset
-                and trio.current_time() < p.deadline
-            ):
-                p.offset = result.next_begin_offset  # only filtered-out messages: wait on
-                return False
+            if not final and trio.current_time() < p.deadline:
+                if (
+                    result.status is GetMessageStatus.NO_MATCHED_MESSAGE
+                    and result.next_begin_offset > p.offset
+                ):
+                    p.offset = result.next_begin_offset  # only filtered-out messages: wait on
+                    return False
+                if self._capped and not result.buffers:
+                    return False  # arrived but not confirmed yet: woken again once it is
+
             response = self._response(
                 cmd, pull_code(result.status, p.offset), result, hdr.consumer_group
             )
@@ -243,7 +249,13 @@ class PullProcessor:
         # not be notified again, and a full service parks nothing: answer those now, as a
         # woken pull would.
         topic, queue_id, offset = hdr.topic, hdr.queue_id, hdr.queue_offset
-        if ctrl.store.get_max_offset_in_queue(topic, queue_id) <= offset and (
+        # A read cut at the confirm offset ends where readers see the queue end.
+        visible = (
+            first.max_offset
+            if self._capped
+            else ctrl.store.get_max_offset_in_queue(topic, queue_id)
+        )
+        if visible <= offset and (
             ctrl.long_polling.park(topic, queue_id, offset, deadline, resume)
         ):
             responder = conn.defer(cmd)
@@ -281,15 +293,67 @@ class PullProcessor:
         max_msgs: int,
         match: Callable[[int], bool] | None,
     ) -> GetMessageResult:
-        return self.ctrl.store.get_message_nowait(
+        """The store's answer; in controller mode cut at the group's confirm offset
+        (`BrokerController.read_limit`): records past it are not there yet for readers, and
+        the queue's pulls are woken once they are confirmed. Sets `self._capped`."""
+        ctrl = self.ctrl
+        result = ctrl.store.get_message_nowait(
             hdr.consumer_group,
             hdr.topic,
             hdr.queue_id,
             offset,
             max_msgs,
-            self.ctrl.config.max_pull_bytes,
+            ctrl.config.max_pull_bytes,
             match,
         )
+        self._capped = False
+        limit = ctrl.read_limit() if ctrl.replicas is not None else None
+        if limit is None or not result.buffers:
+            return result
+        for i, buf in enumerate(result.buffers):
+            # PHYSICALOFFSET, bytes 28..36 of every record.
+            end = int.from_bytes(buf[28:36], "big") + len(buf)
+            if end > limit:
+                self._cut(result, i, offset)
+                self._wake_when_confirmed(hdr.topic, hdr.queue_id, end)
+                self._capped = True
+                break
+        return result
+
+    @staticmethod
+    def _cut(result: GetMessageResult, keep: int, offset: int) -> None:
+        """Keep the first `keep` records of `result`; the next pull starts at the first one
+        dropped, which is also the queue's end as readers see it."""
+        first_out = result.queue_offsets[keep]
+        del result.buffers[keep:]
+        del result.queue_offsets[keep:]
+        result.message_count = keep
+        result.buffer_total_size = sum(len(b) for b in result.buffers)
+        result.next_begin_offset = first_out
+        result.max_offset = first_out
+        if keep == 0:
+            result.status = GetMessageStatus.OFFSET_OVERFLOW_ONE
+            result.next_begin_offset = offset
+
+    def _wake_when_confirmed(self, topic: str, queue_id: int, end: int) -> None:
+        """Resume the queue's parked pulls once the group confirmed up to `end` (one wait per
+        queue at a time; a later cut read registers the next)."""
+        ha = self.ctrl.ha_master
+        key = (topic, queue_id)
+        if ha is None or key in self._confirm_waits:
+            return
+        self._confirm_waits.add(key)
+        ctrl = self.ctrl
+
+        def confirmed(_ok: bool) -> None:
+            self._confirm_waits.discard(key)
+            store = ctrl._store
+            if store is not None:
+                ctrl.long_polling.notify(
+                    topic, queue_id, store.get_max_offset_in_queue(topic, queue_id)
+                )
+
+        ha.when_replicated(end, confirmed, self.ctrl.config.slave_timeout_ms / 1000)
 
     def _response(
         self, cmd: RemotingCommand, code: int, result: GetMessageResult, group: str

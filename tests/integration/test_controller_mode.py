@@ -22,6 +22,7 @@ from broker.ha_autoswitch import AutoSwitchHASlave
 from client import Admin, ClientConfig
 from client.controller_admin import ControllerAdmin
 from common.message import MessageInner, decode_records
+from common.pull import PULL_FLAG_SUSPEND
 from controller.config import ControllerConfig
 from controller.server import ControllerServer
 from namesrv.config import NamesrvConfig
@@ -30,7 +31,7 @@ from remoting import RemotingClient, ResponseCode
 from store import MessageStore, PutMessageStatus
 from tests.helpers import free_port, wait_until
 from tests.integration.etcd_support import EtcdProc, etcd_procs
-from tests.integration.test_broker_process import pull_request, send_request
+from tests.integration.test_broker_process import PULL_SUBSCRIPTION, pull_request, send_request
 from tests.integration.test_replication import _assert_same_commitlogs
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("staging_guard")]
@@ -243,3 +244,72 @@ async def test_min_in_sync_replicas_refuses_before_storing(tmp_path: Path, etcd:
             assert resp.code == ResponseCode.SYSTEM_ERROR
             assert "in-sync replicas not enough" in (resp.remark or "")
             assert broker.store.max_phy_offset == before
+
+
+async def test_reads_stop_at_what_the_group_confirmed(tmp_path: Path, etcd: EtcdProc) -> None:
+    """A record the master stored but its SyncStateSet did not confirm is not served (a
+    consumer that read and committed it would skip what a new master writes at its queue
+    offset); a pull parked for it is answered once it is confirmed."""
+    async with (
+        NameServer(NamesrvConfig(listen="127.0.0.1:0")) as ns,
+        ControllerServer(_controller_config(etcd)) as ctl,
+        RemotingClient() as client,
+    ):
+        await wait_until(lambda: ctl.is_leader, total=15, what="a controller leader")
+        ctl_addr = f"127.0.0.1:{ctl.port}"
+        cfg_a = _broker_config(tmp_path, "a0", ns.address, ctl_addr)
+        cfg_b = _broker_config(tmp_path, "a1", ns.address, ctl_addr)
+        async with _broker(cfg_a) as (a, _):
+            await wait_until(lambda: a.role == "SYNC_MASTER", total=15, what="a master")
+            async with _broker(cfg_b) as (b, _):
+                await wait_until(
+                    lambda: (
+                        a.replicas is not None and a.replicas.sync_state_set == frozenset({1, 2})
+                    ),
+                    total=15,
+                    what="the slave in the SyncStateSet",
+                )
+                aaddr = f"127.0.0.1:{a.port}"
+                first = await client.invoke(aaddr, send_request("ConfT", b"confirmed"))
+                assert first.code == ResponseCode.SUCCESS, first.remark
+                # The controller cannot be reached (the set stays), the slave stops following.
+                assert a.replicas is not None
+
+                async def unreachable(members: frozenset[int]) -> None:
+                    await trio.lowlevel.checkpoint()
+
+                a.replicas._alter = unreachable  # type: ignore[method-assign]
+                assert isinstance(b.ha_slave, AutoSwitchHASlave)
+                follow = b.ha_slave.master_addr
+                b.registration.on_master = None  # else the next registration answer restores it
+                b.ha_slave.set_master(None)
+                ha = a.ha_master_autoswitch
+                assert ha is not None
+                await wait_until(lambda: ha.connected_members() == 0, total=10)
+                second = await client.invoke(aaddr, send_request("ConfT", b"not confirmed"))
+                assert second.code != ResponseCode.SUCCESS  # stored, not acknowledged
+                assert a.store.get_max_offset_in_queue("ConfT", 0) == 2, second
+                resp = await client.invoke(aaddr, pull_request("ConfT", 1, suspend_ms=0))
+                assert resp.code == ResponseCode.PULL_NOT_FOUND
+                got = await _pull_all(client, aaddr, "ConfT", 1)
+                assert got == [b"confirmed"]
+                # A pull parked at offset 1 is answered once the slave is back and confirms.
+                async with trio.open_nursery() as nursery:
+                    answers: list[bytes] = []
+
+                    async def parked() -> None:
+                        req = pull_request(
+                            "ConfT",
+                            1,
+                            suspend_ms=15_000,
+                            sys_flag=PULL_SUBSCRIPTION | PULL_FLAG_SUSPEND,
+                        )
+                        resp = await client.invoke(aaddr, req, 20_000)
+                        assert resp.code == ResponseCode.SUCCESS, resp.remark
+                        answers.extend(r.body for r in decode_records(resp.body_bytes()) if r.body)
+
+                    nursery.start_soon(parked)
+                    await trio.sleep(0.5)
+                    assert not answers
+                    b.ha_slave.set_master(follow)
+                assert answers == [b"not confirmed"]
