@@ -95,6 +95,9 @@ def produce(spec: dict[str, Any]) -> dict[str, Any]:
 
     producer = Producer(spec["group"], timeout=int(spec.get("send_timeout_ms", 5000)))
     producer.set_namesrv_addr(spec["namesrv"])
+    if spec.get("credentials"):
+        access_key, secret_key = spec["credentials"]
+        producer.set_session_credentials(access_key, secret_key, "")
     producer.start()
     results: list[dict[str, Any]] = []
     try:
@@ -102,7 +105,15 @@ def produce(spec: dict[str, Any]) -> dict[str, Any]:
             mode = send["mode"]
             sent_ms = _now_ms()
             out: dict[str, Any] = {"mode": mode, "sent_ms": sent_ms, "msg_id": None}
-            if mode == "sync":
+            if mode == "sync" and spec.get("catch_errors"):
+                # A refusal is a result here (the ACL tests), not the end of the run.
+                try:
+                    r = producer.send_sync(_message(send))
+                except Exception as exc:
+                    out["error"] = f"{type(exc).__name__}: {exc}"
+                    results.append(out)
+                    continue
+            elif mode == "sync":
                 r = producer.send_sync(_message(send))
             elif mode == "orderly":
                 r = producer.send_orderly(_message(send), int(send["arg"]))
@@ -208,6 +219,9 @@ def push(spec: dict[str, Any]) -> dict[str, Any]:
     model = MessageModel.BROADCASTING if spec.get("broadcasting") else MessageModel.CLUSTERING
     consumer = PushConsumer(spec["group"], orderly=bool(spec.get("orderly")), message_model=model)
     consumer.set_namesrv_addr(spec["namesrv"])
+    if spec.get("credentials"):
+        access_key, secret_key = spec["credentials"]
+        consumer.set_session_credentials(access_key, secret_key, "")
     consumer.set_thread_count(int(spec.get("threads", 2)))
     if spec.get("log_level"):  # the C API's CLogLevel: 4 INFO, 5 DEBUG, 6 TRACE
         ffi_check(dll.SetPushConsumerLogLevel(consumer._handle, int(spec["log_level"])))
