@@ -57,8 +57,8 @@ SECRET = "s3cret-Value-123"
 # RocketMQ's own sample (distribution conf/plain_acl.yml), with one secret changed to SECRET.
 SAMPLE = f"""
 globalWhiteRemoteAddresses:
-  - 10.10.103.*
-  - 192.168.0.*
+  - 198.51.100.1-99
+  - 203.0.113.*
 
 accounts:
   - accessKey: RocketMQ
@@ -80,7 +80,7 @@ accounts:
 
   - accessKey: rocketmq2
     secretKey: {SECRET}
-    whiteRemoteAddress: 192.168.1.*
+    whiteRemoteAddress: 192.0.2.*
     # if it is admin, it could access all resources
     admin: true
 
@@ -96,7 +96,7 @@ accounts:
     broker: true
 """
 
-CLIENT = "10.0.0.7:50000"  # not white-listed anywhere
+CLIENT = "198.51.100.207:50000"  # not white-listed anywhere
 
 
 def _rules() -> AclRules:
@@ -124,7 +124,7 @@ def _refusal(checker: AclChecker, code: int, fields: dict[str, str], body: bytes
 def test_rocketmq_sample_file_parses() -> None:
     rules = _rules()
     assert sorted(rules.accounts) == ["RocketMQ", "adminWithPerms", "brokerAccount", "rocketmq2"]
-    assert [p.text for p in rules.global_white] == ["10.10.103.*", "192.168.0.*"]
+    assert [p.text for p in rules.global_white] == ["198.51.100.1-99", "203.0.113.*"]
     a = rules.accounts["RocketMQ"]
     assert a.secret_key == "12345678"  # a YAML number, read as text as RocketMQ does
     assert not a.admin
@@ -190,10 +190,13 @@ BAD_FILES: list[tuple[str, str]] = [
     (_account(topicPerms=["t=PUB", "t=SUB"]), r"topicPerms\[1\] lists topic 't' a second time"),
     (_account(topicPerms="t=PUB"), r"topicPerms: Input should be a valid list"),
     (_account(admin="maybe"), r"admin: Input should be a valid boolean"),
-    (_account(whiteRemoteAddress="10.0.0.300"), r"whiteRemoteAddress: '10.0.0.300' .* not an"),
     (
-        json.dumps({"globalWhiteRemoteAddresses": ["192.168.*"]}),
-        r"globalWhiteRemoteAddresses\[0\]: '192.168.\*' must have 4 octets",
+        _account(whiteRemoteAddress="198.51.100.300"),
+        r"whiteRemoteAddress: '198.51.100.300' .* not an",
+    ),
+    (
+        json.dumps({"globalWhiteRemoteAddresses": ["198.51.*"]}),
+        r"globalWhiteRemoteAddresses\[0\]: '198.51.\*' must have 4 octets",
     ),
     (
         json.dumps(
@@ -257,7 +260,7 @@ PATTERNS: list[tuple[str, str, bool]] = [
     ("127.0.0.1,127.0.0.2,127.0.0.3", "127.0.0.4", False),
     ("127.0.0.{1,2,3}", "127.0.0.3", True),
     ("127.0.0.{1,2,3}", "127.0.0.0", False),
-    ("192.168.1.{1}", "192.168.1.1", True),
+    ("192.0.2.{1}", "192.0.2.1", True),
     ("127.0.0.1-200", "127.0.0.1", True),
     ("127.0.0.1-200", "127.0.0.200", True),
     ("127.0.0.1-200", "127.0.0.0", False),
@@ -268,10 +271,10 @@ PATTERNS: list[tuple[str, str, bool]] = [
     ("127.0.1-20.*", "127.0.21.7", False),
     ("127.*.*.*", "127.200.3.4", True),
     ("127.*.*.*", "128.0.0.1", False),
-    ("10.10.103.*", "10.10.103.9", True),
+    ("198.51.100.*", "198.51.100.9", True),
     # Octets after the first wildcard are checked (RocketMQ ignores them): narrower, not wider.
-    ("192.168.*.5", "192.168.7.5", True),
-    ("192.168.*.5", "192.168.7.6", False),
+    ("203.0.*.5", "203.0.113.5", True),
+    ("203.0.*.5", "203.0.113.6", False),
     # IPv4 clients on dual-stack sockets.
     ("127.0.0.1", "::ffff:127.0.0.1", True),
     ("127.0.0.*", "[::ffff:127.0.0.9]:4000", True),
@@ -309,18 +312,18 @@ def test_address_patterns(pattern: str, address: str, expected: bool) -> None:
         "127.0.0.1-",
         "*.0.0.1",
         "1-2.0.0.1",
-        "192.168.*",
+        "198.51.*",
         "127.0.0.1,2,3}",
-        "{192.168.1.1}",
-        "192.168.{1}",
+        "{192.0.2.1}",
+        "198.51.{1}",
         "127.0.0.{}",
         "1050::5::*",
         "1050:5:600:300c:1-fffff",
         "1050:5:600:3261:1-2",
         "hostname",
-        "10.0.0.1_0",
+        "198.51.100.1_0",
         "10.0.0.+5",
-        "10.0.0.0x1-5",
+        "198.51.100.0x1-5",
         "1050::0x1-2",
     ],
 )
@@ -332,8 +335,8 @@ def test_bad_address_patterns_are_refused(pattern: str) -> None:
 @pytest.mark.parametrize(
     ("remote", "host"),
     [
-        ("10.1.2.3:10911", "10.1.2.3"),
-        ("10.1.2.3", "10.1.2.3"),
+        ("192.0.2.3:10911", "192.0.2.3"),
+        ("192.0.2.3", "192.0.2.3"),
         ("[::1]:9876", "::1"),
         ("fe80::1%eth0", "fe80::1"),
         ("::1", "::1"),
@@ -460,7 +463,7 @@ def test_cpp_client_without_credentials_passes_only_white_listed_addresses() -> 
     fields = _cpp_sign({"topic": "topicB"}, b"", "", "")
     checker = AclChecker(_rules())
     assert "carries no AccessKey" in _refusal(checker, 30, fields, b"")
-    checker.check(30, fields, b"", "192.168.0.44:1234")  # a global white address
+    checker.check(30, fields, b"", "203.0.113.44:1234")  # a global white address
 
 
 def test_unique_key_query_may_be_signed_or_not() -> None:
@@ -529,7 +532,7 @@ def _pull(topic: str, group: str) -> tuple[int, dict[str, str], bytes | None]:
 
 def _heartbeat(group: str, *topics: str) -> tuple[int, dict[str, str], bytes]:
     body = {
-        "clientID": "10.0.0.7@1",
+        "clientID": "198.51.100.207@1",
         "producerDataSet": [{"groupName": "any-producer"}],
         "consumerDataSet": [
             {"groupName": group, "subscriptionDataSet": [{"topic": t} for t in topics]}
@@ -648,15 +651,15 @@ def test_refusals_before_permissions() -> None:
 def test_white_lists() -> None:
     checker = AclChecker(_rules())
     # A global white-listed address passes with no AccessKey at all, for any code.
-    checker.check(17, None, None, "10.10.103.5:4000")
-    checker.check(310, {"b": "topicA"}, b"", "192.168.0.1")
+    checker.check(17, None, None, "198.51.100.5:4000")
+    checker.check(310, {"b": "topicA"}, b"", "203.0.113.1")
     # An account's own white list passes that account without a signature or a permission
-    # check (RocketMQ's rule): rocketmq2 white-lists 192.168.1.*.
-    checker.check(17, {ACCESS_KEY: "rocketmq2"}, None, "192.168.1.20:5555")
+    # check (RocketMQ's rule): rocketmq2 white-lists 192.0.2.*.
+    checker.check(17, {ACCESS_KEY: "rocketmq2"}, None, "192.0.2.20:5555")
     assert "carries no Signature" in _refusal(checker, 17, {ACCESS_KEY: "rocketmq2"}, None)
     # Another account from that address gets no such pass.
     with pytest.raises(AclError, match="carries no Signature"):
-        checker.check(17, {ACCESS_KEY: "RocketMQ"}, None, "192.168.1.20:5555")
+        checker.check(17, {ACCESS_KEY: "RocketMQ"}, None, "192.0.2.20:5555")
 
 
 def test_route_reads_open_or_closed() -> None:

@@ -53,7 +53,7 @@ FROM = 3 * 1024 * 1024  # file_from of the generated files: records claim FROM +
 
 # ------------------------------------------------------------------ records
 TOPICS = ["Bench", "主题-topic", "emoji-\U0001f600", "", "t" * 127, SCHEDULE_TOPIC]
-HOSTS = [("127.0.0.1", 5555), ("::1", 10911), ("fe80::1:2", 1), ("10.1.2.3", 65535)]
+HOSTS = [("127.0.0.1", 5555), ("::1", 10911), ("fe80::1:2", 1), ("192.0.2.3", 65535)]
 SYS_FLAGS = [
     0,
     COMPRESSED_FLAG,
