@@ -368,26 +368,31 @@ class BrokerController:
         ha = self.ha_master
         return ha if isinstance(ha, AutoSwitchHAMaster) else None
 
-    def read_limit(self) -> int | None:
-        """The commitlog offset reads stop at, or None (no limit): in controller mode what the
-        group confirmed (RocketMQ 5.x dispatches no further). A record past it may still be
-        cut when another replica becomes master; a consumer that read and committed it would
-        skip the record written at its queue offset later."""
+    def _group_confirm(self) -> int | None:
+        """The controller-mode HA service's confirm offset (master or slave), or None."""
         ha: AutoSwitchHAMaster | AutoSwitchHASlave | HAMaster | HASlave | None = self.ha_master
         if ha is None:
             ha = self.ha_slave
         if isinstance(ha, AutoSwitchHAMaster | AutoSwitchHASlave):
             return ha.confirm_offset
-        return 0 if self.replicas is not None else None
+        return None
+
+    def read_limit(self) -> int | None:
+        """The commitlog offset reads stop at, or None (no limit): in controller mode what the
+        group confirmed (RocketMQ 5.x dispatches no further), nothing before a role. A record
+        past it may still be cut when another replica becomes master; a consumer that read
+        and committed it would skip the record written at its queue offset later."""
+        if self.replicas is None:
+            return None
+        confirmed = self._group_confirm()
+        return confirmed if confirmed is not None else 0
 
     def confirm_offset(self) -> int:
         """What the group holds for sure: the HA master's or slave's confirm offset in
         controller mode, else the commitlog max offset."""
-        ha: AutoSwitchHAMaster | AutoSwitchHASlave | HAMaster | HASlave | None = self.ha_master
-        if ha is None:
-            ha = self.ha_slave
-        if isinstance(ha, AutoSwitchHAMaster | AutoSwitchHASlave):
-            return ha.confirm_offset
+        confirmed = self._group_confirm()
+        if confirmed is not None:
+            return confirmed
         store = self._store
         return store.max_phy_offset if store is not None else 0
 

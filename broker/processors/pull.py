@@ -307,7 +307,7 @@ class PullProcessor:
             match,
         )
         self._capped = False
-        limit = ctrl.read_limit() if ctrl.replicas is not None else None
+        limit = ctrl.read_limit()
         if limit is None or not result.buffers:
             return result
         for i, buf in enumerate(result.buffers):

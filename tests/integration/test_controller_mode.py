@@ -81,6 +81,18 @@ def _broker_config(tmp_path: Path, name: str, namesrv: str, ctl: str, **kw: obje
 
 
 @asynccontextmanager
+async def _control_plane(etcd: EtcdProc) -> AsyncIterator[tuple[NameServer, str, RemotingClient]]:
+    """A NameServer, a controller that leads (its address) and a client."""
+    async with (
+        NameServer(NamesrvConfig(listen="127.0.0.1:0")) as ns,
+        ControllerServer(_controller_config(etcd)) as ctl,
+        RemotingClient() as client,
+    ):
+        await wait_until(lambda: ctl.is_leader, total=15, what="a controller leader")
+        yield ns, f"127.0.0.1:{ctl.port}", client
+
+
+@asynccontextmanager
 async def _broker(cfg: BrokerConfig) -> AsyncIterator[tuple[BrokerController, trio.CancelScope]]:
     """A broker and the scope that kills it (cancelled: no clean shutdown of its role)."""
     async with trio.open_nursery() as nursery:
@@ -123,13 +135,7 @@ async def _add_unacknowledged_tail(cfg: BrokerConfig, count: int) -> None:
 
 
 async def test_promotion_and_the_old_master_rejoining(tmp_path: Path, etcd: EtcdProc) -> None:
-    async with (
-        NameServer(NamesrvConfig(listen="127.0.0.1:0")) as ns,
-        ControllerServer(_controller_config(etcd)) as ctl,
-        RemotingClient() as client,
-    ):
-        await wait_until(lambda: ctl.is_leader, total=15, what="a controller leader")
-        ctl_addr = f"127.0.0.1:{ctl.port}"
+    async with _control_plane(etcd) as (ns, ctl_addr, client):
         cfg_a = _broker_config(tmp_path, "a0", ns.address, ctl_addr)
         cfg_b = _broker_config(tmp_path, "a1", ns.address, ctl_addr)
         async with _broker(cfg_a) as (a, kill_a):
@@ -229,13 +235,7 @@ async def test_promotion_and_the_old_master_rejoining(tmp_path: Path, etcd: Etcd
 
 
 async def test_min_in_sync_replicas_refuses_before_storing(tmp_path: Path, etcd: EtcdProc) -> None:
-    async with (
-        NameServer(NamesrvConfig(listen="127.0.0.1:0")) as ns,
-        ControllerServer(_controller_config(etcd)) as ctl,
-        RemotingClient() as client,
-    ):
-        await wait_until(lambda: ctl.is_leader, total=15, what="a controller leader")
-        ctl_addr = f"127.0.0.1:{ctl.port}"
+    async with _control_plane(etcd) as (ns, ctl_addr, client):
         cfg = _broker_config(tmp_path, "solo", ns.address, ctl_addr, min_in_sync_replicas=2)
         async with _broker(cfg) as (broker, _):
             await wait_until(lambda: broker.role == "SYNC_MASTER", total=15, what="master")
@@ -250,13 +250,7 @@ async def test_reads_stop_at_what_the_group_confirmed(tmp_path: Path, etcd: Etcd
     """A record the master stored but its SyncStateSet did not confirm is not served (a
     consumer that read and committed it would skip what a new master writes at its queue
     offset); a pull parked for it is answered once it is confirmed."""
-    async with (
-        NameServer(NamesrvConfig(listen="127.0.0.1:0")) as ns,
-        ControllerServer(_controller_config(etcd)) as ctl,
-        RemotingClient() as client,
-    ):
-        await wait_until(lambda: ctl.is_leader, total=15, what="a controller leader")
-        ctl_addr = f"127.0.0.1:{ctl.port}"
+    async with _control_plane(etcd) as (ns, ctl_addr, client):
         cfg_a = _broker_config(tmp_path, "a0", ns.address, ctl_addr)
         cfg_b = _broker_config(tmp_path, "a1", ns.address, ctl_addr)
         async with _broker(cfg_a) as (a, _):
