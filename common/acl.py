@@ -360,9 +360,10 @@ def parse_address_pattern(text: str) -> AddressPattern:
 class AccountModel(BaseModel):
     """One entry of `accounts` as written in plain_acl.yml (RocketMQ's PlainAccessConfig).
 
-    `broker` is trimq's addition: the account a broker signs its NameServer and replication
-    requests with (REGISTER_BROKER, ...); RocketMQ ignores unknown keys, so a file using it still
-    loads there. Absent default permissions are DENY, as in RocketMQ.
+    `broker` and `brokerClusters` are trimq's additions: the account a broker signs its
+    NameServer and replication requests with (REGISTER_BROKER, ...), and the clusters it may
+    register brokers in (absent: every cluster). RocketMQ ignores unknown keys, so a file using
+    them still loads there. Absent default permissions are DENY, as in RocketMQ.
     """
 
     model_config = ConfigDict(
@@ -374,6 +375,7 @@ class AccountModel(BaseModel):
     white_remote_address: str | None = Field(default=None, alias="whiteRemoteAddress")
     admin: bool = False
     broker: bool = False
+    broker_clusters: list[str] | None = Field(default=None, alias="brokerClusters")
     default_topic_perm: str | None = Field(default=None, alias="defaultTopicPerm")
     default_group_perm: str | None = Field(default=None, alias="defaultGroupPerm")
     topic_perms: list[str] | None = Field(default=None, alias="topicPerms")
@@ -408,6 +410,12 @@ class Account:
     default_topic_perm: Perm
     default_group_perm: Perm
     perms: Mapping[str, Perm]
+    broker_clusters: frozenset[str] | None = None
+    """The clusters a broker account may register brokers in; None: every cluster."""
+
+    def is_broker_of(self, cluster: str) -> bool:
+        """A broker account whose `brokerClusters` (if any) include `cluster`."""
+        return self.broker and (self.broker_clusters is None or cluster in self.broker_clusters)
 
 
 @dataclass(frozen=True, slots=True)
@@ -511,6 +519,11 @@ def _compile_account(model: AccountModel, what: str, problems: list[str]) -> Acc
             white = parse_address_pattern(model.white_remote_address)
         except ValueError as exc:
             problems.append(f"{what}: whiteRemoteAddress: {exc}")
+    if model.broker_clusters is not None:
+        if not model.broker:
+            problems.append(f"{what}: brokerClusters is set but the account is not a broker one")
+        if any(not c.strip() for c in model.broker_clusters):
+            problems.append(f"{what}: brokerClusters holds an empty cluster name")
     if len(problems) != before:
         return None
     return Account(
@@ -522,6 +535,7 @@ def _compile_account(model: AccountModel, what: str, problems: list[str]) -> Acc
         default_topic_perm=defaults[0],
         default_group_perm=defaults[1],
         perms=perms,
+        broker_clusters=None if model.broker_clusters is None else frozenset(model.broker_clusters),
     )
 
 
@@ -1013,6 +1027,24 @@ class AclChecker:
             AclError: refused.
         """
         self.check(cmd.code, cmd.ext_fields, cmd.body, remote_address)
+
+    def signing_account(self, ext_fields: Mapping[str, str] | None, body: Body | None) -> Account:
+        """The account whose valid signature the request carries, checked here even when the
+        sender's address is white-listed (white lists waive the signature for `check`, never
+        for what needs proof of an account, such as replacing a live broker's route).
+
+        Raises:
+            AclError: no AccessKey, no such account, or a signature that does not verify.
+        """
+        fields = ext_fields or {}
+        access_key = fields.get(ACCESS_KEY)
+        if not access_key:
+            raise AclError("ACL: the request carries no AccessKey")
+        account = self._rules.accounts.get(access_key)
+        if account is None:
+            raise AclError(f"ACL: no account has accessKey={access_key}")
+        self._verify_signature(account, fields, body, "the request")
+        return account
 
     @staticmethod
     def _verify_signature(

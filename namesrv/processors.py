@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import structlog
 import trio
 
+from common.acl import Account, AclChecker, AclError
 from namesrv.kv_config import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfig
 from namesrv.route_table import RouteTable
 from remoting import Connection, Processor, RemotingCommand
@@ -121,6 +122,9 @@ class NamesrvProcessors:
         self.kv = kv
         self.order_message_enable = order_message_enable
         self._now_ms = now_ms
+        # Set by the server when ACL is on: registrations that displace a live broker then
+        # need that cluster's broker account (`_claim_refusal`).
+        self.acl: AclChecker | None = None
 
     def handlers(self) -> dict[int, Handler]:
         """Request code -> handler, all registrations in one place."""
@@ -210,6 +214,11 @@ class NamesrvProcessors:
         else:
             reg = RegisterBrokerBody(TopicConfigSerializeWrapper({}, DataVersion(0, 0)), [])
         wrapper = reg.topic_config_serialize_wrapper
+        refusal = self._claim_refusal(
+            conn, cmd, f, cluster, broker_name, broker_id, broker_addr, unregister=False
+        )
+        if refusal is not None:
+            return refusal
         result = self.route_table.register_broker(
             cluster=cluster,
             broker_addr=broker_addr,
@@ -260,6 +269,11 @@ class NamesrvProcessors:
         broker_addr = _req_str(f, "brokerAddr")
         cluster = _req_str(f, "clusterName")
         broker_id = _int_field(f, "brokerId")
+        refusal = self._claim_refusal(
+            conn, cmd, f, cluster, broker_name, broker_id, broker_addr, unregister=True
+        )
+        if refusal is not None:
+            return refusal
         removed = self.route_table.unregister_broker(
             cluster=cluster, broker_addr=broker_addr, broker_name=broker_name, broker_id=broker_id
         )
@@ -273,6 +287,71 @@ class NamesrvProcessors:
             broker_gone=removed.broker_gone if removed is not None else False,
         )
         return cmd.make_response()
+
+    def _claim_refusal(
+        self,
+        conn: Any,
+        cmd: RemotingCommand,
+        f: Mapping[str, str],
+        cluster: str,
+        broker_name: str,
+        broker_id: int,
+        broker_addr: str,
+        *,
+        unregister: bool,
+    ) -> RemotingCommand | None:
+        """With ACL on: a broker account limited to some clusters acts only in those; and a
+        request that would replace, move or remove a live broker must be signed by a broker
+        account of every cluster involved (an admin account or a white-listed address is not
+        enough). A broker removing its own address over the connection that registered it
+        needs no more than the request's ACL check. None: go on; else the refusal."""
+        if self.acl is None:
+            return None
+        what = "UNREGISTER_BROKER" if unregister else "REGISTER_BROKER"
+        claim = self.route_table.claim(
+            cluster=cluster,
+            broker_name=broker_name,
+            broker_id=broker_id,
+            broker_addr=broker_addr,
+            unregister=unregister,
+        )
+        if unregister and self.route_table.channel_of(broker_addr) == getattr(conn, "id", None):
+            claim.displaced.clear()
+        account: Account | None = None
+        why = ""
+        try:
+            account = self.acl.signing_account(f, cmd.body)
+        except AclError as exc:
+            why = exc.remark
+        clusters = ", ".join(sorted(claim.clusters))
+        if account is not None and account.broker:
+            outside = sorted(c for c in claim.clusters if not account.is_broker_of(c))
+            if outside:
+                remark = (
+                    f"ACL: {what} of {broker_name} touches cluster {', '.join(outside)}; the"
+                    f" broker account accessKey={account.access_key} is not of that cluster"
+                )
+                return self._refuse(conn, cmd, remark)
+            return None
+        if not claim.displaced:
+            return None
+        if account is not None:
+            why = f"accessKey={account.access_key} is not a broker account"
+        remark = (
+            f"ACL: {what} of {broker_name} at {broker_addr} would displace the live"
+            f" {'; '.join(claim.displaced)}: only a broker account of cluster {clusters} may"
+            f" do that ({why})"
+        )
+        return self._refuse(conn, cmd, remark)
+
+    @staticmethod
+    def _refuse(conn: Any, cmd: RemotingCommand, remark: str) -> RemotingCommand:
+        log.warning(
+            "namesrv_registration_refused",
+            peer=getattr(conn, "remote_address", None),
+            remark=remark,
+        )
+        return cmd.make_response(ResponseCode.NO_PERMISSION, remark)
 
     def query_data_version(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         f = _fields(cmd)

@@ -65,6 +65,15 @@ class RemovedBroker:
     broker_gone: bool  # the group lost its last address and was removed
 
 
+@dataclass(slots=True)
+class Claim:
+    """What a registration or unregistration would change in routes other than its own
+    broker's: the clusters it touches and, in words, each live address it would displace."""
+
+    clusters: set[str]
+    displaced: list[str]
+
+
 @dataclass
 class RouteTable:
     """The NameServer's routing state (see the module docstring)."""
@@ -168,6 +177,38 @@ class RouteTable:
                     result.master_addr = master
                     result.ha_server_addr = live.ha_server_addr
         return result
+
+    def claim(
+        self, *, cluster: str, broker_name: str, broker_id: int, broker_addr: str, unregister: bool
+    ) -> Claim:
+        """What `register_broker` (or `unregister_broker` when `unregister`) of these values
+        would do to live brokers: the clusters involved (`cluster`, the group's own and those of
+        other groups holding `broker_addr`) and every live address it would replace, move to
+        another cluster or remove. A broker's own heartbeat displaces nothing."""
+        clusters = {cluster}
+        displaced: list[str] = []
+        live = self.broker_live_table
+        bd = self.broker_addr_table.get(broker_name)
+        if bd is not None:
+            clusters.add(bd.cluster)
+            if unregister:
+                if bd.broker_addrs.get(broker_id) == broker_addr and broker_addr in live:
+                    displaced.append(f"{broker_name} id {broker_id} at {broker_addr}")
+            else:
+                old = bd.broker_addrs.get(broker_id)
+                if old is not None and old != broker_addr and old in live:
+                    displaced.append(f"{broker_name} id {broker_id} at {old}")
+                if bd.cluster != cluster and any(a in live for a in bd.broker_addrs.values()):
+                    displaced.append(f"{broker_name} of cluster {bd.cluster}")
+        for name, other in self.broker_addr_table.items():
+            if name == broker_name:
+                continue
+            for bid, addr in other.broker_addrs.items():
+                if addr == broker_addr:
+                    clusters.add(other.cluster)
+                    if addr in live:
+                        displaced.append(f"{name} id {bid} at {addr}")
+        return Claim(clusters, displaced)
 
     def _update_queue_data(self, broker_name: str, tc: TopicConfig) -> None:
         qd = QueueData(

@@ -59,6 +59,7 @@ class NameServer:
         if config.acl_enable:
             self.acl = AclChecker(AclRules({}, ()), open_route_reads=config.acl_open_route_reads)
             self._server.processors.check_before(server_check(self.acl))
+            self.processors.acl = self.acl
         self.port: int = 0
         self._nursery_cm: Any = None
         self._nursery: trio.Nursery | None = None

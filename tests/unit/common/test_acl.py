@@ -190,6 +190,9 @@ BAD_FILES: list[tuple[str, str]] = [
     (_account(topicPerms=["t=PUB", "t=SUB"]), r"topicPerms\[1\] lists topic 't' a second time"),
     (_account(topicPerms="t=PUB"), r"topicPerms: Input should be a valid list"),
     (_account(admin="maybe"), r"admin: Input should be a valid boolean"),
+    (_account(brokerClusters=["c1"]), r"brokerClusters is set but the account is not a broker"),
+    (_account(broker=True, brokerClusters=[" "]), r"brokerClusters holds an empty cluster name"),
+    (_account(broker=True, brokerClusters="c1"), r"brokerClusters: Input should be a valid list"),
     (
         _account(whiteRemoteAddress="198.51.100.300"),
         r"whiteRemoteAddress: '198.51.100.300' .* not an",

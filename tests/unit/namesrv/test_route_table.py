@@ -248,3 +248,38 @@ def test_pick_route_returns_copies() -> None:
     assert again is not None
     assert again.broker_datas[0].broker_addrs == {0: "192.0.2.1:10911"}
     assert again.queue_datas[0].perm == 6
+
+
+def test_claim_names_the_live_brokers_a_registration_would_displace() -> None:
+    rt = RouteTable()
+    _reg(rt, name="a", addr="192.0.2.1:1", cluster="c1")
+    _reg(rt, name="b", addr="192.0.2.2:1", cluster="c2")
+    heartbeat = rt.claim(
+        cluster="c1", broker_name="a", broker_id=0, broker_addr="192.0.2.1:1", unregister=False
+    )
+    assert (heartbeat.clusters, heartbeat.displaced) == ({"c1"}, [])
+    replace = rt.claim(
+        cluster="c1", broker_name="a", broker_id=0, broker_addr="192.0.2.9:1", unregister=False
+    )
+    assert replace.displaced == ["a id 0 at 192.0.2.1:1"]
+    move = rt.claim(
+        cluster="c2", broker_name="a", broker_id=0, broker_addr="192.0.2.1:1", unregister=False
+    )
+    assert (move.clusters, move.displaced) == ({"c1", "c2"}, ["a of cluster c1"])
+    steal = rt.claim(
+        cluster="c1", broker_name="x", broker_id=0, broker_addr="192.0.2.2:1", unregister=False
+    )
+    assert (steal.clusters, steal.displaced) == ({"c1", "c2"}, ["b id 0 at 192.0.2.2:1"])
+    a_slave = rt.claim(
+        cluster="c1", broker_name="a", broker_id=1, broker_addr="192.0.2.3:1", unregister=False
+    )
+    assert a_slave.displaced == []
+    remove = rt.claim(
+        cluster="c2", broker_name="a", broker_id=0, broker_addr="192.0.2.1:1", unregister=True
+    )
+    assert (remove.clusters, remove.displaced) == ({"c1", "c2"}, ["a id 0 at 192.0.2.1:1"])
+    rt.remove_addr("192.0.2.1:1")
+    gone = rt.claim(
+        cluster="c1", broker_name="a", broker_id=0, broker_addr="192.0.2.9:1", unregister=False
+    )
+    assert gone.displaced == []
