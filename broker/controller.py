@@ -173,10 +173,9 @@ class BrokerController:
         tls_on = (
             config.tls_enable if config.tls_enable is not None else config.tls_mode == "enforcing"
         )
-        self.client = RemotingClient(
-            serialize_type=SerializeType.JSON,
-            before_send=signer,
-            tls=TlsClientSettings(
+        # The broker's outgoing TLS: to NameServers, peers, controllers and its master's HA port.
+        self.client_tls = (
+            TlsClientSettings(
                 enable=True,
                 trust_cert_path=config.tls_client_trust_cert_path,
                 verify_server=config.tls_client_verify_server,
@@ -186,7 +185,10 @@ class BrokerController:
                 key_password=config.tls_client_key_password,
             )
             if tls_on
-            else None,
+            else None
+        )
+        self.client = RemotingClient(
+            serialize_type=SerializeType.JSON, before_send=signer, tls=self.client_tls
         )
         self.registration = RegistrationService(
             self.client,
@@ -607,6 +609,7 @@ class BrokerController:
             all_ack=cfg.all_ack_in_sync_state_set,
             need_acks=cfg.in_sync_replicas - 1,
             on_disconnect=replicas.slave_disconnected if replicas is not None else None,
+            tls=server_settings(cfg),
         )
         ha.set_sync_state_set(my_id, members)
         self.ha_master = ha
@@ -664,6 +667,7 @@ class BrokerController:
             cfg.ha_master_address,
             heartbeat_interval_s=cfg.ha_send_heartbeat_interval_ms / 1000,
             housekeeping_interval_s=cfg.ha_housekeeping_interval_ms / 1000,
+            tls=self.client_tls,
         )
         self.ha_slave = ha
 
@@ -728,6 +732,7 @@ class BrokerController:
                     cfg.ha_master_address,
                     heartbeat_interval_s=cfg.ha_send_heartbeat_interval_ms / 1000,
                     housekeeping_interval_s=cfg.ha_housekeeping_interval_ms / 1000,
+                    tls=self.client_tls,
                 )
             else:
                 ha_master = self.ha_master = HAMaster(
@@ -736,6 +741,7 @@ class BrokerController:
                     heartbeat_interval_s=cfg.ha_send_heartbeat_interval_ms / 1000,
                     housekeeping_interval_s=cfg.ha_housekeeping_interval_ms / 1000,
                     max_gap_not_in_sync=cfg.ha_max_gap_not_in_sync,
+                    tls=server_settings(cfg),
                 )
                 # Told once records are written (a run's after its write): wake the senders.
                 store.add_arrival_listener(lambda _t, _q, _m: ha_master.notify_append())

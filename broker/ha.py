@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import ssl
 import struct
 import time
 from collections.abc import Callable
@@ -50,6 +51,15 @@ import trio
 from broker.config import parse_host_port
 from common.deadlines import DeadlineHeap
 from remoting.protocol.bodies import HAClientRuntimeInfo, HAConnectionRuntimeInfo, HARuntimeInfo
+from remoting.tls import (
+    TlsClientSettings,
+    TlsConfigError,
+    TlsServerSettings,
+    accept_tls,
+    connect_tls,
+    describe_handshake_error,
+    tls_files_signature,
+)
 
 __all__ = [
     "DEFAULT_HEARTBEAT_INTERVAL_S",
@@ -66,8 +76,10 @@ __all__ = [
     "HAMaster",
     "HAMasterStore",
     "HAProtocolError",
+    "HAServerTls",
     "HASlave",
     "HASlaveStore",
+    "HAStream",
     "ReplicationWaiters",
     "ReportReader",
     "Stalled",
@@ -88,6 +100,9 @@ DEFAULT_HEARTBEAT_INTERVAL_S = 5.0
 DEFAULT_HOUSEKEEPING_INTERVAL_S = 20.0
 DEFAULT_MAX_GAP_NOT_IN_SYNC = 256 * 1024 * 1024
 DEFAULT_MAX_CONNECTIONS = 64  # slaves of one master: a handful in practice
+
+# An HA connection: plain TCP, or TLS over it (`HAServerTls`, `HAClientBase(tls=...)`).
+HAStream = trio.abc.Stream
 
 REPORT_SIZE = 8
 _REPORT = struct.Struct(">q")
@@ -264,6 +279,11 @@ class End:
 IO_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 
+def tls_mode(tls: HAServerTls | None) -> str:
+    """The HA port's TLS mode, for logs."""
+    return "disabled" if tls is None else tls.settings.mode
+
+
 class Stalled(Exception):
     """A send did not complete within the housekeeping interval."""
 
@@ -277,12 +297,10 @@ async def send_within(stream: trio.abc.SendStream, data: bytes, timeout_s: float
     raise Stalled
 
 
-async def receive_within(
-    stream: trio.SocketStream, size: int, timeout_s: float, end: End
-) -> bytes | None:
+async def receive_within(stream: HAStream, size: int, timeout_s: float, end: End) -> bytes | None:
     """The next bytes from the peer, or None after `end(reason)`: a read error, the peer's
     close, or nothing within `timeout_s` (the housekeeping interval)."""
-    data: bytes | None = None
+    data: bytes | bytearray | None = None
     try:
         with trio.move_on_after(timeout_s):
             data = await stream.receive_some(size)
@@ -295,7 +313,56 @@ async def receive_within(
     if not data:
         end("eof")
         return None
-    return data
+    # A TLS stream may hand back a bytearray; the readers keep bytes.
+    return data if type(data) is bytes else bytes(data)
+
+
+class HAServerTls:
+    """TLS on an HA port, with the settings of the broker's remoting port (`tls_mode`:
+    permissive serves plain and TLS slaves, enforcing TLS ones only; mutual TLS as set).
+    The context is loaded by `load` (a bad file stops the start) and again for a new
+    connection once the files changed (a change that does not load keeps the last context)."""
+
+    def __init__(self, settings: TlsServerSettings) -> None:
+        self.settings = settings
+        self._context: ssl.SSLContext | None = None
+        self._seen: tuple[tuple[int, int, int], ...] = ()
+
+    async def load(self) -> None:
+        """Load the context.
+
+        Raises:
+            TlsConfigError: a file is missing or unusable.
+        """
+        # Stat and read the files off the event loop.
+        self._seen = await trio.to_thread.run_sync(tls_files_signature, self.settings.files)
+        self._context = await self.settings.load_context()
+
+    async def accept(self, stream: trio.SocketStream, peer: str) -> HAStream | None:
+        """The stream to serve (`remoting.tls.accept_tls`), or None once it is closed."""
+        seen = await trio.to_thread.run_sync(tls_files_signature, self.settings.files)
+        if seen != self._seen or self._context is None:
+            error: str | None = None
+            try:
+                await self.load()
+            except TlsConfigError as exc:
+                error = str(exc)
+                self._seen = seen  # logged once per distinct state of the files
+            if error is None:
+                log.info("ha_tls_reloaded")
+            else:
+                log.error("ha_tls_reload_failed", error=error)
+        if self._context is None:
+            await trio.aclose_forcefully(stream)
+            return None
+        return await accept_tls(
+            stream,
+            self.settings,
+            self._context,
+            peer=peer,
+            first_byte_timeout_s=self.settings.handshake_timeout_ms / 1000,
+            port_name="ha",
+        )
 
 
 def peer_addr(stream: trio.SocketStream) -> str:
@@ -494,9 +561,11 @@ class HAMaster:
         max_gap_not_in_sync: int = DEFAULT_MAX_GAP_NOT_IN_SYNC,
         idle_poll_s: float = 0.1,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        tls: TlsServerSettings | None = None,
     ) -> None:
         if not 0 < transfer_batch_size <= MAX_FRAME_BODY:
             raise ValueError(f"transfer_batch_size must be in 1..{MAX_FRAME_BODY}")
+        self.tls = HAServerTls(tls) if tls is not None and tls.enabled else None
         self.store = store
         self.transfer_batch_size = transfer_batch_size
         self.heartbeat_interval_s = heartbeat_interval_s
@@ -585,10 +654,16 @@ class HAMaster:
         self, host: str, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Listen on host:port (0 = any free port) and serve slaves until cancelled;
-        `task_status.started(bound_port)` once listening."""
+        `task_status.started(bound_port)` once listening.
+
+        Raises:
+            TlsConfigError: TLS is on and its files do not load.
+        """
+        if self.tls is not None:
+            await self.tls.load()
         listeners = await trio.open_tcp_listeners(port, host=host)
         self.port = int(listeners[0].socket.getsockname()[1])
-        log.info("ha_master_listening", host=host, port=self.port)
+        log.info("ha_master_listening", host=host, port=self.port, tls=tls_mode(self.tls))
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._waiters.run_timer)
@@ -600,13 +675,20 @@ class HAMaster:
             # No slave will acknowledge anything any more.
             self._waiters.fail_all()
 
-    async def _serve(self, stream: trio.SocketStream) -> None:
+    async def _serve(self, tcp: trio.SocketStream) -> None:
+        addr = peer_addr(tcp)
         if len(self._conns) >= self.max_connections:
-            # Unauthenticated port: a flood of connections must not cost tasks and buffers.
-            log.warning("ha_connection_refused", addr=peer_addr(stream), open=len(self._conns))
-            await stream.aclose()
+            # A flood of connections must not cost tasks and buffers.
+            log.warning("ha_connection_refused", addr=addr, open=len(self._conns))
+            await tcp.aclose()
             return
-        conn = _SlaveConn(peer_addr(stream))
+        stream: HAStream | None = tcp
+        if self.tls is not None:
+            stream = await self.tls.accept(tcp, addr)
+            if stream is None:
+                return
+        assert stream is not None
+        conn = _SlaveConn(addr)
         self._conns.add(conn)
         log.info("ha_slave_connected", addr=conn.addr)
         reason = "shutdown"
@@ -622,7 +704,7 @@ class HAMaster:
                 "ha_slave_lost", addr=conn.addr, reason=reason, ack=conn.ack, next=conn.next_offset
             )
 
-    async def _read_reports(self, stream: trio.SocketStream, conn: _SlaveConn, end: End) -> None:
+    async def _read_reports(self, stream: HAStream, conn: _SlaveConn, end: End) -> None:
         reader = ReportReader()
         while True:
             data = await receive_within(
@@ -646,7 +728,7 @@ class HAMaster:
             conn.ack = report
             self._waiters.reach(report)
 
-    async def _transfer(self, stream: trio.SocketStream, conn: _SlaveConn, end: End) -> None:
+    async def _transfer(self, stream: HAStream, conn: _SlaveConn, end: End) -> None:
         await conn.reported.wait()
         store = self.store
         nxt = conn.next_offset
@@ -712,6 +794,7 @@ class HAClientBase(Generic[S]):
         min_backoff_s, max_backoff_s: Wait before reconnecting; doubles from min to max
             while connections fail without delivering a frame.
         max_frame_body: Largest frame body accepted.
+        tls: Connect with TLS (the broker's client TLS settings); None: plain TCP.
     """
 
     def __init__(
@@ -725,9 +808,11 @@ class HAClientBase(Generic[S]):
         min_backoff_s: float = 1.0,
         max_backoff_s: float = 5.0,
         max_frame_body: int = MAX_FRAME_BODY,
+        tls: TlsClientSettings | None = None,
     ) -> None:
         if master_addr is not None:
             parse_addr(master_addr)
+        self.tls = tls if tls is not None and tls.enable else None
         self.store = store
         self.heartbeat_interval_s = heartbeat_interval_s
         self.housekeeping_interval_s = housekeeping_interval_s
@@ -823,25 +908,37 @@ class HAClientBase(Generic[S]):
         """One connection to `addr`; True when it delivered at least one valid frame."""
         raise NotImplementedError
 
-    async def _connect(self, addr: str) -> trio.SocketStream | None:
-        """A connection to `addr`, or None (logged) when it cannot be made in time."""
+    async def _connect(self, addr: str) -> HAStream | None:
+        """A connection to `addr` (TLS when `tls`), or None (logged) when it cannot be made
+        within `connect_timeout_s`."""
         host, port = parse_addr(addr)
-        stream: trio.SocketStream | None = None
+        tcp: trio.SocketStream | None = None
         try:
             with trio.move_on_after(self.connect_timeout_s):
-                stream = await trio.open_tcp_stream(host, port)
+                tcp = await trio.open_tcp_stream(host, port)
+                if self.tls is None:
+                    return tcp
+                # The files are read off the event loop at each connect: a renewed
+                # certificate is used from the next connection on.
+                context = await self.tls.load_context()
+                return await connect_tls(tcp, self.tls, context, host)
+            error = "timeout"
         except OSError as exc:
-            log.info("ha_connect_failed", addr=addr, error=str(exc))
-            return None
-        if stream is None:
-            log.info("ha_connect_failed", addr=addr, error="timeout")
-        return stream
+            error = str(exc)
+        except TlsConfigError as exc:
+            error = str(exc)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            error = f"TLS handshake failed: {describe_handshake_error(exc)}"
+        if tcp is not None:
+            await trio.aclose_forcefully(tcp)
+        log.info("ha_connect_failed", addr=addr, error=error)
+        return None
 
     def _encode_report(self, offset: int) -> bytes:
         """One report of `offset` on this wire."""
         raise NotImplementedError
 
-    async def _report_loop(self, stream: trio.SocketStream, end: End) -> None:
+    async def _report_loop(self, stream: HAStream, end: End) -> None:
         """Report the local max at once, after it grew (`_report_wake`), and every heartbeat
         interval."""
         try:
@@ -890,9 +987,7 @@ class HASlave(HAClientBase[HASlaveStore]):
             )
         return progress[0]
 
-    async def _receive_loop(
-        self, stream: trio.SocketStream, end: End, progress: list[bool]
-    ) -> None:
+    async def _receive_loop(self, stream: HAStream, end: End, progress: list[bool]) -> None:
         reader = FrameReader(self.max_frame_body)
         store = self.store
         while True:

@@ -103,14 +103,18 @@ from broker.ha import (
     HAClientBase,
     HAMasterStore,
     HAProtocolError,
+    HAServerTls,
     HASlaveStore,
+    HAStream,
     ReplicationWaiters,
     Stalled,
     peer_addr,
     receive_within,
     send_within,
+    tls_mode,
 )
 from remoting.protocol.bodies import HAConnectionRuntimeInfo, HARuntimeInfo
+from remoting.tls import TlsClientSettings, TlsServerSettings
 from store.epoch_file import EpochEntry, EpochFile, consistent_point
 
 __all__ = [
@@ -570,11 +574,13 @@ class AutoSwitchHAMaster:
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         on_disconnect: Callable[[int], None] | None = None,
         clock_ms: Callable[[], int] = _wall_ms,
+        tls: TlsServerSettings | None = None,
     ) -> None:
         if not 0 < transfer_batch_size <= MAX_FRAME_BODY:
             raise ValueError(f"transfer_batch_size must be in 1..{MAX_FRAME_BODY}")
         if need_acks < 0:
             raise ValueError(f"need_acks must not be negative: {need_acks}")
+        self.tls = HAServerTls(tls) if tls is not None and tls.enabled else None
         self.store = store
         self.epochs = epochs
         self.all_ack = all_ack
@@ -733,10 +739,22 @@ class AutoSwitchHAMaster:
         self, host: str, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Listen on host:port (0 = any free port) and serve slaves until cancelled;
-        `task_status.started(bound_port)` once listening."""
+        `task_status.started(bound_port)` once listening.
+
+        Raises:
+            TlsConfigError: TLS is on and its files do not load.
+        """
+        if self.tls is not None:
+            await self.tls.load()
         listeners = await trio.open_tcp_listeners(port, host=host)
         self.port = int(listeners[0].socket.getsockname()[1])
-        log.info("ha_master_listening", host=host, port=self.port, mode="autoswitch")
+        log.info(
+            "ha_master_listening",
+            host=host,
+            port=self.port,
+            mode="autoswitch",
+            tls=tls_mode(self.tls),
+        )
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._waiters.run_timer)
@@ -748,17 +766,24 @@ class AutoSwitchHAMaster:
             # Nothing will be acknowledged any more.
             self._waiters.fail_all()
 
-    async def _serve(self, stream: trio.SocketStream) -> None:
+    async def _serve(self, tcp: trio.SocketStream) -> None:
+        addr = peer_addr(tcp)
         if len(self._conns) >= self.max_connections:
-            # Unauthenticated port: a flood of connections must not cost tasks and buffers.
-            log.warning("ha_connection_refused", addr=peer_addr(stream), open=len(self._conns))
-            await stream.aclose()
+            # A flood of connections must not cost tasks and buffers.
+            log.warning("ha_connection_refused", addr=addr, open=len(self._conns))
+            await tcp.aclose()
             return
+        stream: HAStream | None = tcp
+        if self.tls is not None:
+            stream = await self.tls.accept(tcp, addr)
+            if stream is None:
+                return
+        assert stream is not None
         reason = "shutdown"
         conn: _Conn | None = None
         try:
             async with stream, trio.open_nursery() as nursery:
-                conn = _Conn(peer_addr(stream), End(nursery.cancel_scope))
+                conn = _Conn(addr, End(nursery.cancel_scope))
                 self._conns.add(conn)
                 log.info("ha_slave_connected", addr=conn.addr)
                 nursery.start_soon(self._read_slave, stream, conn)
@@ -841,7 +866,7 @@ class AutoSwitchHAMaster:
         self._update()
         return True
 
-    async def _read_slave(self, stream: trio.SocketStream, conn: _Conn) -> None:
+    async def _read_slave(self, stream: HAStream, conn: _Conn) -> None:
         end = conn.end
         reader = SlaveStreamReader()
         while True:
@@ -867,7 +892,7 @@ class AutoSwitchHAMaster:
                     end("report out of range")
                     return
 
-    async def _transfer(self, stream: trio.SocketStream, conn: _Conn) -> None:
+    async def _transfer(self, stream: HAStream, conn: _Conn) -> None:
         end = conn.end
         store = self.store
         timeout = self.housekeeping_interval_s
@@ -1001,6 +1026,7 @@ class AutoSwitchHASlave(HAClientBase[AutoSwitchSlaveStore]):
         max_frame_body: int = MAX_FRAME_BODY,
         truncate_retry_s: float = 2.0,
         max_epoch_entries: int = MAX_EPOCH_ENTRIES,
+        tls: TlsClientSettings | None = None,
     ) -> None:
         super().__init__(
             store,
@@ -1011,6 +1037,7 @@ class AutoSwitchHASlave(HAClientBase[AutoSwitchSlaveStore]):
             min_backoff_s=min_backoff_s,
             max_backoff_s=max_backoff_s,
             max_frame_body=max_frame_body,
+            tls=tls,
         )
         _check("broker id", broker_id, 0, _INT64_MAX)
         self.epoch_file = epoch_file
@@ -1046,7 +1073,7 @@ class AutoSwitchHASlave(HAClientBase[AutoSwitchSlaveStore]):
         return progress[0]
 
     async def _follow(
-        self, stream: trio.SocketStream, nursery: trio.Nursery, end: End, progress: list[bool]
+        self, stream: HAStream, nursery: trio.Nursery, end: End, progress: list[bool]
     ) -> None:
         """Handshake, reconcile the logs, then report and take frames."""
         hello = encode_slave_handshake(
@@ -1176,7 +1203,7 @@ class AutoSwitchHASlave(HAClientBase[AutoSwitchSlaveStore]):
 
     async def _receive_loop(
         self,
-        stream: trio.SocketStream,
+        stream: HAStream,
         reader: MasterStreamReader,
         end: End,
         progress: list[bool],

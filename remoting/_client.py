@@ -18,7 +18,7 @@ from remoting._processor import ProcessorTable
 from remoting._protocol import PendingBudget, opaque_counter
 from remoting.codes import LanguageCode, SerializeType
 from remoting.errors import RemotingConnectError, RemotingTimeoutError
-from remoting.tls import TlsClientSettings, describe_handshake_error
+from remoting.tls import TlsClientSettings, connect_tls, describe_handshake_error
 
 __all__ = ["RemotingClient", "split_address"]
 
@@ -211,27 +211,6 @@ class RemotingClient:
             await conn.wait_closed()
 
     # -- connections ------------------------------------------------------------------
-    async def _tls_handshake(
-        self, tcp: trio.SocketStream, host: str
-    ) -> trio.SSLStream[trio.SocketStream]:
-        """TLS over a new TCP connection (within the connect's time limit).
-
-        Raises:
-            trio.BrokenResourceError: the handshake failed (its cause is the SSL error).
-        """
-        assert self.tls is not None
-        assert self._ssl_context is not None
-        # The name is sent as SNI (not for an IP address) and checked against the
-        # certificate when the context checks host names.
-        secured = trio.SSLStream(
-            tcp,
-            self._ssl_context,
-            server_hostname=self.tls.server_hostname or host,
-            https_compatible=True,
-        )
-        await secured.do_handshake()
-        return secured
-
     def _fail_attempt(self, addr: str, attempt: _ConnectAttempt, error: BaseException) -> None:
         attempt.error = error
         if self._connecting.get(addr) is attempt:
@@ -266,7 +245,8 @@ class RemotingClient:
             with trio.fail_after(self._connect_timeout):
                 stream = tcp = await trio.open_tcp_stream(host, port)
                 if self._ssl_context is not None:
-                    stream = await self._tls_handshake(tcp, host)
+                    assert self.tls is not None
+                    stream = await connect_tls(tcp, self.tls, self._ssl_context, host)
         except trio.TooSlowError:
             step = "connect" if stream is None else "TLS handshake"
             error = RemotingConnectError(

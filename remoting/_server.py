@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -14,13 +13,7 @@ from remoting._connection import ByteBudget, Connection, _address
 from remoting._frame import DEFAULT_MAX_FRAME_SIZE
 from remoting._processor import ProcessorTable
 from remoting._protocol import PendingBudget, opaque_counter
-from remoting.tls import (
-    TLS_HANDSHAKE_BYTE,
-    TlsConfigError,
-    TlsServerSettings,
-    describe_handshake_error,
-    tls_files_signature,
-)
+from remoting.tls import TlsConfigError, TlsServerSettings, accept_tls, tls_files_signature
 
 __all__ = ["RemotingServer"]
 
@@ -221,59 +214,29 @@ class RemotingServer:
                 log.error("remoting_tls_reload_failed", port=self.port, error=error)
 
     async def _serve_tls(self, stream: trio.SocketStream) -> None:
-        """A connection to a permissive or enforcing server: TLS when its first byte is a TLS
-        handshake record, else plain (permissive) or closed (enforcing). The byte is peeked
-        (MSG_PEEK), so it stays in the socket for the plain path, which reads the raw socket
-        as on a server without TLS."""
+        """A connection to a permissive or enforcing server (`accept_tls`): the plain path
+        reads the raw socket as on a server without TLS."""
         tls = self.tls
         assert tls is not None
-        handshake_timeout = tls.handshake_timeout_ms / 1000
-        peer = _address(stream.socket, peer=True)
+        context = self._ssl_context
+        assert context is not None
         # Permissive: a plain client may be as quiet before its first request as the idle
         # timeout allows any connection. Enforcing: only a TLS client is served, and its
         # handshake (first byte included) must end in time.
         if tls.mode == "permissive" and self._idle_timeout:
             first_byte_timeout = self._idle_timeout
         else:
-            first_byte_timeout = handshake_timeout
-        deadline = trio.current_time() + first_byte_timeout
-        first = b""
-        with trio.move_on_at(deadline):
-            try:
-                first = await stream.socket.recv(1, socket.MSG_PEEK)
-            except OSError as exc:
-                log.debug("remoting_tls_peek_failed", peer=peer, error=str(exc))
-        if not first:
-            # Closed, failed, or silent too long.
-            await trio.aclose_forcefully(stream)
-            return
-        if first[0] != TLS_HANDSHAKE_BYTE:
-            if tls.mode == "enforcing":
-                log.info("remoting_plain_refused", peer=peer, reason="tls mode is enforcing")
-                await trio.aclose_forcefully(stream)
-                return
-            await self._serve(stream)
-            return
-        context = self._ssl_context
-        assert context is not None
-        # https_compatible: no close_notify is needed at the end; a frame cut short by a
-        # close is still detected by its length.
-        secured = trio.SSLStream(stream, context, server_side=True, https_compatible=True)
-        if tls.mode == "permissive":
-            deadline = trio.current_time() + handshake_timeout
-        error: str | None = None
-        with trio.move_on_at(deadline) as scope:
-            try:
-                await secured.do_handshake()
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                error = describe_handshake_error(exc)
-        if scope.cancelled_caught:
-            error = f"no complete handshake within {tls.handshake_timeout_ms} ms"
-        if error is not None:
-            log.warning("remoting_tls_handshake_failed", peer=peer, error=error)
-            await trio.aclose_forcefully(secured)
-            return
-        await self._serve(secured)
+            first_byte_timeout = tls.handshake_timeout_ms / 1000
+        served = await accept_tls(
+            stream,
+            tls,
+            context,
+            peer=_address(stream.socket, peer=True),
+            first_byte_timeout_s=first_byte_timeout,
+            port_name="remoting",
+        )
+        if served is not None:
+            await self._serve(served)
 
     async def _serve(self, stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]) -> None:
         conn = Connection(

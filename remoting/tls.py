@@ -17,13 +17,17 @@ problem with a file is a `TlsConfigError` naming the setting and the file.
 from __future__ import annotations
 
 import os
+import socket
 import ssl
 from dataclasses import dataclass, field
 from typing import Final, Literal, Protocol, cast, get_args
 
+import structlog
 import trio
 
 from remoting.errors import RemotingError
+
+log = structlog.get_logger()
 
 __all__ = [
     "CLIENT_AUTH_NAMES",
@@ -34,6 +38,8 @@ __all__ = [
     "TlsMode",
     "TlsServerOptions",
     "TlsServerSettings",
+    "accept_tls",
+    "connect_tls",
     "describe_handshake_error",
     "server_settings",
     "tls_files_signature",
@@ -366,3 +372,73 @@ def server_settings(cfg: TlsServerOptions) -> TlsServerSettings | None:
         handshake_timeout_ms=cfg.tls_handshake_timeout_ms,
         reload_interval_ms=cfg.tls_reload_interval_ms,
     )
+
+
+async def accept_tls(
+    stream: trio.SocketStream,
+    tls: TlsServerSettings,
+    context: ssl.SSLContext,
+    *,
+    peer: str,
+    first_byte_timeout_s: float,
+    port_name: str,
+) -> trio.SocketStream | trio.SSLStream[trio.SocketStream] | None:
+    """A new connection to a permissive or enforcing port: the stream to serve, or None once
+    it is closed. TLS when its first byte is a TLS handshake record, else the plain stream
+    (permissive) or a close (enforcing). The byte is peeked (MSG_PEEK), so it stays in the
+    socket for the plain path. The first byte must come within `first_byte_timeout_s`; a
+    permissive port's handshake then has `tls.handshake_timeout_ms` more, an enforcing one's
+    shares that first deadline. Refusals are logged with `port_name` (e.g. "remoting")."""
+    handshake_timeout = tls.handshake_timeout_ms / 1000
+    deadline = trio.current_time() + first_byte_timeout_s
+    first = b""
+    with trio.move_on_at(deadline):
+        try:
+            first = await stream.socket.recv(1, socket.MSG_PEEK)
+        except OSError as exc:
+            log.debug(f"{port_name}_tls_peek_failed", peer=peer, error=str(exc))
+    if not first:
+        # Closed, failed, or silent too long.
+        await trio.aclose_forcefully(stream)
+        return None
+    if first[0] != TLS_HANDSHAKE_BYTE:
+        if tls.mode == "enforcing":
+            log.info(f"{port_name}_plain_refused", peer=peer, reason="tls mode is enforcing")
+            await trio.aclose_forcefully(stream)
+            return None
+        return stream
+    # https_compatible: no close_notify is needed at the end; a frame cut short by a close is
+    # still detected by its length.
+    secured = trio.SSLStream(stream, context, server_side=True, https_compatible=True)
+    if tls.mode == "permissive":
+        deadline = trio.current_time() + handshake_timeout
+    error: str | None = None
+    with trio.move_on_at(deadline) as scope:
+        try:
+            await secured.do_handshake()
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            error = describe_handshake_error(exc)
+    if scope.cancelled_caught:
+        error = f"no complete handshake within {tls.handshake_timeout_ms} ms"
+    if error is not None:
+        log.warning(f"{port_name}_tls_handshake_failed", peer=peer, error=error)
+        await trio.aclose_forcefully(secured)
+        return None
+    return secured
+
+
+async def connect_tls(
+    tcp: trio.SocketStream, tls: TlsClientSettings, context: ssl.SSLContext, host: str
+) -> trio.SSLStream[trio.SocketStream]:
+    """TLS over a new TCP connection to `host` (the caller bounds the time).
+
+    Raises:
+        trio.BrokenResourceError: the handshake failed (its cause is the SSL error).
+    """
+    # The name is sent as SNI (not for an IP address) and checked against the certificate
+    # when the context checks host names.
+    secured = trio.SSLStream(
+        tcp, context, server_hostname=tls.server_hostname or host, https_compatible=True
+    )
+    await secured.do_handshake()
+    return secured
