@@ -126,11 +126,22 @@ DEBS_STAMP   := $(DEBS)/.stamp
 ETCD_DEBS    := etcd-server adduser init-system-helpers
 CLUSTER_PROJECT ?= trimq
 COMPOSE      ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
-CLUSTER      := $(COMPOSE) -p $(CLUSTER_PROJECT) -f deploy/docker-compose.yml
+# SECURE=1: the secured variant (deploy/docker-compose.secure.yml over the base file: ACL and
+# TLS enforcing). Its CA, certificates, ACL accounts and secrets are made by
+# deploy/make_secure.py into SECURE_DIR (gitignored; random secrets, kept while the project
+# lives, removed by cluster-down). SECURE_TOPICS/SECURE_GROUPS: what the application account
+# (app.env) may use.
+SECURE       ?=
+SECURE_DIR   ?= $(CURDIR)/deploy/secure/$(CLUSTER_PROJECT)
+SECURE_TOPICS ?= TopicTest
+SECURE_GROUPS ?= cg_test
+CLUSTER_FILES := -f deploy/docker-compose.yml $(if $(SECURE),-f deploy/docker-compose.secure.yml)
+CLUSTER      := $(if $(SECURE),SECURE_DIR=$(SECURE_DIR)) $(COMPOSE) -p $(CLUSTER_PROJECT) $(CLUSTER_FILES)
 CONTROLLER_PROJECT ?= trimq-ctl
 CONTROLLER_CLUSTER := $(COMPOSE) -p $(CONTROLLER_PROJECT) -f deploy/docker-compose.controller.yml
 
-.PHONY: image cluster-up cluster-down cluster-test cluster-controller-up cluster-controller-down
+.PHONY: image cluster-up cluster-down cluster-test cluster-controller-up cluster-controller-down \
+	cluster-secure-files
 
 # Wheels for trimq and its runtime dependencies; trimq's own wheel goes to app/ so the image's
 # dependency layer stays cached while only trimq changes.
@@ -154,12 +165,19 @@ image: $(WHEEL_STAMP) $(DEBS_STAMP)
 # Two NameServers (127.0.0.1:9876, :9877), masters broker-a/b/c (127.0.0.1:10911, :10921, :10931;
 # HA ports :10912, :10922, :10932) and their slaves (:10915, :10925, :10935). BROKER_ROLE=SYNC_MASTER
 # makes the masters wait for their slaves (default ASYNC_MASTER; deploy/docker-compose.yml).
-cluster-up: image
+# SECURE=1: the same with ACL and TLS; clients: `set -a; . deploy/secure/trimq/admin.env; set +a`.
+cluster-up: image $(if $(SECURE),cluster-secure-files)
 	TRIMQ_IMAGE=$(IMAGE) $(CLUSTER) up -d
 	deploy/wait-healthy.sh $(CLUSTER_PROJECT) 120
 
 cluster-down:
 	$(CLUSTER) down -v --remove-orphans
+	$(if $(SECURE),rm -rf $(SECURE_DIR))
+
+# Kept when present: a running cluster's brokers hold the keys they started with.
+cluster-secure-files: $(TEST_STAMP)
+	$(BIN)/python deploy/make_secure.py $(SECURE_DIR) \
+		$(addprefix --topic ,$(SECURE_TOPICS)) $(addprefix --group ,$(SECURE_GROUPS))
 
 # Controller mode: a 3-member etcd, controllers on 127.0.0.1:9978-9980, a NameServer on :9976,
 # broker-a's two controller-mode replicas (:11011, :11021; the controllers pick the master) and
@@ -171,8 +189,11 @@ cluster-controller-up: image
 cluster-controller-down:
 	$(CONTROLLER_CLUSTER) down -v --remove-orphans
 
-# The failover scenarios against their own compose projects (trimq-ctl-test-<pid> for the
-# controller-mode ones, then trimq-test-<pid> with SYNC_MASTER; ports picked free);
-# K=<expression> runs the matching ones only (pytest -k), e.g. K=controller.
+# The failover scenarios against their own compose projects (trimq-sec-test-<pid>, the secured
+# variant, first; trimq-ctl-test-<pid> for the controller-mode ones; then trimq-test-<pid> with
+# SYNC_MASTER; ports picked free, secured material made per run in a temporary directory);
+# K=<expression> runs the matching ones only (pytest -k), e.g. K=controller; SECURE=1 the
+# secured ones only (tests/cluster/test_acl_tls_failover.py).
 cluster-test: image $(TEST_STAMP)
-	$(BIN)/python -m pytest -m cluster -s tests/cluster $(if $(K),-k "$(K)")
+	$(BIN)/python -m pytest -m cluster -s \
+		$(if $(SECURE),tests/cluster/test_acl_tls_failover.py,tests/cluster) $(if $(K),-k "$(K)")

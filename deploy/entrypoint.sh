@@ -6,9 +6,18 @@
 #   etcd [etcd flags]               (Debian's etcd-server; ETCD_* variables are its settings)
 #   healthcheck namesrv|broker|controller|etcd  (used by the compose health checks)
 # Anything else is run as a command (e.g. `sh`).
+# SECRETS_ENV_FILE set: its KEY=value lines are exported first (the secured cluster's
+# broker account, deploy/docker-compose.secure.yml): secrets kept out of the container's
+# configuration reach the server and the health check alike.
 set -e
 role=${1:-namesrv}
 [ "$#" -gt 0 ] && shift
+
+if [ -n "${SECRETS_ENV_FILE:-}" ]; then
+    set -a
+    . "$SECRETS_ENV_FILE"
+    set +a
+fi
 
 # A process that must reach peers' advertised (loopback) addresses gets a relay to them; it
 # is the server's child after the exec and goes when the container stops.

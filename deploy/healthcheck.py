@@ -16,16 +16,31 @@ controller: the controller on this container answers CONTROLLER_GET_METADATA_INF
 etcd:       the member's /health on its client port (ETCD_LISTEN_CLIENT_URLS' port, 2379)
             says true: it is part of a cluster that has a leader.
 
-Standalone on purpose (stdlib only, one JSON RemotingCommand over a plain socket): it starts
-fast and checks the wire protocol exactly as a client sees it.
+Secured servers (deploy/docker-compose.secure.yml): a port whose TRIMQ_TLS_MODE is enforcing is
+spoken to with TLS, and so are the NameServers a broker connects to with TLS (TRIMQ_TLS_ENABLE,
+else its tls_mode enforcing), as the server itself would: trust TRIMQ_TLS_CLIENT_TRUST_CERT_PATH
+(else TRIMQ_TLS_SERVER_TRUST_CERT_PATH; neither: any certificate, the check being about
+liveness), host names checked unless TRIMQ_TLS_CLIENT_CHECK_HOSTNAME is false, the certificate
+TRIMQ_TLS_CLIENT_CERT_PATH/_KEY_PATH presented (else, when the server asks for client
+certificates, the server's own, TRIMQ_TLS_SERVER_CERT_PATH/_KEY_PATH). With
+TRIMQ_ACL_ACCESS_KEY and TRIMQ_ACL_SECRET_KEY (a broker's own account) every request is signed
+as RocketMQ's clients sign (HmacSHA1 over the extField values in key order, then the body); a
+NameServer's route reads need no account.
+
+Standalone on purpose (stdlib only, one JSON RemotingCommand over a socket): it starts fast and
+checks the wire protocol exactly as a client sees it.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import http.client
 import json
 import os
 import socket
+import ssl
 import struct
 import sys
 from collections.abc import Mapping
@@ -46,16 +61,91 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def request(addr: str, code: int) -> dict[str, object]:
+class Security:
+    """How to reach a server: TLS context (None: plain TCP) and ACL account (None: unsigned).
+
+    A plain class: the integration tests load this file without registering it as a module,
+    which a dataclass cannot take."""
+
+    def __init__(
+        self,
+        tls: ssl.SSLContext | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+    ) -> None:
+        self.tls = tls
+        self.access_key = access_key
+        self.secret_key = secret_key
+
+    def sign(self, fields: dict[str, str], body: bytes = b"") -> dict[str, str]:
+        """`fields` with AccessKey and Signature (common.acl.RequestSigner's rule), or as they
+        are without an account."""
+        if not self.access_key or not self.secret_key:
+            return fields
+        signed = {**fields, "AccessKey": self.access_key}
+        content = "".join(signed[k] for k in sorted(signed)).encode() + body
+        digest = hmac.new(self.secret_key.encode(), content, hashlib.sha1).digest()
+        return {**signed, "Signature": base64.b64encode(digest).decode()}
+
+
+PLAIN = Security()
+
+
+def _truthy(value: str | None, default: bool) -> bool:
+    if value is None or not value.strip():
+        return default
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def tls_context(env: Mapping[str, str]) -> ssl.SSLContext:
+    """The client context of the TRIMQ_TLS_* settings (module docstring)."""
+    trust = env.get("TRIMQ_TLS_CLIENT_TRUST_CERT_PATH") or env.get(
+        "TRIMQ_TLS_SERVER_TRUST_CERT_PATH"
+    )
+    ctx = ssl.create_default_context(cafile=trust) if trust else ssl.create_default_context()
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    verify = _truthy(env.get("TRIMQ_TLS_CLIENT_VERIFY_SERVER"), True) and bool(trust)
+    ctx.check_hostname = verify and _truthy(env.get("TRIMQ_TLS_CLIENT_CHECK_HOSTNAME"), True)
+    if not verify:
+        ctx.verify_mode = ssl.CERT_NONE
+    cert, key = env.get("TRIMQ_TLS_CLIENT_CERT_PATH"), env.get("TRIMQ_TLS_CLIENT_KEY_PATH")
+    password = env.get("TRIMQ_TLS_CLIENT_KEY_PASSWORD")
+    if not cert and env.get("TRIMQ_TLS_SERVER_NEED_CLIENT_AUTH", "none").lower() != "none":
+        cert, key = env.get("TRIMQ_TLS_SERVER_CERT_PATH"), env.get("TRIMQ_TLS_SERVER_KEY_PATH")
+        password = env.get("TRIMQ_TLS_SERVER_KEY_PASSWORD")
+    if cert:
+        ctx.load_cert_chain(cert, key or None, password or None)
+    return ctx
+
+
+def securities(env: Mapping[str, str]) -> tuple[Security, Security]:
+    """(for this container's own port, for the NameServers it connects to)."""
+    mode = env.get("TRIMQ_TLS_MODE", "disabled").strip().lower()
+    enable = env.get("TRIMQ_TLS_ENABLE", "").strip()
+    outgoing = _truthy(enable, False) if enable else mode == "enforcing"
+    # A permissive port takes plain and TLS alike: TLS there only when the broker uses it.
+    own = mode == "enforcing" or (mode == "permissive" and outgoing)
+    ctx = tls_context(env) if own or outgoing else None
+    ak, sk = env.get("TRIMQ_ACL_ACCESS_KEY"), env.get("TRIMQ_ACL_SECRET_KEY")
+    return (
+        Security(ctx if own else None, ak, sk),
+        Security(ctx if outgoing else None, ak, sk),
+    )
+
+
+def request(addr: str, code: int, security: Security = PLAIN) -> dict[str, object]:
     """Send request `code` (no fields, no body) to `addr`; the decoded JSON body of a
     successful answer (ValueError for any other)."""
-    _, body = call(addr, code)
+    _, body = call(addr, code, security)
     return body
 
 
-def call(addr: str, code: int) -> tuple[dict[str, object], dict[str, object]]:
+def call(
+    addr: str, code: int, security: Security = PLAIN
+) -> tuple[dict[str, object], dict[str, object]]:
     """Send request `code` (no fields, no body) to `addr`; the answer's header fields
-    (extFields) and decoded JSON body when it succeeded (ValueError for any other answer)."""
+    (extFields) and decoded JSON body when it succeeded (ValueError for any other answer;
+    OSError, ssl.SSLError included, when it cannot be reached)."""
     host, _, port = addr.strip().rpartition(":")
     header = json.dumps(
         {
@@ -65,11 +155,16 @@ def call(addr: str, code: int) -> tuple[dict[str, object], dict[str, object]]:
             "opaque": 1,
             "serializeTypeCurrentRPC": "JSON",
             "version": 0,
-            "extFields": {},
+            "extFields": security.sign({}),
         }
     ).encode()
     frame = struct.pack(">II", 4 + len(header), len(header)) + header
-    with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as sock:
+    with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as raw:
+        sock = (
+            raw
+            if security.tls is None
+            else security.tls.wrap_socket(raw, server_hostname=host.strip("[]"))
+        )
         sock.sendall(frame)
         (total,) = struct.unpack(">I", _recv_exact(sock, 4))
         data = _recv_exact(sock, total)
@@ -89,9 +184,9 @@ def call(addr: str, code: int) -> tuple[dict[str, object], dict[str, object]]:
     )
 
 
-def cluster_info(addr: str) -> dict[str, object]:
+def cluster_info(addr: str, security: Security = PLAIN) -> dict[str, object]:
     """Ask the NameServer at `addr` for cluster info; the decoded JSON body."""
-    return request(addr, GET_BROKER_CLUSTER_INFO)
+    return request(addr, GET_BROKER_CLUSTER_INFO, security)
 
 
 def registered_ids(info: dict[str, object], name: str, addr: str) -> list[str]:
@@ -157,7 +252,7 @@ def etcd_health(env: Mapping[str, str]) -> tuple[bool, str]:
 def ha_status(env: Mapping[str, str]) -> dict[str, object]:
     """This broker's GET_BROKER_HA_STATUS, asked on its own listen port."""
     port = env.get("TRIMQ_LISTEN", "0.0.0.0:10911").rpartition(":")[2]
-    return request(f"127.0.0.1:{port}", GET_BROKER_HA_STATUS)
+    return request(f"127.0.0.1:{port}", GET_BROKER_HA_STATUS, securities(env)[0])
 
 
 def slave_linked(env: Mapping[str, str]) -> str | None:
@@ -187,7 +282,7 @@ def main(argv: list[str]) -> int:
     env = os.environ
     if role == "namesrv":
         try:
-            cluster_info(f"127.0.0.1:{_listen_port(env, '9876')}")
+            cluster_info(f"127.0.0.1:{_listen_port(env, '9876')}", securities(env)[0])
         except (OSError, ValueError) as exc:
             print(f"namesrv not answering: {exc}")
             return 1
@@ -203,9 +298,14 @@ def main(argv: list[str]) -> int:
     addr = env.get("TRIMQ_ADVERTISE", "")
     errors = []
     ids: list[str] = []
+    try:
+        to_namesrv = securities(env)[1]
+    except (OSError, ValueError) as exc:
+        print(f"{name}: TLS settings unusable: {exc}")
+        return 1
     for ns in filter(None, (a.strip() for a in env.get("TRIMQ_NAMESRV_ADDR", "").split(";"))):
         try:
-            ids = registered_ids(cluster_info(ns), name, addr)
+            ids = registered_ids(cluster_info(ns, to_namesrv), name, addr)
         except (OSError, ValueError) as exc:
             errors.append(f"{ns}: {exc}")
             continue
