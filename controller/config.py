@@ -7,16 +7,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from common.config import load_settings
+from common.acl import RequestSigner
+from common.config import TlsServerFields, load_settings
 from controller.keys import DEFAULT_ROOT
+from remoting.tls import TlsClientSettings, server_settings
 
 __all__ = ["ControllerConfig", "load_config"]
 
 
-class ControllerConfig(BaseModel):
-    """One controller process; several share one etcd and elect a leader there."""
+class ControllerConfig(TlsServerFields):
+    """One controller process; several share one etcd and elect a leader there.
+
+    The remoting port's TLS settings are `tls_mode` and `tls_server_*` (`common.config`), as
+    the broker's and the NameServer's."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -41,8 +46,68 @@ class ControllerConfig(BaseModel):
     had not copied. Off: such a group stays without master until a member returns."""
     notify_broker_role_changed: bool = True
     """Tell a group's live replicas at once (NOTIFY_BROKER_ROLE_CHANGED) after an election."""
+
+    # -- access control (docs/security.md) ---------------------------------------------------
+    acl_enable: bool = False
+    """Check every request against the accounts of `acl_file`: what brokers send needs a
+    broker (or admin) account, a designated election and the controller's administration
+    codes an admin account, reads any account."""
+    acl_file: str | None = None
+    """The plain_acl.yml; reloaded when it changes (a bad file keeps the last good one)."""
+    acl_reload_interval_ms: int = Field(default=5000, ge=100)
+    acl_access_key: str | None = None
+    """The controller's own account (`broker: true` in the brokers' files): what it sends to
+    brokers (NOTIFY_BROKER_ROLE_CHANGED) is signed with it."""
+    acl_secret_key: str | None = Field(default=None, repr=False)
+
+    # -- TLS of the controller's own connections (to brokers) -------------------------------
+    tls_enable: bool | None = None
+    """Connect with TLS; None: when `tls_mode` is enforcing (RocketMQ's tls.enable)."""
+    tls_client_trust_cert_path: str | None = None
+    """CA certificates for the brokers' certificates; None: the system store."""
+    tls_client_verify_server: bool = True
+    tls_client_check_hostname: bool = True
+    tls_client_cert_path: str | None = None
+    tls_client_key_path: str | None = None
+    tls_client_key_password: str | None = Field(default=None, repr=False)
+
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool = False
+
+    @model_validator(mode="after")
+    def _check_security(self) -> ControllerConfig:
+        server_settings(self)  # TlsConfigError (a ValueError) names a bad TLS setting
+        self.client_tls()
+        if self.acl_enable and not self.acl_file:
+            raise ValueError("acl_enable needs acl_file")
+        if (self.acl_access_key is None) != (self.acl_secret_key is None):
+            raise ValueError("acl_access_key and acl_secret_key go together")
+        return self
+
+    def client_tls(self) -> TlsClientSettings | None:
+        """TLS of the controller's connections to brokers; None: plain.
+
+        Raises:
+            TlsConfigError: an inconsistent combination (a key without a certificate).
+        """
+        on = self.tls_enable if self.tls_enable is not None else self.tls_mode == "enforcing"
+        if not on:
+            return None
+        return TlsClientSettings(
+            enable=True,
+            trust_cert_path=self.tls_client_trust_cert_path,
+            verify_server=self.tls_client_verify_server,
+            check_hostname=self.tls_client_check_hostname,
+            cert_path=self.tls_client_cert_path,
+            key_path=self.tls_client_key_path,
+            key_password=self.tls_client_key_password,
+        )
+
+    def request_signer(self) -> RequestSigner | None:
+        """The signer of what the controller sends, when it has an account."""
+        if self.acl_access_key is None or self.acl_secret_key is None:
+            return None
+        return RequestSigner(self.acl_access_key, self.acl_secret_key)
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -14,6 +14,14 @@ not heartbeated within its timeout, elects a new master from the live SyncStateS
 the dead one when there is none) and tells the group's live replicas (1008). A new leader
 waits one heartbeat timeout before its first scan: until then it has not heard from every
 live broker.
+
+Security (docs/security.md): the remoting port takes the broker's TLS settings (`tls_mode`,
+`tls_server_*`); with `acl_enable` every request is checked against `acl_file` before it is
+served (common.acl's table: what brokers send needs a broker or admin account, reads any
+account, the controller's administration codes an admin account) and a designated election
+(an admin's `electMaster`) needs an admin account as well. What the controller sends to
+brokers is signed with `acl_access_key` and goes over TLS when `tls_enable` (or an enforcing
+`tls_mode`) says so.
 """
 
 from __future__ import annotations
@@ -27,6 +35,14 @@ from typing import Any
 import structlog
 import trio
 
+from common.acl import (
+    ACCESS_KEY,
+    AclChecker,
+    AclFileWatcher,
+    AclRules,
+    load_acl_file,
+    server_check,
+)
 from controller.config import ControllerConfig
 from controller.election import LeaderElection, NotLeader
 from controller.etcd import Compare, EtcdClient, EtcdError, Op
@@ -68,6 +84,7 @@ from remoting.protocol.headers import (
     RegisterBrokerToControllerRequestHeader,
     RegisterBrokerToControllerResponseHeader,
 )
+from remoting.tls import server_settings
 
 __all__ = ["ControllerServer"]
 
@@ -84,6 +101,10 @@ def _sync_state_body(state: GroupState) -> bytes:
             "syncStateSetEpoch": state.sync_state_set_epoch,
         }
     ).encode()
+
+
+class AccountRefused(Exception):
+    """The requester's broker account is bound to other clusters (`brokerClusters`)."""
 
 
 def _check_name(what: str, name: str) -> None:
@@ -104,8 +125,10 @@ class ControllerServer:
     ) -> None:
         self.config = config
         host, _, port = config.listen.rpartition(":")
-        self._server = RemotingServer(host, int(port))
-        self._client = RemotingClient()
+        self._server = RemotingServer(host, int(port), tls=server_settings(config))
+        # What the controller sends brokers (1008) is signed with its own account and uses
+        # TLS as its client settings say: brokers may run with ACL and an enforcing port.
+        self._client = RemotingClient(before_send=config.request_signer(), tls=config.client_tls())
         self.layout = KeyLayout(config.etcd_root)
         self.liveness = BrokerLiveness()
         self._clock = clock
@@ -119,6 +142,62 @@ class ControllerServer:
         self._stack: Any = None
         for code, handler in self._handlers().items():
             self._server.processors.register(code, handler)
+        # Access control: the accounts are read at start (`run`), before anything is served.
+        self.acl: AclChecker | None = None
+        if config.acl_enable:
+            self.acl = AclChecker(AclRules({}, ()))
+            self._server.processors.check_before(self._acl_check(self.acl))
+
+    @staticmethod
+    def _acl_check(checker: AclChecker) -> Callable[[Any, Any], Any]:
+        """The table's check (common.acl), then one rule of the controller's own: an election
+        that designates the master (an admin's `electMaster`) needs an admin account, while
+        a broker may ask for an ordinary election (the same code, 1002) with its own."""
+        table = server_check(checker)
+
+        def check(conn: Any, cmd: Any) -> Any:
+            refusal = table(conn, cmd)
+            if refusal is not None or cmd.code != RequestCode.CONTROLLER_ELECT_MASTER:
+                return refusal
+            # Read as the processor reads it, so what it acts on is what was checked.
+            try:
+                designated = ElectMasterRequestHeader.from_fields(cmd.ext_fields).designate_elect
+            except HeaderError:
+                return None  # the processor answers INVALID_REQUEST
+            if not designated:
+                return None
+            fields = cmd.ext_fields or {}
+            rules = checker.rules
+            peer = conn.remote_address
+            # White-listed addresses pass as they pass the table's admin codes.
+            if any(p.match(peer) for p in rules.global_white):
+                return None
+            account = rules.accounts.get(fields.get(ACCESS_KEY) or "")
+            if account is None:
+                return None  # unreachable: the table's check refused it already
+            white = account.white_remote_address
+            if account.admin or (white is not None and white.match(peer)):
+                return None
+            remark = (
+                "ACL: a designated election (request code 1002 with designateElect) needs an"
+                f" admin account; accessKey={account.access_key} is not admin"
+            )
+            log.info("acl_refused", code=cmd.code, peer=peer, remark=remark)
+            return cmd.make_response(RC.NO_PERMISSION, remark)
+
+        return check
+
+    def _bound_clusters(self, cmd: RemotingCommand) -> frozenset[str] | None:
+        """The clusters the request's broker account may act on (`brokerClusters`); None:
+        any (ACL off, no account named, an admin account, or an unbound broker account).
+        The checker has verified the account before any processor runs."""
+        if self.acl is None:
+            return None
+        key = (cmd.ext_fields or {}).get(ACCESS_KEY)
+        account = self.acl.rules.accounts.get(key) if key else None
+        if account is None or account.admin or not account.broker:
+            return None
+        return account.broker_clusters
 
     # -- lifecycle --------------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
@@ -130,6 +209,14 @@ class ControllerServer:
             trio.open_nursery() as nursery,
         ):
             self._etcd = etcd
+            if self.acl is not None:
+                assert cfg.acl_file is not None
+                # A file read: worker thread. A bad file stops the start (AclFileError).
+                self.acl.replace(await trio.to_thread.run_sync(load_acl_file, cfg.acl_file))
+                watcher = AclFileWatcher(
+                    cfg.acl_file, self.acl, interval_s=cfg.acl_reload_interval_ms / 1000
+                )
+                nursery.start_soon(watcher.run)
             self.port = int(await nursery.start(self._server.run))
             self.address = cfg.address(self.port)
             election = LeaderElection(etcd, self.layout.leader, self.address, ttl_s=cfg.lease_ttl_s)
@@ -213,12 +300,18 @@ class ControllerServer:
         change: Callable[[GroupState], GroupState],
         *,
         create: bool = False,
+        clusters: frozenset[str] | None = None,
     ) -> GroupState:
         """Apply `change` to the group's state and store it (nothing stored when unchanged).
+
+        Args:
+            clusters: the clusters the requester's broker account is bound to (None: any);
+                a group of another cluster is refused NO_PERMISSION.
 
         Raises:
             ControllerError: the change refused; BROKER_METADATA_NOT_EXIST for an unknown
                 group (unless `create`); NOT_LEADER when leadership ended meanwhile.
+            AccountRefused: the group's cluster is not among `clusters`.
             EtcdError: etcd could not be reached.
         """
         for _ in range(_WRITE_RETRIES):
@@ -229,6 +322,11 @@ class ControllerServer:
                         ControllerCode.BROKER_METADATA_NOT_EXIST, f"no group {broker_name}"
                     )
                 state = GroupState(cluster, broker_name)
+            if clusters is not None and state.cluster not in clusters:
+                raise AccountRefused(
+                    f"ACL: group {broker_name} is in cluster {state.cluster}; the account"
+                    f" may act on brokers of {', '.join(sorted(clusters))} only"
+                )
             new = change(state)
             if new == state and revision:
                 return state
@@ -270,7 +368,13 @@ class ControllerServer:
             await self._elect(state.cluster, state.broker_name, None, by_controller=True)
 
     async def _elect(
-        self, cluster: str, broker_name: str, designated: int | None, *, by_controller: bool
+        self,
+        cluster: str,
+        broker_name: str,
+        designated: int | None,
+        *,
+        by_controller: bool,
+        clusters: frozenset[str] | None = None,
     ) -> GroupState:
         async with self._lock:
             before: list[GroupState] = []
@@ -286,7 +390,7 @@ class ControllerServer:
                 )
                 return res.state
 
-            new = await self.update(cluster, broker_name, change)
+            new = await self.update(cluster, broker_name, change, clusters=clusters)
         old = before[-1] if before else new
         if new.master_epoch != old.master_epoch:
             self.elections += 1
@@ -360,6 +464,9 @@ class ControllerServer:
                 return await handler(cmd)
             except ControllerError as exc:
                 return cmd.make_response(exc.code, exc.remark)
+            except AccountRefused as exc:
+                log.info("acl_refused", code=cmd.code, peer=conn.remote_address, remark=str(exc))
+                return cmd.make_response(RC.NO_PERMISSION, str(exc))
             except HeaderError as exc:
                 return cmd.make_response(ControllerCode.INVALID_REQUEST, str(exc))
             except (ValueError, TypeError) as exc:
@@ -376,6 +483,14 @@ class ControllerServer:
             _check_name("broker name", hdr.broker_name)
         except (HeaderError, ControllerError) as exc:
             return cmd.make_response(ControllerCode.INVALID_REQUEST, str(exc))
+        clusters = self._bound_clusters(cmd)
+        if clusters is not None and hdr.cluster_name not in clusters:
+            remark = (
+                f"ACL: a heartbeat for cluster {hdr.cluster_name}; the account may act on"
+                f" brokers of {', '.join(sorted(clusters))} only"
+            )
+            log.info("acl_refused", code=cmd.code, peer=conn.remote_address, remark=remark)
+            return cmd.make_response(RC.NO_PERMISSION, remark)
         timeout_ms = hdr.heartbeat_timeout_mills or self.config.broker_heartbeat_timeout_ms
         self.liveness.beat(
             hdr.cluster_name,
@@ -419,6 +534,7 @@ class ControllerServer:
                 hdr.broker_name,
                 lambda s: apply_broker_id(s, hdr.applied_broker_id, hdr.register_check_code),
                 create=True,
+                clusters=self._bound_clusters(cmd),
             )
         out = ApplyBrokerIdResponseHeader(
             cluster_name=hdr.cluster_name, broker_name=hdr.broker_name
@@ -444,6 +560,7 @@ class ControllerServer:
                 hdr.cluster_name,
                 hdr.broker_name,
                 lambda s: register_broker(s, hdr.broker_id, hdr.broker_address),
+                clusters=self._bound_clusters(cmd),
             )
         alive = self._alive(state)
         master_alive = state.master_id is not None and state.master_id in alive
@@ -481,7 +598,11 @@ class ControllerServer:
         _check_name("broker name", hdr.broker_name)
         designated = hdr.broker_id if hdr.designate_elect and hdr.broker_id > 0 else None
         state = await self._elect(
-            hdr.cluster_name, hdr.broker_name, designated, by_controller=False
+            hdr.cluster_name,
+            hdr.broker_name,
+            designated,
+            by_controller=False,
+            clusters=self._bound_clusters(cmd),
         )
         out = ElectMasterResponseHeader(
             master_broker_id=state.master_id,
@@ -519,6 +640,7 @@ class ControllerServer:
                 lambda s: alter_sync_state_set(
                     s, hdr.master_broker_id, hdr.master_epoch, set_epoch, members, self._alive(s)
                 ),
+                clusters=self._bound_clusters(cmd),
             )
         out = AlterSyncStateSetResponseHeader(new_sync_state_set_epoch=state.sync_state_set_epoch)
         return cmd.make_response(
