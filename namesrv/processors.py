@@ -314,6 +314,7 @@ class NamesrvProcessors:
             broker_id=broker_id,
             broker_addr=broker_addr,
             unregister=unregister,
+            channel_id=getattr(conn, "id", None),
         )
         if unregister and self.route_table.channel_of(broker_addr) == getattr(conn, "id", None):
             claim.displaced.clear()

@@ -179,15 +179,33 @@ class RouteTable:
         return result
 
     def claim(
-        self, *, cluster: str, broker_name: str, broker_id: int, broker_addr: str, unregister: bool
+        self,
+        *,
+        cluster: str,
+        broker_name: str,
+        broker_id: int,
+        broker_addr: str,
+        unregister: bool,
+        channel_id: int | None = None,
     ) -> Claim:
-        """What `register_broker` (or `unregister_broker` when `unregister`) of these values
-        would do to live brokers: the clusters involved (`cluster`, the group's own and those of
-        other groups holding `broker_addr`) and every live address it would replace, move to
-        another cluster or remove. A broker's own heartbeat displaces nothing."""
+        """What `register_broker` (or `unregister_broker` when `unregister`) of these values,
+        over connection `channel_id`, would do to live brokers: the clusters involved
+        (`cluster`, the group's own and those of other groups holding `broker_addr`) and every
+        live address it would replace, move to another cluster, remove, or bind to this
+        connection instead of the one it registered over (whose close then removes it). A
+        broker's own heartbeat displaces nothing."""
         clusters = {cluster}
         displaced: list[str] = []
         live = self.broker_live_table
+        info = live.get(broker_addr)
+        if (
+            not unregister
+            and info is not None
+            and channel_id is not None
+            and info.channel_id is not None
+            and info.channel_id != channel_id
+        ):
+            displaced.append(f"broker at {broker_addr} (registered over another connection)")
         bd = self.broker_addr_table.get(broker_name)
         if bd is not None:
             clusters.add(bd.cluster)

@@ -283,3 +283,26 @@ def test_claim_names_the_live_brokers_a_registration_would_displace() -> None:
         cluster="c1", broker_name="a", broker_id=0, broker_addr="192.0.2.9:1", unregister=False
     )
     assert gone.displaced == []
+
+
+def test_claim_counts_a_registration_over_another_connection_as_displacing() -> None:
+    rt = RouteTable()
+    _reg(rt, name="a", addr="192.0.2.1:1", cluster="c1", channel=7)
+    own = rt.claim(
+        cluster="c1",
+        broker_name="a",
+        broker_id=0,
+        broker_addr="192.0.2.1:1",
+        unregister=False,
+        channel_id=7,
+    )
+    assert own.displaced == []
+    other = rt.claim(
+        cluster="c1",
+        broker_name="a",
+        broker_id=0,
+        broker_addr="192.0.2.1:1",
+        unregister=False,
+        channel_id=8,
+    )
+    assert other.displaced == ["broker at 192.0.2.1:1 (registered over another connection)"]
