@@ -1,5 +1,10 @@
 """Admin calls to RocketMQ 5.x controllers (`mqadmin getControllerMetaData`,
-`getSyncStateSet`, `electMaster`): ask any controller who leads, then ask the leader."""
+`getSyncStateSet`, `electMaster`): ask any controller who leads, then ask the leader.
+
+Against controllers with ACL on, pass a `RequestSigner` (reads need any account, a
+designated election an admin account); against a TLS port, `TlsClientSettings`.
+`ControllerAdmin.from_config` takes both from a `ClientConfig` (`access_key` / `secret_key`,
+`use_tls` / `tls_*`, and their TRIMQ_* defaults), as mqadmin's other commands do."""
 
 from __future__ import annotations
 
@@ -7,13 +12,16 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from client.config import ClientConfig
 from client.errors import MQClientError
+from common.acl import RequestSigner
 from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from remoting.protocol.headers import (
     ElectMasterRequestHeader,
     ElectMasterResponseHeader,
     GetMetaDataResponseHeader,
 )
+from remoting.tls import TlsClientSettings
 
 __all__ = ["ControllerAdmin", "ControllerMetadata"]
 
@@ -43,16 +51,41 @@ class ControllerMetadata:
 class ControllerAdmin:
     """Calls to the controllers at `addrs` (`;`-separated, as `controllerAddr`).
 
+    Args:
+        signer: signs every request (controllers with ACL on); None: unsigned.
+        tls: TLS on every connection; None: plain.
+
     Raises (every call): MQClientError when no controller answers or one refuses (its code
     and remark in the message); RemotingError for transport failures.
     """
 
-    def __init__(self, addrs: str, timeout_ms: int = 5000) -> None:
+    def __init__(
+        self,
+        addrs: str,
+        timeout_ms: int = 5000,
+        *,
+        signer: RequestSigner | None = None,
+        tls: TlsClientSettings | None = None,
+    ) -> None:
         self.addrs = [a.strip() for a in addrs.split(";") if a.strip()]
         if not self.addrs:
             raise MQClientError("no controller address given")
         self.timeout_ms = timeout_ms
-        self._client = RemotingClient()
+        self._client = RemotingClient(before_send=signer, tls=tls)
+
+    @classmethod
+    def from_config(cls, addrs: str, config: ClientConfig) -> ControllerAdmin:
+        """With the credentials and TLS settings of a client configuration.
+
+        Raises:
+            TlsConfigError: an inconsistent TLS combination.
+        """
+        return cls(
+            addrs,
+            max(5000, config.mq_client_api_timeout_ms),
+            signer=config.request_signer(),
+            tls=config.tls_settings(),
+        )
 
     async def __aenter__(self) -> ControllerAdmin:
         await self._client.__aenter__()

@@ -142,6 +142,9 @@ class ControllerServer:
         self._stack: Any = None
         for code, handler in self._handlers().items():
             self._server.processors.register(code, handler)
+        # Codes not served here pass the ACL check too (an admin account for most), so a
+        # stranger learns nothing of what the controller serves.
+        self._server.processors.set_default(self._not_supported)
         # Access control: the accounts are read at start (`run`), before anything is served.
         self.acl: AclChecker | None = None
         if config.acl_enable:
@@ -475,6 +478,13 @@ class ControllerServer:
                 return cmd.make_response(RC.SYSTEM_ERROR, f"etcd: {exc}")
 
         return process
+
+    async def _not_supported(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        return cmd.make_response(
+            RC.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
+        )
 
     async def _heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         try:

@@ -906,8 +906,16 @@ if __name__ == "__main__":  # pragma: no cover
 
 # -- controller mode ------------------------------------------------------------------------
 def _with_controllers(addrs: str, body: Callable[[ControllerAdmin], Awaitable[T]]) -> T:
+    # The group's --access-key / --secret-key and --tls options (or TRIMQ_*), as for the
+    # NameServer and broker commands.
+    cfg = client_config(
+        instance_name=f"mqadmin-{time.time_ns()}",
+        **_options["credentials"],
+        **_options["tls"],
+    )
+
     async def main() -> T:
-        async with ControllerAdmin(addrs) as admin:
+        async with ControllerAdmin.from_config(addrs, cfg) as admin:
             return await body(admin)
 
     return _run(main)
