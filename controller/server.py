@@ -235,8 +235,14 @@ class ControllerServer:
 
         stack = AsyncExitStack()
         nursery = await stack.enter_async_context(trio.open_nursery())
-        await nursery.start(self.run)
         stack.callback(nursery.cancel_scope.cancel)
+        try:
+            await nursery.start(self.run)
+        except BaseException:
+            # A start that failed (a file that does not load, a port taken) leaves no nursery
+            # open behind: its error comes out of the stack's close.
+            await stack.aclose()
+            raise
         self._stack = stack
         return self
 
