@@ -9,7 +9,8 @@ promote the slave in time) and the group fails over when the master is killed. U
 requests, a non-broker account, another cluster's broker account and a broker account
 designating a master are refused NO_PERMISSION with a remark; a plain connection to the
 controller's port gets nothing; mqadmin's controller commands work with an account and TLS
-options and are refused without an account."""
+options and are refused without an account; an account added to the file is accepted once the
+controller reloads it."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import pytest
 import trio
 
 from client.controller_admin import ControllerAdmin
+from client.errors import MQClientError
 from common.acl import RequestSigner
 from namesrv.config import NamesrvConfig
 from namesrv.server import NameServer
@@ -201,6 +203,7 @@ async def test_a_secured_controller_mode_group(tmp_path: Path, etcd: EtcdProc) -
             "TRIMQ_ACL_FILE": str(acl_file),
             "TRIMQ_ACL_ACCESS_KEY": "controller-ak",
             "TRIMQ_ACL_SECRET_KEY": "controller-sk",
+            "TRIMQ_ACL_RELOAD_INTERVAL_MS": "200",
             "TRIMQ_LEASE_TTL_S": "2",
             "TRIMQ_ETCD_TIMEOUT_MS": "600",
             "TRIMQ_BROKER_HEARTBEAT_TIMEOUT_MS": "1500",
@@ -314,3 +317,20 @@ async def _secured_group(tmp_path: Path, pki: Pki, acl_file: Path, ctl: str) -> 
                 assert rc == 1
                 assert "code 16" in err
                 assert "carries no AccessKey" in err
+
+        # The controller reloads its accounts file: an account added is accepted.
+        late = RequestSigner("late-admin", "late-admin-sk")
+        async with ControllerAdmin(ctl, signer=late, tls=client_tls) as late_admin:
+            with pytest.raises(MQClientError, match="no account has accessKey=late-admin"):
+                await late_admin.metadata(ctl)
+            text = (
+                ACL + "  - accessKey: late-admin\n    secretKey: late-admin-sk\n    admin: true\n"
+            )
+            await trio.to_thread.run_sync(acl_file.write_text, text)
+            with trio.fail_after(10):
+                while True:
+                    try:
+                        assert (await late_admin.metadata(ctl)).is_leader
+                        break
+                    except MQClientError:
+                        await trio.sleep(0.1)
