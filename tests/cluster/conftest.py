@@ -7,9 +7,14 @@ expiry 6 s, scan 1 s, broker registration every 2 s, slave metadata copy every 1
 heartbeat 1 s and housekeeping 5 s) and SYNC_FLUSH, for the whole session.
 `controller_cluster`: the project `trimq-ctl-test-<pid>` of deploy/docker-compose.controller.yml
 (etcd, controllers, broker-a's two controller-mode replicas, broker-b; timings in
-tests/cluster/controller_support.py) for one test module. The finalizers save the containers'
-logs and run `down -v` whatever happened. The controller scenarios' module sorts first, so the
-two projects never run at once.
+tests/cluster/controller_support.py) for one test module. `secure_cluster`: the project
+`trimq-sec-test-<pid>`, `cluster`'s settings with deploy/docker-compose.secure.yml over them
+(ACL and TLS enforcing; certificates, accounts and secrets made for the run by
+deploy/make_secure.py in a temporary directory, removed after), for one test module. The
+finalizers save the containers' logs and run `down -v` whatever happened. The secured and the
+controller scenarios' modules sort before the others (test_acl_tls_failover.py,
+test_controller_failover.py), so no two projects run at once: `cluster` lives until the session
+ends.
 
 Set TRIMQ_SKIP_CLUSTER=1 to skip these tests on a machine without a Docker engine.
 """
@@ -18,9 +23,11 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,7 +35,7 @@ import pytest
 
 from tests.cluster.controller_support import PORT_COUNT as CONTROLLER_PORT_COUNT
 from tests.cluster.controller_support import ControllerCluster
-from tests.cluster.support import PORT_COUNT, REPO, Cluster, ComposeProject, Row
+from tests.cluster.support import PORT_COUNT, REPO, Cluster, ComposeProject, Row, SecureCluster
 from tests.helpers import free_port
 
 ROWS: list[Row] = []
@@ -100,6 +107,34 @@ def cluster(image: float) -> Iterator[Cluster]:
         yield c
     finally:
         _down(c)
+
+
+@pytest.fixture(scope="module")
+def secure_cluster(image: float, request: pytest.FixtureRequest) -> Iterator[SecureCluster]:
+    """The secured project for the requesting module, whose `SECURED_NAMES` lists the scenario
+    names the application account gets a topic and a group for."""
+    started = time.monotonic()
+    names = list(getattr(request.module, "SECURED_NAMES", ()))
+    run_id = uuid.uuid4().hex[:8]
+    secure_dir = Path(tempfile.mkdtemp(prefix="trimq-secure-"))
+    try:
+        SecureCluster.make_material(secure_dir, run_id, names)
+        c = SecureCluster(
+            f"trimq-sec-test-{os.getpid()}", _free_ports(PORT_COUNT), secure_dir, run_id
+        )
+        c.logdir = _log_dir()
+        try:
+            c.compose("up", "-d")
+            c.wait_healthy(total=120)
+            print(
+                f"\nsecured cluster {c.project}: image {image:.1f}s, up and healthy "
+                f"{time.monotonic() - started:.1f}s; NameServers {c.namesrv_addr}"
+            )
+            yield c
+        finally:
+            _down(c)
+    finally:
+        shutil.rmtree(secure_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

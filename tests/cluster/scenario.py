@@ -17,7 +17,6 @@ RocketMQ's 600 s) so a broker that comes back is used again within the scenario.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +78,8 @@ class Ctx:
 
 Fault = Callable[[Ctx], Awaitable[tuple[float, str]]]
 Cleanup = Callable[[Ctx], Awaitable[None]]
+# A whole scenario (it calls `run_scenario`), run against a plain or a secured project.
+Scenario = Callable[[Cluster, Path, list[Row]], Awaitable[None]]
 
 
 async def run_scenario(
@@ -103,18 +104,24 @@ async def run_scenario(
     # and `create_topic` below asks one NameServer for the cluster's masters: a broker that
     # missed a NameServer at start (it was not listening yet) is listed there only after its
     # next registration period. Wait for every NameServer to list every broker.
-    async with RemotingClient() as rc:
+    async with cluster.remoting_client() as rc:
         await wait_until(
             lambda: ns_list(rc, cluster, ALL_BROKERS),
             total=30,
             interval=0.2,
             what="every NameServer listing every broker",
         )
-    suffix = uuid.uuid4().hex[:8]
+    suffix = cluster.scenario_suffix()
     topic = f"cluster_{name}_{suffix}"
     group = f"cg_{name}_{suffix}"
+    # The secured project's rows are told apart by a suffix; topics keep the scenario's name
+    # (its ACL names them).
+    label = f"{name} acl+tls" if cluster.secure else name
     procs = ConsumerProcs(cluster, tmp_path, topic, group)
-    async with Admin(client_config(cluster)) as admin, RemotingClient() as rc:
+    async with (
+        Admin(client_config(cluster, "admin")) as admin,
+        cluster.remoting_client() as rc,
+    ):
         created = await admin.create_topic(
             topic, cluster=CLUSTER_NAME, read_queue_nums=4, write_queue_nums=4
         )
@@ -144,7 +151,7 @@ async def run_scenario(
                 ),
             ) as producer:
                 load = Load(producer, topic, tag=f"{name}-{suffix}")
-                ctx = Ctx(cluster, load, procs, rc, admin, topic, name)
+                ctx = Ctx(cluster, load, procs, rc, admin, topic, label)
                 phases.append(("setup", time.monotonic()))
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(load.run)
@@ -165,7 +172,7 @@ async def run_scenario(
                 await wait_until(drained, total=DRAIN_TIMEOUT_S, interval=0.5, what="drain")
             except AssertionError:
                 pass  # counted as lost below, with the keys in the message
-            row, lost = account(name, load, procs.records(), recover_s, note)
+            row, lost = account(label, load, procs.records(), recover_s, note)
             phases.append(("drain", time.monotonic()))
         finally:
             procs.stop_all()
@@ -174,7 +181,7 @@ async def run_scenario(
     phases.append(("teardown", time.monotonic()))
     rows.append(row)
     print(f"\n{Row.HEADER}\n{row.line()}")
-    print(phase_line(name, t_start, phases))
+    print(phase_line(label, t_start, phases))
     problems = list(ctx.failures)
     if row.lost:
         problems.append(f"{row.lost} acknowledged messages never consumed: {sorted(lost)[:20]}")

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,10 @@ from remoting.protocol.route import ClusterInfo, TopicRouteData
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "deploy" / "docker-compose.yml"
+# The secured variant: an overlay on COMPOSE_FILE (ACL and TLS enforcing), and the script that
+# makes its certificates, accounts and secrets.
+SECURE_OVERLAY = REPO / "deploy" / "docker-compose.secure.yml"
+MAKE_SECURE = REPO / "deploy" / "make_secure.py"
 # Masters (broker id 0) and their slaves (the master's broker name, broker id 1).
 BROKERS = ("broker-a", "broker-b", "broker-c")
 SLAVES = ("broker-a-s", "broker-b-s", "broker-c-s")
@@ -72,18 +77,24 @@ def _env_key(service: str) -> str:
 
 
 class ComposeProject:
-    """One compose project of a compose file, driven through `docker-compose` / `docker`.
+    """One compose project of a compose file (or a file and overlays), driven through
+    `docker-compose` / `docker`.
 
     `env` is the environment compose runs with (ports and settings of the file);
     `services` what `wait_healthy` waits for by default.
     """
 
     def __init__(
-        self, project: str, compose_file: Path, env: dict[str, str], services: Sequence[str]
+        self,
+        project: str,
+        compose_file: Path | Sequence[Path],
+        env: dict[str, str],
+        services: Sequence[str],
     ) -> None:
         self.project = project
         self.services = tuple(services)
-        self.base = [*compose_command(), "-p", project, "-f", str(compose_file)]
+        files = [compose_file] if isinstance(compose_file, Path) else list(compose_file)
+        self.base = [*compose_command(), "-p", project, *(a for f in files for a in ("-f", str(f)))]
         self.env = {**os.environ, **env}
         # Where the logs of removed containers are saved (conftest sets it).
         self.logdir: Path | None = None
@@ -286,6 +297,20 @@ class ComposeProject:
         """`compose(...)` from trio (in a worker thread: it blocks on a subprocess)."""
         return await trio.to_thread.run_sync(lambda: self.compose(*args))
 
+    # -- clients --------------------------------------------------------------------------
+    def client_settings(self, account: str = "app") -> dict[str, object]:
+        """ClientConfig settings clients of this project need besides the NameServers (none
+        here; a secured project's credentials and TLS, `SecureCluster`)."""
+        return {}
+
+    def client_env(self, account: str = "app") -> dict[str, str]:
+        """The same as TRIMQ_* variables, for client processes."""
+        return {}
+
+    def remoting_client(self) -> RemotingClient:
+        """A bare remoting client for the tests' own requests to NameServers and brokers."""
+        return RemotingClient()
+
 
 class Cluster(ComposeProject):
     """One compose project of deploy/docker-compose.yml with its own free ports.
@@ -295,7 +320,17 @@ class Cluster(ComposeProject):
     slave too).
     """
 
-    def __init__(self, project: str, ports: Sequence[int], image: str = "trimq:latest") -> None:
+    secure = False
+
+    def __init__(
+        self,
+        project: str,
+        ports: Sequence[int],
+        image: str = "trimq:latest",
+        *,
+        compose_files: Sequence[Path] = (COMPOSE_FILE,),
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         if len(ports) != PORT_COUNT:
             raise ValueError(f"expected {PORT_COUNT} ports, got {len(ports)}")
         n_ns, n_b = len(NAMESRVS), len(BROKERS)
@@ -324,8 +359,13 @@ class Cluster(ComposeProject):
             "COMMITLOG_FILE_SIZE": str(COMMITLOG_FILE_SIZE),
             "CONSUME_QUEUE_FILE_SIZE": str(60_000 * 20),
             "HEALTH_INTERVAL": "1s",
+            **(extra_env or {}),
         }
-        super().__init__(project, COMPOSE_FILE, env, (*NAMESRVS, *ALL_BROKERS))
+        super().__init__(project, compose_files, env, (*NAMESRVS, *ALL_BROKERS))
+
+    def scenario_suffix(self) -> str:
+        """What makes a scenario's topic and group names unique in this project."""
+        return uuid.uuid4().hex[:8]
 
     # -- addresses ------------------------------------------------------------------------
     def ns_addr(self, service: str) -> str:
@@ -337,6 +377,89 @@ class Cluster(ComposeProject):
 
     def broker_addr(self, service: str) -> str:
         return f"127.0.0.1:{self.broker_ports[service]}"
+
+
+class SecureCluster(Cluster):
+    """The secured variant: deploy/docker-compose.yml with deploy/docker-compose.secure.yml
+    (ACL on the NameServers and brokers, TLS enforcing with client certificates required).
+
+    `secure_dir` is made by deploy/make_secure.py (`make_material`): the CA, the certificates,
+    plain_acl.yml and the accounts' settings. The application account may use only the topics
+    and groups `scenario_names` gives (`topic_of` / `group_of`), so the scenarios' names are
+    fixed per project (`run_id`) instead of per scenario.
+    """
+
+    secure = True
+
+    def __init__(
+        self,
+        project: str,
+        ports: Sequence[int],
+        secure_dir: Path,
+        run_id: str,
+        image: str = "trimq:latest",
+    ) -> None:
+        self.secure_dir = secure_dir
+        self.run_id = run_id
+        super().__init__(
+            project,
+            ports,
+            image,
+            compose_files=(COMPOSE_FILE, SECURE_OVERLAY),
+            extra_env={"SECURE_DIR": str(secure_dir)},
+        )
+        self.accounts = {
+            account: read_env_file(secure_dir / f"{account}.env") for account in ("admin", "app")
+        }
+
+    @staticmethod
+    def topic_of(name: str, run_id: str) -> str:
+        return f"cluster_{name}_{run_id}"
+
+    @staticmethod
+    def group_of(name: str, run_id: str) -> str:
+        return f"cg_{name}_{run_id}"
+
+    @classmethod
+    def make_material(cls, secure_dir: Path, run_id: str, scenario_names: Sequence[str]) -> None:
+        """Run deploy/make_secure.py: a topic and a group per scenario name for the
+        application account."""
+        args = [sys.executable, str(MAKE_SECURE), str(secure_dir), "--cluster", CLUSTER_NAME]
+        for name in scenario_names:
+            args += ["--topic", cls.topic_of(name, run_id), "--group", cls.group_of(name, run_id)]
+        subprocess.run(args, check=True, capture_output=True, timeout=120)
+
+    def scenario_suffix(self) -> str:
+        return self.run_id
+
+    def client_env(self, account: str = "app") -> dict[str, str]:
+        return dict(self.accounts[account])
+
+    def client_settings(self, account: str = "app") -> dict[str, object]:
+        env = self.accounts[account]
+        return {
+            "access_key": env["TRIMQ_ACCESS_KEY"],
+            "secret_key": env["TRIMQ_SECRET_KEY"],
+            "use_tls": True,
+            "tls_trust_cert_path": env["TRIMQ_TLS_TRUST_CERT_PATH"],
+            "tls_cert_path": env["TRIMQ_TLS_CERT_PATH"],
+            "tls_key_path": env["TRIMQ_TLS_KEY_PATH"],
+        }
+
+    def remoting_client(self) -> RemotingClient:
+        """Signed with the admin account, over TLS with the client certificate."""
+        config = ClientConfig(namesrv_addr=self.namesrv_addr, **self.client_settings("admin"))  # type: ignore[arg-type]
+        return RemotingClient(tls=config.tls_settings(), before_send=config.request_signer())
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """The KEY='value' lines deploy/make_secure.py writes."""
+    out: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not line.startswith("#"):
+            out[key.strip()] = value.strip().strip("'")
+    return out
 
 
 # Run inside a broker's container: sha256 over the commitlog bytes [start, end) (files named by
@@ -429,9 +552,16 @@ class NameServed(Protocol):
     @property
     def namesrv_addr(self) -> str: ...
 
+    def client_settings(self, account: str = "app") -> dict[str, object]: ...
 
-def client_config(cluster: NameServed, **kw: object) -> ClientConfig:
+    def client_env(self, account: str = "app") -> dict[str, str]: ...
+
+
+def client_config(cluster: NameServed, account: str = "app", **kw: object) -> ClientConfig:
+    """A client of the project (`account`: "app" for producers and consumers, "admin" for
+    administration, where the project has accounts)."""
     values: dict[str, object] = {
+        **cluster.client_settings(account),
         "namesrv_addr": cluster.namesrv_addr,
         "client_ip": "127.0.0.1",
         "poll_name_server_interval_ms": 1000,
@@ -660,6 +790,7 @@ class ConsumerProcs:
                     stdout=fh,
                     stderr=subprocess.STDOUT,
                     cwd=REPO,
+                    env={**os.environ, **self.cluster.client_env("app")},
                 )
             self.procs.append(proc)
             self.outs.append(out)

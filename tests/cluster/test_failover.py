@@ -17,6 +17,7 @@ import trio
 from tests.cluster.scenario import (
     NOT_AVAILABLE_DURATION_MS,
     Ctx,
+    Scenario,
     all_ns_lack,
     all_ns_list,
     answers,
@@ -47,7 +48,7 @@ PAUSE_S = 8.0
 OUTAGE_S = 3.0
 
 
-async def test_kill_broker_a(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+async def kill_broker_a(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
     """SIGKILL broker-a under load: sends go on via b/c at once; after restart all it
     acknowledged is consumed."""
 
@@ -81,7 +82,7 @@ async def test_kill_broker_a(cluster: Cluster, tmp_path: Path, rows: list[Row]) 
     await run_scenario(cluster, tmp_path, rows, "kill_broker_a", fault)
 
 
-async def test_pause_broker_b(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+async def pause_broker_b(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
     """Freeze broker-b: sends time out at most for one send timeout after the freeze, then go
     elsewhere (the fault table isolates b); after unpause b registers again and the load's own
     producer uses it again once its not-available duration is over."""
@@ -132,7 +133,7 @@ async def test_pause_broker_b(cluster: Cluster, tmp_path: Path, rows: list[Row])
     await run_scenario(cluster, tmp_path, rows, "pause_broker_b", fault)
 
 
-async def test_stop_one_namesrv(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+async def stop_one_namesrv(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
     """Stop namesrv1: brokers and clients go on with namesrv2; restarted, namesrv1 knows all
     brokers again after one registration round."""
 
@@ -171,7 +172,7 @@ async def test_stop_one_namesrv(cluster: Cluster, tmp_path: Path, rows: list[Row
     await run_scenario(cluster, tmp_path, rows, "stop_namesrv1", fault)
 
 
-async def test_disconnect_broker_c(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+async def disconnect_broker_c(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
     """Cut broker-c off the network: the NameServers drop it after the expiry interval and
     routes no longer list it; reconnected, it is back."""
 
@@ -209,7 +210,7 @@ async def test_disconnect_broker_c(cluster: Cluster, tmp_path: Path, rows: list[
     await run_scenario(cluster, tmp_path, rows, "disconnect_broker_c", fault)
 
 
-async def test_kill_one_consumer(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+async def kill_one_consumer(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
     """SIGKILL one of three consumer processes: its queues move to the other two within a
     rebalance interval and consumption resumes from the committed offsets."""
 
@@ -269,7 +270,7 @@ async def test_kill_one_consumer(cluster: Cluster, tmp_path: Path, rows: list[Ro
     await run_scenario(cluster, tmp_path, rows, "kill_one_consumer", fault, consumers=3)
 
 
-async def test_rolling_restart(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+async def rolling_restart(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
     """Restart broker-a, -b, -c one at a time under load: nothing acknowledged is lost and
     send errors happen only inside the restart windows."""
 
@@ -295,3 +296,38 @@ async def test_rolling_restart(cluster: Cluster, tmp_path: Path, rows: list[Row]
         return gap, f"restart->healthy {spans}"
 
     await run_scenario(cluster, tmp_path, rows, "rolling_restart", fault)
+
+
+# -- the scenarios against the plain cluster (the secured one: test_acl_tls_failover.py) --
+async def test_kill_broker_a(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+    await kill_broker_a(cluster, tmp_path, rows)
+
+
+async def test_pause_broker_b(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+    await pause_broker_b(cluster, tmp_path, rows)
+
+
+async def test_stop_one_namesrv(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+    await stop_one_namesrv(cluster, tmp_path, rows)
+
+
+async def test_disconnect_broker_c(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+    await disconnect_broker_c(cluster, tmp_path, rows)
+
+
+async def test_kill_one_consumer(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+    await kill_one_consumer(cluster, tmp_path, rows)
+
+
+async def test_rolling_restart(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+    await rolling_restart(cluster, tmp_path, rows)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "kill_broker_a": kill_broker_a,
+    "pause_broker_b": pause_broker_b,
+    "stop_namesrv1": stop_one_namesrv,
+    "disconnect_broker_c": disconnect_broker_c,
+    "kill_one_consumer": kill_one_consumer,
+    "rolling_restart": rolling_restart,
+}

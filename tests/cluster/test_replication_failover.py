@@ -23,7 +23,7 @@ import pytest
 import trio
 
 from remoting.protocol.bodies import HARuntimeInfo
-from tests.cluster.scenario import Ctx, run_scenario, wait_for
+from tests.cluster.scenario import Ctx, Scenario, run_scenario, wait_for
 from tests.cluster.support import (
     SEND_TIMEOUT_MS,
     SLAVE_TIMEOUT_MS,
@@ -147,7 +147,7 @@ def refused_summary(ctx: Ctx, broker: str, start: float, end: float) -> dict[str
 
 
 # -- scenarios -----------------------------------------------------------------------------
-async def test_lose_master_a(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+async def lose_master_a(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
     """broker-a's machine is lost under load: what it acknowledged is consumed from broker-a-s
     (first message served by the slave within 10 s of the kill); sends go on via b and c."""
 
@@ -232,7 +232,7 @@ async def _replica_back(ctx: Ctx, t_heal: float, what: str) -> tuple[float, str]
     return first - t_heal, f"caught up {caught:.1f}s after the load stopped; {detail}"
 
 
-async def test_kill_slave_a(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+async def kill_slave_a(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
     """SIGKILL broker-a-s under load: sends to broker-a are answered SLAVE_NOT_AVAILABLE or
     FLUSH_SLAVE_TIMEOUT and go to b/c; restarted on its volume it catches up with the same
     bytes as broker-a."""
@@ -265,7 +265,7 @@ async def test_kill_slave_a(cluster: Cluster, tmp_path: Path, rows: list[Row]) -
     await run_scenario(cluster, tmp_path, rows, "kill_slave_a", fault)
 
 
-async def test_partition_slave_a(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+async def partition_slave_a(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
     """Cut broker-a-s off the network for 7 s under load: broker-a acknowledges nothing
     meanwhile (its sends go to b/c); reconnected, the slave catches up with the same bytes."""
 
@@ -297,7 +297,7 @@ async def test_partition_slave_a(cluster: Cluster, tmp_path: Path, rows: list[Ro
     await run_scenario(cluster, tmp_path, rows, "partition_slave_a", fault)
 
 
-async def test_master_returns_empty(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+async def master_returns_empty(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
     """broker-a comes back on an empty store while broker-a-s holds its data: within 60 s its
     commitlog reaches the slave's (the slave's bytes copied back, no write taken before), the
     bytes both hold are identical, and every acknowledged message is consumed."""
@@ -411,3 +411,28 @@ async def test_master_returns_empty(cluster: Cluster, tmp_path: Path, rows: list
             await reset_pair(ctx.cluster, "broker-a")
 
     await run_scenario(cluster, tmp_path, rows, "master_returns_empty", fault, cleanup=cleanup)
+
+
+# -- the scenarios against the plain cluster (the secured one: test_acl_tls_failover.py) --
+async def test_lose_master_a(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+    await lose_master_a(cluster, tmp_path, rows)
+
+
+async def test_kill_slave_a(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+    await kill_slave_a(cluster, tmp_path, rows)
+
+
+async def test_partition_slave_a(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+    await partition_slave_a(cluster, tmp_path, rows)
+
+
+async def test_master_returns_empty(cluster: Cluster, tmp_path: Path, rows: list[Row]) -> None:
+    await master_returns_empty(cluster, tmp_path, rows)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "lose_master_a": lose_master_a,
+    "kill_slave_a": kill_slave_a,
+    "partition_slave_a": partition_slave_a,
+    "master_returns_empty": master_returns_empty,
+}
