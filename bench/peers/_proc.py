@@ -101,6 +101,10 @@ class System:
 
     name: str
     servers: list[Server] = field(default_factory=list)
+    # Variables its clients need on top of the harness's environment (credentials, TLS).
+    client_env: dict[str, str] = field(default_factory=dict)
+    # What the harness verified of its security once it started (bench.peers.secure).
+    checks: list[str] = field(default_factory=list)
 
     def cpu(self) -> float:
         return sum(s.cpu() for s in self.servers)

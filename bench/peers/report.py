@@ -108,7 +108,20 @@ def targets(all_runs: Runs) -> list[tuple[str, bool | None, str]]:
         else None
     )
     check("SYNC_MASTER replication lag p99 <= 50 ms under W1", lag99, 50.0, False)
+    acl1 = m("trimq-acl", "W1", "msgs_per_s")
+    check("ACL W1 >= 0.85x W1 without ACL", acl1, None, True, w1, 0.85)
     return out
+
+
+def secured_notes(all_runs: Runs) -> list[str]:
+    """One line per run of each secured config: what the harness checked before W1 (that it
+    refuses what it should, `bench.peers.secure.verify`)."""
+    notes = []
+    for config, runs in all_runs.items():
+        for i, run in enumerate(runs):
+            if run.get("secured"):
+                notes.append(f"{config} run {i + 1} secured: {'; '.join(run['secured'])}")
+    return notes
 
 
 def failures(all_runs: Runs) -> list[str]:
@@ -184,7 +197,7 @@ def render(data: dict[str, Any]) -> str:
             lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     lines.append(cpu_reference_line(data.get("machine", {})))
-    lag = lag_notes(runs)
+    lag = [*lag_notes(runs), *secured_notes(runs)]
     if lag:
         lines.append("")
         lines.extend(f"- {note}" for note in lag)

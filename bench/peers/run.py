@@ -7,6 +7,9 @@
 Every system runs on 127.0.0.1 with an empty data directory of its own, started here and
 stopped by PID in a `finally`:
   - trimq-async / trimq-sync: `mqnamesrv` + `mqbroker --flush async|sync`, topics of 8 queues;
+  - trimq-acl / trimq-tls (only with --only): trimq-async with ACL on both servers and every
+    client request signed, or with TLS enforcing on both and TLS clients (bench/peers/secure.py:
+    accounts, certificates and secrets generated per run; checked secured before W1);
   - nats: Debian's `nats-server -js` (file storage, JetStream's defaults);
   - redis-everysec / redis-always: `redis-server --appendonly yes --appendfsync everysec|always`;
   - rocketmq-rust (optional, `make bench-rmqrs`): rocketmq-rust's NameServer + broker,
@@ -26,9 +29,9 @@ Each workload runs in a separate client process with the system's own Python cli
   W5 sequential publish, 1 in flight, 20,000 messages
 Also measured: the disk (MB/s with fdatasync, 1 KiB fsyncs/s) and CPU seconds of the server
 and client processes per workload. trimq-async is compared with nats and redis-everysec,
-trimq-sync with redis-always, trimq-async with rocketmq-rust, trimq-sync-master with
-trimq-async; ratios are trimq/peer (the first over the second) from this run. Sends answered
-other than SEND_OK are failures (not throughput), named under the table.
+trimq-sync with redis-always, trimq-async with rocketmq-rust, trimq-sync-master, trimq-acl and
+trimq-tls with trimq-async; ratios are trimq/peer (the first over the second) from this run.
+Sends answered other than SEND_OK are failures (not throughput), named under the table.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,7 +54,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from . import _cpu, _disk, rmqrs
+from . import _cpu, _disk, rmqrs, secure
 from ._proc import (
     ClientRun,
     Server,
@@ -76,9 +79,11 @@ CONFIGS = {
     "rocketmq-rust": ("rmqrs", "tuned"),
     "rocketmq-rust-shipped": ("rmqrs", "shipped"),
     "trimq-sync-master": ("trimq", "sync-master"),
+    "trimq-acl": ("trimq", "acl"),
+    "trimq-tls": ("trimq", "tls"),
 }
 # Run only when named in --only.
-OPT_IN = ("rocketmq-rust-shipped",)
+OPT_IN = ("rocketmq-rust-shipped", "trimq-acl", "trimq-tls")
 PAIRS = (
     ("trimq-async", "nats"),
     ("trimq-async", "redis-everysec"),
@@ -86,6 +91,8 @@ PAIRS = (
     ("trimq-async", "rocketmq-rust"),
     ("trimq-async", "rocketmq-rust-shipped"),
     ("trimq-sync-master", "trimq-async"),
+    ("trimq-acl", "trimq-async"),
+    ("trimq-tls", "trimq-async"),
 )
 # The workload during which a config's replication lag is sampled (`ha_lag`, every 5 ms).
 LAG_SAMPLED = {"trimq-sync-master": "W1"}
@@ -116,28 +123,41 @@ class Sizes:
 # ---- systems --------------------------------------------------------------------------------
 
 
-def _start_trimq(root: Path, flush: str, log: Any) -> System:
+def _start_trimq(root: Path, flush: str, log: Any, secured: str | None = None) -> System:
+    """NameServer and broker; `secured` ("acl", "tls"): with an ASYNC_FLUSH broker, that
+    feature on for both (`secure.make_material`), checked once the topics exist."""
     ns_port, br_port = free_port(), free_port()
     ns_addr = f"127.0.0.1:{ns_port}"
+    material = secure.make_material(secured, root / "secure") if secured else None
+    ns_conf: list[str] = []
+    br_conf: list[str] = []
+    if material is not None:
+        ns_toml = secure.write_toml(root / "secure" / "namesrv.toml", material.namesrv)
+        br_toml = secure.write_toml(root / "secure" / "broker.toml", material.broker)
+        ns_conf, br_conf = ["--config", str(ns_toml)], ["--config", str(br_toml)]
     ns = Server(
         "mqnamesrv",
-        [str(BIN / "mqnamesrv"), "--listen", ns_addr, "--log-level", "warning"],
+        [str(BIN / "mqnamesrv"), "--listen", ns_addr, *ns_conf, "--log-level", "warning"],
         log,
         ns_port,
     )
     br = Server(
         "mqbroker",
-        [str(BIN / "mqbroker"), "-n", ns_addr, "--listen", f"127.0.0.1:{br_port}",
+        [str(BIN / "mqbroker"), "-n", ns_addr, "--listen", f"127.0.0.1:{br_port}", *br_conf,
          "--store-dir", str(root / "store"), "--flush", flush, "--log-level", "warning"],
         log,
         br_port,
     )  # fmt: skip
-    system = System(f"trimq-{flush}", [ns, br])
+    name = f"trimq-{secured or flush}"
+    system = System(name, [ns, br], client_env=material.client_env if material else {})
     try:
         ns.start()
         br.start()
+        admin_env = dict(os.environ, **material.admin_env) if material else None
         for topic in ("Bench", "BenchE2E", "BenchSeq"):
-            _create_topic(ns_addr, topic)
+            _create_topic(ns_addr, topic, env=admin_env)
+        if material is not None:
+            system.checks = secure.verify(material, ns_addr, f"127.0.0.1:{br_port}")
     except BaseException:
         system.stop()
         raise
@@ -202,12 +222,18 @@ def wait_in_sync(ns_addr: str, master_addr: str, timeout: float = 60.0) -> None:
     raise RuntimeError(f"no slave in sync with {master_addr} within {timeout} s: {last}")
 
 
-def _create_topic(ns_addr: str, topic: str, options: Sequence[str] = ()) -> None:
+def _create_topic(
+    ns_addr: str, topic: str, options: Sequence[str] = (), env: Mapping[str, str] | None = None
+) -> None:
+    """`mqadmin updateTopic` (8 queues), retried until the broker is registered; `env`: the
+    admin's environment (credentials, TLS) when not the harness's own."""
     args = [str(BIN / "mqadmin"), *options, "updateTopic", "-n", ns_addr, "-c", "DefaultCluster",
             "-t", topic, "-r", "8", "-w", "8"]  # fmt: skip
     last = ""
     for _ in range(100):  # bounded: the broker registers within a few seconds
-        done = subprocess.run(args, capture_output=True, text=True, check=False, timeout=30)
+        done = subprocess.run(
+            args, capture_output=True, text=True, check=False, timeout=30, env=env
+        )
         if done.returncode == 0:
             return
         last = done.stderr.strip()
@@ -250,6 +276,8 @@ def start_system(config: str, root: Path, log: Any) -> tuple[System, Callable[[s
     if kind == "trimq":
         if mode == "sync-master":
             system = _start_trimq_sync_master(root, log)
+        elif mode in secure.MODES:
+            system = _start_trimq(root, "async", log, secured=mode)
         else:
             system = _start_trimq(root, mode, log)
         ns = f"127.0.0.1:{system.servers[0].port}"
@@ -345,6 +373,10 @@ def run_config(
     results: dict[str, Any] = {}
     with open(root / "servers.log", "wb") as log:
         system, client_args = start_system(config, root, log)
+        client_env = {**env, **system.client_env}
+        if system.checks:
+            results["secured"] = system.checks
+            console.print(f"  {config:15} secured: {'; '.join(system.checks)}", highlight=False)
         try:
             lag_workload = LAG_SAMPLED.get(config)
             # Every workload first without the sampler (its polls and their answers cost the
@@ -361,11 +393,11 @@ def run_config(
                         except RuntimeError as exc:  # the workload runs; its lag is not measured
                             console.print(f"[red]{config} {w}: {exc}[/]")
                         cr: ClientRun = run_client(
-                            client_args(w), SIZES.limit + 60, REPO, env, root
+                            client_args(w), SIZES.limit + 60, REPO, client_env, root
                         )
                         sampler = sidecar.finish()
                 else:
-                    cr = run_client(client_args(w), SIZES.limit + 60, REPO, env, root)
+                    cr = run_client(client_args(w), SIZES.limit + 60, REPO, client_env, root)
                 server_cpu = system.cpu() - before
                 sampler_cpu = sampler.cpu_s if sampler is not None else 0.0
                 others = host_busy_seconds() - host_before - server_cpu - cr.cpu_s - sampler_cpu
@@ -660,9 +692,15 @@ def main(argv: list[str] | None = None) -> None:
         f"client CPU excludes interpreter start-up ({startup})"
     )
     console.print(cpu_reference_line(info), highlight=False)
-    from .report import disturbed, failures, lag_notes, targets  # report imports this module
+    from .report import (  # report imports this module
+        disturbed,
+        failures,
+        lag_notes,
+        secured_notes,
+        targets,
+    )
 
-    for note in lag_notes(all_runs):
+    for note in [*lag_notes(all_runs), *secured_notes(all_runs)]:
         console.print(note, highlight=False)
 
     for desc, ok, figures in targets(all_runs):
