@@ -8,7 +8,8 @@ committed) land in `--out` (default /tmp/trimq-prof): `broker-W1.prof`, `client-
 (open with `python -m pstats` or snakeviz) or `*.html` flame graphs with `--pyinstrument`.
 Prints the top functions by own time, with call counts per message. `--sync-master`: the
 broker is a SYNC_MASTER with a SLAVE (also profiled: `slave-W1.prof`), measured once the slave
-is in sync, as the trimq-sync-master system of `bench.peers`.
+is in sync, as the trimq-sync-master system of `bench.peers`. `--secured acl|tls`: ACL or TLS
+on the NameServer and the broker and the client signing or on TLS, as trimq-acl / trimq-tls.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import secure
 from ._proc import Server, free_port, run_client
 from .run import _create_topic, wait_in_sync
 
@@ -74,6 +76,7 @@ def main() -> None:
     ap.add_argument("--flush", choices=["async", "sync"], default="async")
     ap.add_argument("--pyinstrument", action="store_true")
     ap.add_argument("--sync-master", action="store_true", help="SYNC_MASTER + SLAVE")
+    ap.add_argument("--secured", choices=secure.MODES, default=None, help="ACL or TLS on")
     ap.add_argument("--out", type=Path, default=Path("/tmp/trimq-prof"))
     ap.add_argument("--top", type=int, default=35)
     opts = ap.parse_args()
@@ -88,13 +91,24 @@ def main() -> None:
     ):
         ns_port, br_port, ha_port, sl_port = free_port(), free_port(), free_port(), free_port()
         ns_addr = f"127.0.0.1:{ns_port}"
-        ns = Server("mqnamesrv", [str(BIN / "mqnamesrv"), "--listen", ns_addr], log, ns_port)
+        ns_conf: list[str] = []
+        br_conf: list[str] = []
+        client_env, admin_env = env, None
+        if opts.secured:
+            material = secure.make_material(opts.secured, Path(tmp) / "secure")
+            ns_conf = ["--config", str(secure.write_toml(Path(tmp) / "ns.toml", material.namesrv))]
+            br_conf = ["--config", str(secure.write_toml(Path(tmp) / "br.toml", material.broker))]
+            client_env = {**env, **material.client_env}
+            admin_env = {**env, **material.admin_env}
+        ns = Server(
+            "mqnamesrv", [str(BIN / "mqnamesrv"), "--listen", ns_addr, *ns_conf], log, ns_port
+        )
         roles = ["--role", "sync_master", "--ha-port", str(ha_port)] if opts.sync_master else []
         br = Server(
             "mqbroker",
             [*_profiled("broker.cli", broker_prof, opts.pyinstrument), "-n", ns_addr,
              "--listen", f"127.0.0.1:{br_port}", "--store-dir", str(Path(tmp) / "store"),
-             "--flush", opts.flush, *roles, "--log-level", "warning"],
+             "--flush", opts.flush, *roles, *br_conf, "--log-level", "warning"],
             log,
             br_port,
         )  # fmt: skip
@@ -112,19 +126,19 @@ def main() -> None:
             br.start(env)
             if opts.sync_master:
                 slave.start(dict(env, TRIMQ_HA_MASTER_ADDRESS=f"127.0.0.1:{ha_port}"))
-            _create_topic(ns_addr, "Bench")
+            _create_topic(ns_addr, "Bench", env=admin_env)
             if opts.sync_master:
                 wait_in_sync(ns_addr, f"127.0.0.1:{br_port}")
             if opts.workload == "W3":  # a backlog to consume, written without profiling
                 run_client(
                     [str(BIN / "mqbench"), *_client_args("W2", ns_addr, opts.count)],
-                    600, REPO, env, Path(tmp),
+                    600, REPO, client_env, Path(tmp),
                 )  # fmt: skip
             cmd = [
                 *_profiled("client.cli.mqbench", client_prof, opts.pyinstrument),
                 "--log-level", "error", *_client_args(opts.workload, ns_addr, opts.count),
             ]  # fmt: skip
-            cr = run_client(cmd, 600, REPO, env, Path(tmp))
+            cr = run_client(cmd, 600, REPO, client_env, Path(tmp))
             print(cr.result or cr.stderr)
             cpus = ", ".join(f"{b.name} CPU {b.cpu():.2f} s" for b in brokers)
             print(f"client CPU {cr.cpu_s:.2f} s, {cpus} (profiled)")
