@@ -132,11 +132,12 @@ COMPOSE      ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker c
 # lives, removed by cluster-down). SECURE_TOPICS/SECURE_GROUPS: what the application account
 # (app.env) may use.
 SECURE       ?=
+SECURE_ON    := $(filter 1 true yes,$(SECURE))
 SECURE_DIR   ?= $(CURDIR)/deploy/secure/$(CLUSTER_PROJECT)
 SECURE_TOPICS ?= TopicTest
 SECURE_GROUPS ?= cg_test
-CLUSTER_FILES := -f deploy/docker-compose.yml $(if $(SECURE),-f deploy/docker-compose.secure.yml)
-CLUSTER      := $(if $(SECURE),SECURE_DIR=$(SECURE_DIR)) $(COMPOSE) -p $(CLUSTER_PROJECT) $(CLUSTER_FILES)
+CLUSTER_FILES := -f deploy/docker-compose.yml $(if $(SECURE_ON),-f deploy/docker-compose.secure.yml)
+CLUSTER      := $(if $(SECURE_ON),SECURE_DIR=$(SECURE_DIR)) $(COMPOSE) -p $(CLUSTER_PROJECT) $(CLUSTER_FILES)
 CONTROLLER_PROJECT ?= trimq-ctl
 CONTROLLER_CLUSTER := $(COMPOSE) -p $(CONTROLLER_PROJECT) -f deploy/docker-compose.controller.yml
 
@@ -166,13 +167,13 @@ image: $(WHEEL_STAMP) $(DEBS_STAMP)
 # HA ports :10912, :10922, :10932) and their slaves (:10915, :10925, :10935). BROKER_ROLE=SYNC_MASTER
 # makes the masters wait for their slaves (default ASYNC_MASTER; deploy/docker-compose.yml).
 # SECURE=1: the same with ACL and TLS; clients: `set -a; . deploy/secure/trimq/admin.env; set +a`.
-cluster-up: image $(if $(SECURE),cluster-secure-files)
+cluster-up: image $(if $(SECURE_ON),cluster-secure-files)
 	TRIMQ_IMAGE=$(IMAGE) $(CLUSTER) up -d
 	deploy/wait-healthy.sh $(CLUSTER_PROJECT) 120
 
 cluster-down:
 	$(CLUSTER) down -v --remove-orphans
-	$(if $(SECURE),rm -rf $(SECURE_DIR))
+	$(if $(SECURE_ON),rm -rf $(SECURE_DIR))
 
 # Kept when present: a running cluster's brokers hold the keys they started with.
 cluster-secure-files: $(TEST_STAMP)
@@ -196,4 +197,4 @@ cluster-controller-down:
 # secured ones only (tests/cluster/test_acl_tls_failover.py).
 cluster-test: image $(TEST_STAMP)
 	$(BIN)/python -m pytest -m cluster -s \
-		$(if $(SECURE),tests/cluster/test_acl_tls_failover.py,tests/cluster) $(if $(K),-k "$(K)")
+		$(if $(SECURE_ON),tests/cluster/test_acl_tls_failover.py,tests/cluster) $(if $(K),-k "$(K)")
