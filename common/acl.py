@@ -19,7 +19,7 @@ Nothing here imports remoting: a request is seen as its code, its extFields map 
 
 from __future__ import annotations
 
-import base64
+import binascii
 import enum
 import hashlib
 import hmac
@@ -28,8 +28,9 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -608,33 +609,102 @@ def _java_order(key: str) -> bytes:
     return key.encode("utf-16-be", "surrogatepass")
 
 
+def _signing_keys(keys: Iterable[str], excluded: Container[str]) -> list[str]:
+    """`keys` but `excluded`, in the order Java sorts strings."""
+    out = [k for k in keys if k not in excluded]
+    if all(k.isascii() for k in out):
+        out.sort()
+    else:
+        out.sort(key=_java_order)
+    return out
+
+
+_Values = Callable[[Mapping[str, str]], Iterable[str]]
+
+
+def _values_in_order(keys: tuple[str, ...]) -> _Values:
+    """What reads the values of a request with exactly `keys` (`Signature` among them or not)
+    in signing order."""
+    order = _signing_keys(keys, (SIGNATURE,))
+    if len(order) >= 2:
+        return itemgetter(*order)
+    if order:
+        only = order[0]
+        return lambda values: (values[only],)
+    return lambda values: ()
+
+
+# Signing orders by a request's keys as they arrive: the requests of one kind from one sender
+# carry the same keys in the same order, so each kind is sorted once. The keys come from the
+# network, so the table is emptied whenever it reaches _ORDERS_MAX entries.
+_ORDERS: dict[tuple[str, ...], _Values] = {}
+_ORDERS_MAX = 1024
+
+
+def _signed_text(fields: Mapping[str, str] | None, skip: Iterable[str] = ()) -> bytes:
+    """The part of `content_to_sign` before the body."""
+    values = fields or {}
+    if skip:
+        text = "".join([values[k] for k in _signing_keys(values, {SIGNATURE, *skip})])
+    else:
+        keys = tuple(values)
+        read = _ORDERS.get(keys)
+        if read is None:
+            if len(_ORDERS) >= _ORDERS_MAX:
+                _ORDERS.clear()
+            read = _ORDERS[keys] = _values_in_order(keys)
+        text = "".join(read(values))
+    # Java's String.getBytes(UTF_8) writes '?' for an unpaired surrogate; "replace" does too.
+    return text.encode("utf-8", "replace")
+
+
 def content_to_sign(
     fields: Mapping[str, str] | None, body: Body | None, *, skip: Iterable[str] = ()
 ) -> bytes:
     """What is signed: the values of `fields` (not `Signature`, nor the keys in `skip`), in
     the order of their keys as Java sorts strings, concatenated and encoded as UTF-8, then the
     body's bytes as they are."""
-    values = fields or {}
-    excluded = {SIGNATURE, *skip}
-    keys = [k for k in values if k not in excluded]
-    if all(k.isascii() for k in keys):
-        keys.sort()
-    else:
-        keys.sort(key=_java_order)
-    # Java's String.getBytes(UTF_8) writes '?' for an unpaired surrogate; "replace" does too.
-    text = "".join(values[k] for k in keys).encode("utf-8", "replace")
+    text = _signed_text(fields, skip)
     return text + bytes(body) if body else text
 
 
+# HMAC-SHA1 states with a secret key set (its padded key hashed) by the secret: each signature
+# copies one instead of hashing the key again. Emptied whenever it reaches _KEYED_MAX.
+_KEYED: dict[str, hmac.HMAC] = {}
+_KEYED_MAX = 256
+
+
+def _keyed(secret_key: str) -> hmac.HMAC:
+    state = _KEYED.get(secret_key)
+    if state is None:
+        if len(_KEYED) >= _KEYED_MAX:
+            _KEYED.clear()
+        state = _KEYED[secret_key] = hmac.new(secret_key.encode("utf-8"), None, hashlib.sha1)
+    return state
+
+
+def _signature(
+    state: hmac.HMAC, fields: Mapping[str, str] | None, body: Body | None, skip: Iterable[str] = ()
+) -> bytes:
+    """Base64 of HmacSHA1 over `content_to_sign(fields, body, skip=skip)` with `state`'s key,
+    as ASCII bytes; the body is hashed where it lies (not copied after the fields' text)."""
+    mac = state.copy()
+    mac.update(_signed_text(fields, skip))
+    if body:
+        mac.update(body)
+    return binascii.b2a_base64(mac.digest(), newline=False)
+
+
 def _hmac_base64(content: bytes, secret_key: str) -> str:
-    digest = hmac.new(secret_key.encode("utf-8"), content, hashlib.sha1).digest()
-    return base64.b64encode(digest).decode("ascii")
+    mac = _keyed(secret_key).copy()
+    mac.update(content)
+    return binascii.b2a_base64(mac.digest(), newline=False).decode("ascii")
 
 
 def sign(fields: Mapping[str, str] | None, body: Body | None, secret_key: str) -> str:
     """Base64(HmacSHA1(secret_key, content_to_sign(fields, body))): the `Signature` value of a
     request whose extFields (with `AccessKey`) are `fields`."""
-    return _hmac_base64(content_to_sign(fields, body), secret_key)
+    return _signature(_keyed(secret_key), fields, body).decode("ascii")
 
 
 class SignableCommand(Protocol):
@@ -666,7 +736,7 @@ class RequestSigner:
     again.
     """
 
-    __slots__ = ("_secret", "access_key", "security_token")
+    __slots__ = ("_secret", "_state", "access_key", "security_token")
 
     def __init__(
         self, access_key: str, secret_key: str, *, security_token: str | None = None
@@ -675,6 +745,8 @@ class RequestSigner:
             raise ValueError("a request signer needs both an access key and a secret key")
         self.access_key = access_key
         self._secret = secret_key
+        # HMAC-SHA1 keyed once; each request's signature starts from a copy.
+        self._state = hmac.new(secret_key.encode("utf-8"), None, hashlib.sha1)
         self.security_token = security_token
 
     def sign_fields(self, fields: Mapping[str, str] | None, body: Body | None) -> dict[str, str]:
@@ -684,7 +756,7 @@ class RequestSigner:
         out[ACCESS_KEY] = self.access_key
         if self.security_token is not None:
             out[SECURITY_TOKEN] = self.security_token
-        out[SIGNATURE] = sign(out, body, self._secret)
+        out[SIGNATURE] = _signature(self._state, out, body).decode("ascii")
         return out
 
     def __call__(self, cmd: SignableCommand) -> None:
@@ -947,6 +1019,16 @@ def required_access(
     return Requirement(rule.access, tuple(rule.extract(ext_fields or {}, body)))
 
 
+def _what(code: int, rule: CodeRule) -> str:
+    """How a refusal's remark names the request."""
+    return f"request code {code} ({rule.name})"
+
+
+_WHATS: Mapping[int, str] = {code: _what(code, rule) for code, rule in _CODE_RULES.items()}
+# Grants an AclChecker remembers at most (the set is emptied when full).
+_GRANTS_MAX = 4096
+
+
 # ---------------------------------------------------------------------------------------------
 # The checker
 # ---------------------------------------------------------------------------------------------
@@ -963,6 +1045,10 @@ class AclChecker:
         self._rules = rules
         self.open_route_reads = open_route_reads
         self.generation = 0
+        # Grants `_authorise` made under `_granted_rules` (emptied when the rules change):
+        # (accessKey, code, needs). Only grants: a refusal runs `_authorise` every time.
+        self._granted: set[tuple[str, int, tuple[Need, ...]]] = set()
+        self._granted_rules = rules
 
     @property
     def rules(self) -> AclRules:
@@ -994,14 +1080,18 @@ class AclChecker:
             AclError: refused; `remark` names the account, the resource and the permission.
         """
         rules = self._rules
-        addr = _parse_ip(remote_ip)
-        for pattern in rules.global_white:
-            if pattern.match(addr):
-                return
+        # The address is parsed only when a white list may need it (most requests: never).
+        addr: IPAddress | None = None
+        parsed = False
+        if rules.global_white:
+            addr, parsed = _parse_ip(remote_ip), True
+            for pattern in rules.global_white:
+                if pattern.match(addr):
+                    return
         rule = code_rule(code)
         if rule.access is Access.ROUTE and self.open_route_reads:
             return
-        what = f"request code {code} ({rule.name})"
+        what = _WHATS.get(code) or _what(code, rule)
         fields = ext_fields or {}
         access_key = fields.get(ACCESS_KEY)
         if not access_key:
@@ -1012,13 +1102,27 @@ class AclChecker:
         account = rules.accounts.get(access_key)
         if account is None:
             raise AclError(f"ACL: no account has accessKey={access_key} ({what})")
-        if account.white_remote_address is not None and account.white_remote_address.match(addr):
-            return
+        if account.white_remote_address is not None:
+            if not parsed:
+                addr = _parse_ip(remote_ip)
+            if account.white_remote_address.match(addr):
+                return
         self._verify_signature(account, fields, body, what)
         req = required_access(code, fields, body)
         if any(n.resource == TRACE_TOPIC and n.perm == Perm.PUB for n in req.needs):
             return
+        # The code fixes the kind of account needed: with the account and the resources, the
+        # whole of what `_authorise` decides on, under rules that never change in place.
+        grant = (account.access_key, code, req.needs)
+        if self._granted_rules is not rules:
+            self._granted = set()
+            self._granted_rules = rules
+        elif grant in self._granted:
+            return
         self._authorise(account, req, what)
+        if len(self._granted) >= _GRANTS_MAX:  # resource names come from the network
+            self._granted.clear()
+        self._granted.add(grant)
 
     def check_command(self, cmd: CheckableCommand, remote_address: str) -> None:
         """`check` of a request object with `code`, `ext_fields` and `body` (a RemotingCommand).
@@ -1054,14 +1158,12 @@ class AclChecker:
         if not given:
             raise AclError(f"ACL: {what} of accessKey={account.access_key} carries no Signature")
         given_bytes = given.encode("utf-8", "replace")
-        expected = _hmac_base64(content_to_sign(fields, body), account.secret_key)
-        if hmac.compare_digest(expected.encode("ascii"), given_bytes):
+        state = _keyed(account.secret_key)
+        if hmac.compare_digest(_signature(state, fields, body), given_bytes):
             return
         if UNIQUE_KEY_QUERY in fields:
-            other = _hmac_base64(
-                content_to_sign(fields, body, skip=(UNIQUE_KEY_QUERY,)), account.secret_key
-            )
-            if hmac.compare_digest(other.encode("ascii"), given_bytes):
+            other = _signature(state, fields, body, (UNIQUE_KEY_QUERY,))
+            if hmac.compare_digest(other, given_bytes):
                 return
         raise AclError(
             f"ACL: signature check failed for accessKey={account.access_key} ({what}): the"
