@@ -121,16 +121,6 @@ def _shell(text: str) -> str:
     return f"'{text}'"
 
 
-def read_env(path: Path) -> dict[str, str]:
-    """The KEY='value' lines of an .env file written here."""
-    out: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        key, sep, value = line.partition("=")
-        if sep and not line.startswith("#"):
-            out[key.strip()] = value.strip().strip("'")
-    return out
-
-
 def generate(
     out: Path, *, cluster: str, topics: list[str], groups: list[str], hosts: list[str]
 ) -> None:
