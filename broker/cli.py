@@ -12,7 +12,7 @@ from __future__ import annotations
 import gc
 import signal
 import sys
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 import structlog
@@ -20,9 +20,12 @@ import trio
 
 from broker.config import BrokerConfig, ConfigError, load_config
 from broker.controller import BrokerController
+from broker.metrics import MetricsListenError
 from remoting.logs import configure_logging
 
 log = structlog.get_logger()
+
+E = TypeVar("E", bound=BaseException)
 
 
 async def _serve(config: BrokerConfig) -> None:
@@ -86,6 +89,11 @@ def freeze_startup_heap() -> None:
     default=None,
     help="Create topics on first send from TBW102.",
 )
+@click.option(
+    "--metrics-listen",
+    "metrics_listen",
+    help="Prometheus /metrics address HOST:PORT (default 127.0.0.1:5557; '' turns it off).",
+)
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file.")
 @click.option(
     "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), help="Log level."
@@ -110,24 +118,36 @@ def cli(config_file: str | None, **flags: Any) -> None:
         trio.run(_serve, config)
     except KeyboardInterrupt:
         pass
-    except OSError as exc:
-        log.error("broker_failed", error=str(exc))  # noqa: TRY400
-        sys.exit(1)
-    except BaseExceptionGroup as group:  # trio wraps task errors
-        first = _first_os_error(group)
+    except (MetricsListenError, BaseExceptionGroup) as exc:
+        metrics = _first_of(exc, MetricsListenError)
+        if metrics is not None:
+            # An explicit setting that cannot be honoured: a configuration error.
+            log.error("broker_failed", error=str(metrics))  # noqa: TRY400
+            click.echo(f"mqbroker: {metrics}", err=True)
+            sys.exit(2)
+        first = _first_os_error(exc)
         if first is None:
             raise
         log.error("broker_failed", error=str(first))  # noqa: TRY400
+        sys.exit(1)
+    except OSError as exc:
+        log.error("broker_failed", error=str(exc))  # noqa: TRY400
         sys.exit(1)
 
 
 def _first_os_error(exc: BaseException) -> OSError | None:
     """The first OSError in a (nested) exception group, e.g. a port already in use."""
-    if isinstance(exc, OSError):
+    return _first_of(exc, OSError)
+
+
+def _first_of(exc: BaseException, kind: type[E]) -> E | None:
+    """The first `kind` in `exc` or a (nested) exception group of it (trio wraps task
+    errors)."""
+    if isinstance(exc, kind):
         return exc
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
-            found = _first_os_error(inner)
+            found = _first_of(inner, kind)
             if found is not None:
                 return found
     return None

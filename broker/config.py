@@ -76,6 +76,12 @@ class BrokerConfig(TlsServerFields):
     RocketMQ's JSON and ROCKETMQ header codecs, as an Apache server does (a msgpack frame then
     closes its connection as an unknown serialize type)."""
     trace_on: bool = True
+    metrics_listen: str = "127.0.0.1:5557"
+    """Where Prometheus scrapes `/metrics` (HOST:PORT; RocketMQ's metricsPromExporterPort is
+    5557); "" turns metrics off. Set explicitly (file, `TRIMQ_METRICS_LISTEN`, flag), an
+    address that cannot be bound stops the start; the default one taken (several brokers on a
+    host) only logs `metrics_listen_failed` and the broker runs without metrics
+    (docs/metrics.md)."""
 
     # -- replication -----------------------------------------------------------------------
     broker_role: Literal["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"] = "ASYNC_MASTER"
@@ -293,6 +299,13 @@ class BrokerConfig(TlsServerFields):
     def _check_listen(cls, v: str) -> str:
         parse_host_port(v, what="listen")
         return v
+
+    @field_validator("metrics_listen")
+    @classmethod
+    def _check_metrics_listen(cls, v: str) -> str:
+        if v.strip():
+            parse_host_port(v, what="metrics_listen")
+        return v.strip()
 
     @field_validator("advertise")
     @classmethod

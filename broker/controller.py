@@ -31,6 +31,7 @@ from broker.consumer_manager import ConsumerManager
 from broker.ha import HAMaster, HASlave
 from broker.ha_autoswitch import AutoSwitchHAMaster, AutoSwitchHASlave
 from broker.long_polling import LongPollingService
+from broker.metrics import BrokerMetrics, Traffic
 from broker.offset_manager import OffsetManager
 from broker.processors.admin import AdminProcessor
 from broker.processors.client_manage import ClientManageProcessor
@@ -154,6 +155,10 @@ class BrokerController:
         self.long_polling = LongPollingService(config.max_parked_pulls)
         self.queue_locks = QueueLockManager()
         self.stats = BrokerStats()
+        # Prometheus metrics (broker.metrics): `traffic` is what the send and pull processors
+        # count into, None until the endpoint is bound (metrics off: no counting at all).
+        self.metrics = BrokerMetrics(self)
+        self.traffic: Traffic | None = None
         host, port = config.listen_host_port
         self.server = RemotingServer(
             host,
@@ -764,6 +769,11 @@ class BrokerController:
                 try:
                     async with trio.open_nursery() as nursery:
                         self._nursery = nursery
+                        # Before listening: an explicit metrics address that cannot be
+                        # bound stops the start (MetricsListenError).
+                        if await self.metrics.start(nursery):
+                            self.traffic = self.metrics.traffic
+                            self.server.processors.set_rpc_observer(self.metrics.rpc.observe)
                         # Before listening: take back what a slave holds beyond this master
                         # (broker.catch_up); on failure it listens fenced and retries below.
                         caught_up = True

@@ -68,6 +68,10 @@ class NamesrvConfig(TlsServerFields):
     acl_open_route_reads: bool = True
     """With ACL on, route queries need no account (clients look brokers up before anything
     else); False: any valid account."""
+    metrics_listen: str = "127.0.0.1:5558"
+    """Where Prometheus scrapes `/metrics` (HOST:PORT); "" turns metrics off. Set explicitly,
+    an address that cannot be bound stops the start; the default one taken only logs
+    `metrics_listen_failed` (docs/metrics.md)."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool = False
 
@@ -83,6 +87,13 @@ class NamesrvConfig(TlsServerFields):
     def _check_listen(cls, v: str) -> str:
         parse_host_port(v)
         return v
+
+    @field_validator("metrics_listen")
+    @classmethod
+    def _check_metrics_listen(cls, v: str) -> str:
+        if v.strip():
+            parse_host_port(v)
+        return v.strip()
 
     @field_validator("scan_not_active_broker_interval_ms", "broker_channel_expired_time_ms")
     @classmethod

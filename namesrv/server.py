@@ -19,6 +19,7 @@ import trio
 from common.acl import AclChecker, AclFileWatcher, AclRules, load_acl_file, server_check
 from namesrv.config import NamesrvConfig
 from namesrv.kv_config import KVConfig
+from namesrv.metrics import NamesrvMetrics
 from namesrv.processors import NamesrvProcessors, monotonic_ms
 from namesrv.route_table import RouteTable
 from remoting import Connection, RemotingServer
@@ -60,6 +61,7 @@ class NameServer:
             self.acl = AclChecker(AclRules({}, ()), open_route_reads=config.acl_open_route_reads)
             self._server.processors.check_before(server_check(self.acl))
             self.processors.acl = self.acl
+        self.metrics = NamesrvMetrics(self)
         self.port: int = 0
         self._nursery_cm: Any = None
         self._nursery: trio.Nursery | None = None
@@ -79,6 +81,7 @@ class NameServer:
 
         Raises:
             OSError: the listen address cannot be bound.
+            MetricsListenError: `metrics_listen` was set and cannot be bound.
         """
         cfg = self.config
         async with trio.open_nursery() as nursery:
@@ -90,6 +93,10 @@ class NameServer:
                     cfg.acl_file, self.acl, interval_s=cfg.acl_reload_interval_ms / 1000
                 )
                 nursery.start_soon(watcher.run)
+            # Before listening: an explicit metrics address that cannot be bound stops the
+            # start (MetricsListenError); the default one taken only logs a warning.
+            if await self.metrics.start(nursery):
+                self._server.processors.set_rpc_observer(self.metrics.rpc.observe)
             port: int = await nursery.start(self._server.run)
             self.port = port
             nursery.start_soon(self._scan_loop)

@@ -8,7 +8,14 @@ from remoting._command import DEFAULT_VERSION, RemotingCommand
 from remoting._connection import Connection
 from remoting._frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame
 from remoting._header_codec import decode_header, encode_header, native
-from remoting._processor import Processor, ProcessorTable, Responder, RunHooks, run_inline
+from remoting._processor import (
+    Processor,
+    ProcessorTable,
+    Responder,
+    RpcObserver,
+    RunHooks,
+    run_inline,
+)
 from remoting._server import RemotingServer
 from remoting.codes import (
     FLAG_ONEWAY,
@@ -61,6 +68,7 @@ __all__ = [
     "RequestCode",
     "Responder",
     "ResponseCode",
+    "RpcObserver",
     "RunHooks",
     "SerializeType",
     "TlsClientSettings",

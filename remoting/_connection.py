@@ -63,7 +63,14 @@ import trio
 
 from remoting._command import Body, RemotingCommand
 from remoting._frame import encode_frame_parts
-from remoting._processor import Processor, ProcessorTable, Responder, RunHooks, abandon
+from remoting._processor import (
+    Processor,
+    ProcessorTable,
+    Responder,
+    RunHooks,
+    abandon,
+    rpc_clock,
+)
 from remoting._protocol import PendingBudget, RemotingProtocol
 from remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode, SerializeType
 from remoting.errors import FrameError, RemotingConnectionLost, RemotingTimeoutError
@@ -311,6 +318,10 @@ class Connection:
         # Successful reads so far: what RemotingServer's idle and read timeouts look at (with
         # the bytes of an incomplete frame).
         self.reads = 0
+        # For the table's RPC observer: the inline answers collected and not yet written,
+        # (request code, response code) each, and when their read arrived.
+        self._answered: list[tuple[int, int]] = []
+        self._read_at = 0.0
 
     @property
     def tls_version(self) -> str | None:
@@ -608,6 +619,13 @@ class Connection:
             # `end` before every await below (a write of answers, a yield) and at the end of
             # the chunk, `begin` again after an await (`remoting._processor`).
             hooks = table.run_hooks
+            # Read once per chunk: the observer's cost is one clock reading per chunk and one
+            # append per inline answer (nothing without an observer).
+            observe = table.rpc_observer
+            if observe is not None:
+                self._read_at = read_at = rpc_clock()
+            else:
+                read_at = 0.0
             if hooks is not None:
                 hooks.begin()
             for cmd in commands:
@@ -644,7 +662,7 @@ class Connection:
                 if entry is None or not entry[1]:
                     proto.admit()
                     nursery.start_soon(
-                        self._handle, table.default if entry is None else entry[0], cmd
+                        self._handle, table.default if entry is None else entry[0], cmd, read_at
                     )
                     continue
                 # Inline: run the coroutine to its end here, no task.
@@ -658,6 +676,8 @@ class Connection:
                 else:
                     result = self._inline_suspended(cmd, coro, trap)
                 if result is not None and not cmd.flag & FLAG_ONEWAY:
+                    if observe is not None:
+                        self._answered.append((cmd.code, result.code))
                     head, body = encode_response(cmd, result)
                     out.append(head)
                     out_bytes += len(head)
@@ -743,6 +763,14 @@ class Connection:
         return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
 
     async def _flush_batch(self, out: list[bytes | Body]) -> None:
+        answered = self._answered
+        if answered:
+            # Their answers are about to be written: tell the observer (it must not keep the
+            # list, which is reused).
+            observer = self._processors.rpc_observer
+            if observer is not None:
+                observer(answered, rpc_clock() - self._read_at)
+            answered.clear()
         """Send the frames in `out` as one write: straight to the socket when the writer is
         idle (no task switch), else queued to the writer as one item."""
         rest = self._write_if_idle(out)
@@ -886,8 +914,11 @@ class Connection:
             view = view[sent:]
             await trio.lowlevel.wait_writable(sock)
 
-    async def _handle(self, processor: Processor | None, cmd: RemotingCommand) -> None:
-        """A request in a task of its own (counted in flight by the reader)."""
+    async def _handle(
+        self, processor: Processor | None, cmd: RemotingCommand, read_at: float = 0.0
+    ) -> None:
+        """A request in a task of its own (counted in flight by the reader); `read_at`: when
+        its read arrived (the RPC observer's start, 0.0 without one)."""
         # Each request runs in its own task, hence its own context copy: what is bound here is
         # seen by every log line of the processor and vanishes with the task.
         _bind_contextvars(peer=self.remote_address, code=cmd.code, opaque=cmd.opaque)
@@ -904,6 +935,9 @@ class Connection:
                 except Exception as exc:
                     response = self._handler_failed(cmd, exc)
             await self._respond(cmd, response)
+            observer = self._processors.rpc_observer
+            if observer is not None and read_at and response is not None and not cmd.is_oneway:
+                observer(((cmd.code, response.code),), rpc_clock() - read_at)
         finally:
             self._release()
 

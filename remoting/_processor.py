@@ -28,11 +28,21 @@ completes before any answer the reader writes reports it. If `end()` raises, the
 closes without writing the run's answers. An answer a processor releases through a
 `Responder` during the run may be written at once, before `end()`: such answers must not
 report the run's staged work (the broker's commit batcher releases its replies in `end()`).
+
+A table may carry an `RpcObserver` (`set_rpc_observer`): it is told, for the requests answered,
+their request code, the answer's code and the seconds from the read that brought the request
+to its answer being handed to the writer. Remoting gives only these numbers (what they mean
+is the owner's business: the broker's and NameServer's metrics). Inline answers of one read
+are told together, one call per batch of answers written (they share their read and their
+write, so their duration is one figure); a task's answer and a deferred one (`Responder`) are
+told one by one. Oneway requests and requests never answered are not told. The observer runs
+on the event loop and must be quick and never raise.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterable
+import time
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeAlias
 
 import structlog
@@ -43,7 +53,15 @@ from remoting._command import RemotingCommand
 if TYPE_CHECKING:
     from remoting._connection import Connection
 
-__all__ = ["Processor", "ProcessorTable", "Responder", "RunHooks", "abandon", "run_inline"]
+__all__ = [
+    "Processor",
+    "ProcessorTable",
+    "Responder",
+    "RpcObserver",
+    "RunHooks",
+    "abandon",
+    "run_inline",
+]
 
 log = structlog.get_logger()
 
@@ -53,6 +71,13 @@ Processor: TypeAlias = Callable[
 
 
 Check: TypeAlias = Callable[["Connection", RemotingCommand], RemotingCommand | None]
+
+RpcObserver: TypeAlias = Callable[[Sequence[tuple[int, int]], float], None]
+"""``observer(answered, seconds)``: (request code, response code) of each request answered, and
+the seconds from the read that brought them to their answers' write (module docstring)."""
+
+# The clock of the RPC durations (monotonic, sub-microsecond).
+rpc_clock = time.perf_counter
 
 
 class RunHooks(NamedTuple):
@@ -68,12 +93,13 @@ class ProcessorTable:
     Changes apply to requests read from then on, on every connection that holds the table.
     """
 
-    __slots__ = ("_entries", "_wrapper", "default", "run_hooks")
+    __slots__ = ("_entries", "_wrapper", "default", "rpc_observer", "run_hooks")
 
     def __init__(self) -> None:
         self._entries: dict[int, tuple[Processor, bool]] = {}
         self.default: Processor | None = None
         self.run_hooks: RunHooks | None = None
+        self.rpc_observer: RpcObserver | None = None
         self._wrapper: Callable[[Processor], Processor] | None = None
 
     def register(self, code: int, processor: Processor, *, inline: bool = False) -> None:
@@ -116,6 +142,11 @@ class ProcessorTable:
         never blocking)."""
         self.run_hooks = RunHooks(begin, end)
 
+    def set_rpc_observer(self, observer: RpcObserver | None) -> None:
+        """Tell `observer` the code, answer code and duration of the requests answered from
+        now on (None: stop); see the module docstring."""
+        self.rpc_observer = observer
+
     def get(self, code: int) -> tuple[Processor, bool] | None:
         """The processor for `code` and whether it is inline, or None."""
         return self._entries.get(code)
@@ -127,12 +158,14 @@ class ProcessorTable:
 class Responder:
     """Answers one deferred request (`Connection.defer`), exactly once."""
 
-    __slots__ = ("_cmd", "_conn", "answered")
+    __slots__ = ("_cmd", "_conn", "_since", "answered")
 
     def __init__(self, conn: Connection, cmd: RemotingCommand) -> None:
         self._conn = conn
         self._cmd = cmd
         self.answered = False
+        # When it was deferred (the request's read, near enough), if an observer listens.
+        self._since = rpc_clock() if conn._processors.rpc_observer is not None else 0.0
 
     @property
     def connection(self) -> Connection:
@@ -155,6 +188,15 @@ class Responder:
             raise RuntimeError(f"request {self._cmd.opaque} answered twice")
         self.answered = True
         self._conn._answer_later(self._cmd, response, direct)
+        self._observe(response)
+
+    def _observe(self, response: RemotingCommand | None) -> None:
+        """Tell the table's RPC observer, if any, about this answer."""
+        if response is None or self._cmd.is_oneway:
+            return
+        observer = self._conn._processors.rpc_observer
+        if observer is not None and self._since:
+            observer(((self._cmd.code, response.code),), rpc_clock() - self._since)
 
     @staticmethod
     def respond_all(answers: Iterable[tuple[Responder, RemotingCommand | None]]) -> None:
@@ -177,6 +219,8 @@ class Responder:
             group.append((responder._cmd, response))
         for conn, group in by_conn.items():
             conn._answer_many(group)
+        for responder, response in pairs:
+            responder._observe(response)
 
 
 def _withdraw(trap: object) -> bool:

@@ -167,7 +167,7 @@ class PullProcessor:
             and not conn.closed
         ):
             return self._hold(conn, cmd, hdr, max_msgs, match, result)
-        return self._response(cmd, code, result, hdr.consumer_group)
+        return self._response(cmd, code, result, hdr)
 
     def _suggest(self, group: str, result: GetMessageResult) -> int:
         """suggestWhichBrokerId: with slave reads on, the group's `whichBrokerWhenConsumeSlowly`
@@ -216,9 +216,7 @@ class PullProcessor:
         else:
             wait_ms = cfg.short_polling_time_ms
         if wait_ms <= 0:
-            return self._response(
-                cmd, pull_code(first.status, hdr.queue_offset), first, hdr.consumer_group
-            )
+            return self._response(cmd, pull_code(first.status, hdr.queue_offset), first, hdr)
         deadline = trio.current_time() + wait_ms / 1000
         if not cfg.long_polling_enable:
             ctrl.spawn(self._short_poll, conn.defer(cmd), hdr, max_msgs, match, deadline)
@@ -237,9 +235,7 @@ class PullProcessor:
                 if self._capped and not result.buffers:
                     return False  # arrived but not confirmed yet: woken again once it is
 
-            response = self._response(
-                cmd, pull_code(result.status, p.offset), result, hdr.consumer_group
-            )
+            response = self._response(cmd, pull_code(result.status, p.offset), result, hdr)
             assert responder is not None  # set right after `park`, before any arrival
             responder.respond(response, direct=True)
             return True
@@ -260,9 +256,7 @@ class PullProcessor:
         ):
             responder = conn.defer(cmd)
             return None
-        return self._response(
-            cmd, pull_code(first.status, hdr.queue_offset), first, hdr.consumer_group
-        )
+        return self._response(cmd, pull_code(first.status, hdr.queue_offset), first, hdr)
 
     async def _short_poll(
         self,
@@ -278,9 +272,7 @@ class PullProcessor:
         cmd = responder.request
         try:
             result = self._get(hdr, hdr.queue_offset, max_msgs, match)
-            response = self._response(
-                cmd, pull_code(result.status, hdr.queue_offset), result, hdr.consumer_group
-            )
+            response = self._response(cmd, pull_code(result.status, hdr.queue_offset), result, hdr)
         except Exception as exc:
             log.exception("short_poll_failed", topic=hdr.topic)
             response = error(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
@@ -356,10 +348,16 @@ class PullProcessor:
         ha.when_replicated(end, confirmed, self.ctrl.config.slave_timeout_ms / 1000)
 
     def _response(
-        self, cmd: RemotingCommand, code: int, result: GetMessageResult, group: str
+        self,
+        cmd: RemotingCommand,
+        code: int,
+        result: GetMessageResult,
+        hdr: PullMessageRequestHeader,
     ) -> RemotingCommand:
+        """The answer of the pull `hdr` from `result`; records served are counted (stats and,
+        with metrics on, `broker.metrics.Traffic`: one call per answer)."""
         fields = PullMessageResponseHeader(
-            suggest_which_broker_id=self._suggest(group, result),
+            suggest_which_broker_id=self._suggest(hdr.consumer_group, result),
             next_begin_offset=result.next_begin_offset,
             min_offset=result.min_offset,
             max_offset=result.max_offset,
@@ -367,4 +365,14 @@ class PullProcessor:
         body = b"".join(result.buffers) if code == ResponseCode.SUCCESS else None
         if body is not None:
             self.ctrl.stats.get_count += result.message_count
+            traffic = self.ctrl.traffic
+            if traffic is not None:
+                traffic.count_out(
+                    hdr.topic,
+                    hdr.consumer_group,
+                    hdr.queue_id,
+                    result.message_count,
+                    len(body),
+                    result.next_begin_offset,
+                )
         return cmd.make_response(code, result.status.name, ext_fields=fields, body=body)

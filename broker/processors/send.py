@@ -550,10 +550,12 @@ class SendProcessor:
         if self.is_slave:
             return self._response(cmd, ResponseCode.SERVICE_NOT_AVAILABLE, self._slave_remark())
         ticket = self.ctrl.commits.append(msgs)
+        topic = msgs[0].topic
         if ticket.settled:
-            return self._put_response(cmd, ticket.result, queue_id)
+            return self._put_response(cmd, ticket.result, queue_id, topic)
         ticket.reply(
-            conn.defer(cmd), lambda final: self._durable_response(conn, cmd, final, queue_id)
+            conn.defer(cmd),
+            lambda final: self._durable_response(conn, cmd, final, queue_id, topic),
         )
         return None
 
@@ -567,25 +569,35 @@ class SendProcessor:
         )
 
     def _durable_response(
-        self, conn: Connection, cmd: RemotingCommand, final: PutMessageResult, queue_id: int
+        self,
+        conn: Connection,
+        cmd: RemotingCommand,
+        final: PutMessageResult,
+        queue_id: int,
+        topic: str,
     ) -> RemotingCommand:
         """The answer to a send that waited for the group commit, from its final result; a
         SYSTEM_ERROR answer if building it fails (the request must still get one)."""
         try:
-            return self._put_response(cmd, final, queue_id)
+            return self._put_response(cmd, final, queue_id, topic)
         except Exception as exc:
             log.exception("send_response_failed", peer=conn.remote_address)
             return self._response(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
 
     def _put_response(
-        self, cmd: RemotingCommand, result: PutMessageResult, queue_id: int
+        self, cmd: RemotingCommand, result: PutMessageResult, queue_id: int, topic: str
     ) -> RemotingCommand:
+        """The answer to a put of `topic`'s records; a stored put is counted (stats and, with
+        metrics on, `broker.metrics.Traffic`: one call per put, a batch's records together)."""
         append = result.append
         if result.status is PutMessageStatus.PUT_OK and append is not None:
             # The common case in one dict literal (no status table lookup: an Enum member's
             # hash is a Python-level call).
             cfg = self.ctrl.config
             self.ctrl.stats.put_count += append.msg_num
+            traffic = self.ctrl.traffic
+            if traffic is not None:
+                traffic.count_in(topic, append.msg_num, append.wrote_bytes)
             return cmd.make_response(
                 ResponseCode.SUCCESS,
                 None,
@@ -612,4 +624,7 @@ class SendProcessor:
         resp.ext_fields["queueId"] = str(queue_id)
         resp.ext_fields["queueOffset"] = str(append.queue_offset)
         self.ctrl.stats.put_count += append.msg_num
+        traffic = self.ctrl.traffic
+        if traffic is not None:
+            traffic.count_in(topic, append.msg_num, append.wrote_bytes)
         return resp
