@@ -668,37 +668,59 @@ def content_to_sign(
     return text + bytes(body) if body else text
 
 
-# HMAC-SHA1 states with a secret key set (its padded key hashed) by the secret: each signature
-# copies one instead of hashing the key again. Emptied whenever it reaches _KEYED_MAX.
-_KEYED: dict[str, hmac.HMAC] = {}
+class _HmacSha1:
+    """HMAC-SHA1 (RFC 2104) with one key: SHA-1 states that have hashed the key's inner and
+    outer pads, copied for each message instead of hashing the pads again (all in C: what
+    `hmac.HMAC.copy` does, without its Python wrapper)."""
+
+    __slots__ = ("_inner", "_outer")
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) > _SHA1_BLOCK:
+            key = hashlib.sha1(key).digest()
+        key = key.ljust(_SHA1_BLOCK, b"\0")
+        self._inner = hashlib.sha1(key.translate(_IPAD))
+        self._outer = hashlib.sha1(key.translate(_OPAD))
+
+    def signature(self, text: bytes, body: Body | None) -> bytes:
+        """Base64 (ASCII bytes) of the HMAC of `text` followed by `body`, hashed where they lie."""
+        inner = self._inner.copy()
+        inner.update(text)
+        if body:
+            inner.update(body)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return binascii.b2a_base64(outer.digest(), newline=False)
+
+
+_SHA1_BLOCK = 64
+_IPAD = bytes(x ^ 0x36 for x in range(256))
+_OPAD = bytes(x ^ 0x5C for x in range(256))
+
+# Keyed HMAC-SHA1 states by secret key. Emptied whenever it reaches _KEYED_MAX.
+_KEYED: dict[str, _HmacSha1] = {}
 _KEYED_MAX = 256
 
 
-def _keyed(secret_key: str) -> hmac.HMAC:
+def _keyed(secret_key: str) -> _HmacSha1:
     state = _KEYED.get(secret_key)
     if state is None:
         if len(_KEYED) >= _KEYED_MAX:
             _KEYED.clear()
-        state = _KEYED[secret_key] = hmac.new(secret_key.encode("utf-8"), None, hashlib.sha1)
+        state = _KEYED[secret_key] = _HmacSha1(secret_key.encode("utf-8"))
     return state
 
 
 def _signature(
-    state: hmac.HMAC, fields: Mapping[str, str] | None, body: Body | None, skip: Iterable[str] = ()
+    state: _HmacSha1, fields: Mapping[str, str] | None, body: Body | None, skip: Iterable[str] = ()
 ) -> bytes:
     """Base64 of HmacSHA1 over `content_to_sign(fields, body, skip=skip)` with `state`'s key,
     as ASCII bytes; the body is hashed where it lies (not copied after the fields' text)."""
-    mac = state.copy()
-    mac.update(_signed_text(fields, skip))
-    if body:
-        mac.update(body)
-    return binascii.b2a_base64(mac.digest(), newline=False)
+    return state.signature(_signed_text(fields, skip), body)
 
 
 def _hmac_base64(content: bytes, secret_key: str) -> str:
-    mac = _keyed(secret_key).copy()
-    mac.update(content)
-    return binascii.b2a_base64(mac.digest(), newline=False).decode("ascii")
+    return _keyed(secret_key).signature(content, None).decode("ascii")
 
 
 def sign(fields: Mapping[str, str] | None, body: Body | None, secret_key: str) -> str:
@@ -746,7 +768,7 @@ class RequestSigner:
         self.access_key = access_key
         self._secret = secret_key
         # HMAC-SHA1 keyed once; each request's signature starts from a copy.
-        self._state = hmac.new(secret_key.encode("utf-8"), None, hashlib.sha1)
+        self._state = _HmacSha1(secret_key.encode("utf-8"))
         self.security_token = security_token
 
     def sign_fields(self, fields: Mapping[str, str] | None, body: Body | None) -> dict[str, str]:
