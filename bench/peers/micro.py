@@ -35,6 +35,7 @@ running the peers harness. Cases:
   producer_send_local Producer.send of a 1 KiB message over a fake transport that encodes the
                       request frame and decodes a canned response frame (client CPU per send,
                       no sockets, no event-loop waits)
+  producer_send_local_acl  producer_send_local with credentials: each request signed
   producer_batch32_local  Producer.send_batch of 32 such messages the same way (CPU per message)
   batch32_prepare     the batch's client work before the send: 32 Messages built, checked, their
                       UNIQ_KEYs set and the SEND_BATCH body encoded (Producer._batch_bodies)
@@ -44,6 +45,7 @@ running the peers harness. Cases:
   send_batch_processor  SendProcessor.send_batch of a 32-message SEND_BATCH_MESSAGE the same
                       way (1 KiB each, TAGS/UNIQ_KEY as trimq's producer sends, WAIT=true in
                       the header; CPU per message)
+  send_run16_acl      send_run16 with ACL on: signed requests, each checked before its send
 """
 
 from __future__ import annotations
@@ -421,10 +423,12 @@ class _LocalTransport:
     """Stands in for RemotingClient: encodes the request frame as a connection would and
     decodes a canned SEND_MESSAGE_V2 response frame, so only the client's own work counts."""
 
-    def __init__(self) -> None:
+    def __init__(self, before_send: Callable[[RemotingCommand], None] | None = None) -> None:
         from remoting._frame import encode_frame_parts
 
         self._encode = encode_frame_parts
+        # As RemotingClient.invoke: the request signer, when the client has credentials.
+        self.before_send = before_send
         resp = _send_request().make_response(
             0,
             None,
@@ -436,6 +440,8 @@ class _LocalTransport:
     async def invoke(
         self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000, *, long_poll: bool = False
     ) -> RemotingCommand:
+        if self.before_send is not None:
+            self.before_send(cmd)
         cmd.opaque = 77
         self._encode(cmd)
         return self._decoder.feed(self._frame)[0]
@@ -447,14 +453,19 @@ class _LocalTransport:
 class _LocalInstance:
     """The parts of ClientInstance a Producer uses, with a cached one-broker route."""
 
-    def __init__(self) -> None:
+    def __init__(self, signed: bool = False) -> None:
         from client._api import MQClientAPI
         from client.config import ClientConfig
         from client.message import MessageQueue
         from client.route import TopicPublishInfo
 
-        self.config = ClientConfig(namesrv_addr="ns:1", client_ip="127.0.0.1")
-        self.api = MQClientAPI(_LocalTransport(), ["ns:1"])
+        self.config = ClientConfig(
+            namesrv_addr="ns:1",
+            client_ip="127.0.0.1",
+            access_key="bench-ak" if signed else None,
+            secret_key="bench-secret" if signed else None,
+        )
+        self.api = MQClientAPI(_LocalTransport(self.config.request_signer()), ["ns:1"])
         queues = [MessageQueue(TOPIC, "broker-a", i) for i in range(8)]
         self.publish_info = {TOPIC: TopicPublishInfo(TOPIC, queues)}
         self.running = True
@@ -472,11 +483,11 @@ class _LocalInstance:
         pass
 
 
-async def _producer_send_local(n: int) -> float:
+async def _producer_send_local(n: int, signed: bool = False) -> float:
     from client.message import Message
     from client.producer import Producer
 
-    inst = _LocalInstance()
+    inst = _LocalInstance(signed)
     best = float("inf")
     async with Producer("PG", inst.config, instance=inst) as producer:  # type: ignore[arg-type]
         for _ in range(3):
@@ -560,33 +571,55 @@ async def _send_processor(root: Path, n: int) -> float:
         return best / n * 1e6
 
 
-async def _send_run16(root: Path, n: int) -> float:
+async def _send_run16(root: Path, n: int, acl: bool = False) -> float:
     """A reader's run of 16 sends as the broker handles one read (ASYNC_FLUSH): the frames
     decoded from bytes, the controller's run begun, each `send_message` called and its answer
-    encoded, the run ended (staged records written, index entries built)."""
+    encoded, the run ended (staged records written, index entries built). `acl`: the broker
+    with ACL on (bench.peers.secure's accounts), the requests signed by the bench account and
+    served through the processor table (its ACL check first), as trimq-acl's broker does."""
     from broker.controller import BrokerController
+    from common.acl import RequestSigner
     from remoting._frame import encode_frame_parts
 
-    cfg = _broker_config(root, "send_run16")
+    from . import secure
+
+    name = "send_run16_acl" if acl else "send_run16"
+    cfg = _broker_config(root, name)
+    signer: RequestSigner | None = None
+    if acl:
+        acl_file = root / f"{name}.yml"
+        acl_file.write_text(secure.acl_yaml("b" * 24, "a" * 24, "c" * 24))
+        cfg = cfg.model_copy(update={"acl_enable": True, "acl_file": str(acl_file)})
+        signer = RequestSigner(secure.BENCH_KEY, "c" * 24)
     conn: Any = _FakeConn()
     async with BrokerController(cfg) as ctrl:
         send = ctrl.send.send_message
+        if acl:
+            entry = ctrl.server.processors.get(RequestCode.SEND_MESSAGE_V2)
+            assert entry is not None
+            send = entry[0]
+
+        def request(queue_id: int) -> RemotingCommand:
+            cmd = _send_request()
+            assert cmd.ext_fields is not None
+            cmd.ext_fields["e"] = str(queue_id)
+            if signer is not None:
+                cmd.ext_fields["b"] = secure.TOPICS[0]
+                signer(cmd)
+            return cmd
+
         commits = ctrl.commits
         commits.begin()
-        run_inline(send, conn, _send_request())  # creates the topic
+        first = run_inline(send, conn, request(0))  # creates the topic
+        assert isinstance(first, RemotingCommand)
+        assert first.code == 0, first.remark
         commits.end()
         runs = n // 16
         best = float("inf")
         for _ in range(3):
-            chunks = []
-            for _ in range(runs):
-                frames = []
-                for i in range(16):
-                    cmd = _send_request()
-                    assert cmd.ext_fields is not None
-                    cmd.ext_fields["e"] = str(i % 8)  # the queue id
-                    frames.append(encode_frame(cmd))
-                chunks.append(b"".join(frames))
+            chunks = [
+                b"".join([encode_frame(request(i % 8)) for i in range(16)]) for _ in range(runs)
+            ]
             dec = FrameDecoder()
             t0 = time.process_time()
             for chunk in chunks:
@@ -692,11 +725,13 @@ def main() -> None:
             "invoke1": lambda: trio.run(_invoke64, n // 3, 1),
             "invoke1_inline": lambda: trio.run(_invoke64, n // 3, 1, True),
             "producer_send_local": lambda: trio.run(_producer_send_local, n),
+            "producer_send_local_acl": lambda: trio.run(_producer_send_local, n, True),
             "producer_batch32_local": lambda: trio.run(_producer_batch32_local, n),
             "batch32_prepare": lambda: measure(case_batch32_prepare, n // 32 * 32),
             "send_processor": lambda: trio.run(_send_processor, root, n),
             "send_batch_processor": lambda: trio.run(_send_batch_processor, root, n),
             "send_run16": lambda: trio.run(_send_run16, root, n),
+            "send_run16_acl": lambda: trio.run(_send_run16, root, n, True),
         }
         for name, fn in cases.items():
             if only and name not in only:
