@@ -348,7 +348,10 @@ class Connection:
         sends the answer (see `remoting._processor`). The request counts as in flight until
         then."""
         self._proto.admit()
-        return Responder(self, cmd)
+        responder = Responder(self, cmd)
+        if self._processors.rpc_observer is not None:
+            responder._since = rpc_clock()
+        return responder
 
     def _release(self) -> None:
         """A request of the peer left the in-flight count."""

@@ -164,8 +164,9 @@ class Responder:
         self._conn = conn
         self._cmd = cmd
         self.answered = False
-        # When it was deferred (the request's read, near enough), if an observer listens.
-        self._since = rpc_clock() if conn._processors.rpc_observer is not None else 0.0
+        # When it was deferred (the request's read, near enough), set by `Connection.defer`
+        # while its table has an RPC observer; 0.0: not timed.
+        self._since = 0.0
 
     @property
     def connection(self) -> Connection:
@@ -192,10 +193,10 @@ class Responder:
 
     def _observe(self, response: RemotingCommand | None) -> None:
         """Tell the table's RPC observer, if any, about this answer."""
-        if response is None or self._cmd.is_oneway:
+        if not self._since or response is None or self._cmd.is_oneway:
             return
         observer = self._conn._processors.rpc_observer
-        if observer is not None and self._since:
+        if observer is not None:
             observer(((self._cmd.code, response.code),), rpc_clock() - self._since)
 
     @staticmethod
