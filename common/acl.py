@@ -1130,18 +1130,20 @@ class AclChecker:
             if account.white_remote_address.match(addr):
                 return
         self._verify_signature(account, fields, body, what)
-        req = required_access(code, fields, body)
-        if any(n.resource == TRACE_TOPIC and n.perm == Perm.PUB for n in req.needs):
-            return
+        # `required_access(code, fields, body)`, its Requirement built only when authorised.
+        needs = tuple(rule.extract(fields, body)) if rule.extract is not None else ()
+        for need in needs:
+            if need.resource == TRACE_TOPIC and need.perm == Perm.PUB:
+                return
         # The code fixes the kind of account needed: with the account and the resources, the
         # whole of what `_authorise` decides on, under rules that never change in place.
-        grant = (account.access_key, code, req.needs)
+        grant = (account.access_key, code, needs)
         if self._granted_rules is not rules:
             self._granted = set()
             self._granted_rules = rules
         elif grant in self._granted:
             return
-        self._authorise(account, req, what)
+        self._authorise(account, Requirement(rule.access, needs), what)
         if len(self._granted) >= _GRANTS_MAX:  # resource names come from the network
             self._granted.clear()
         self._granted.add(grant)
