@@ -72,8 +72,10 @@ RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 SYS_GROUP_PREFIX = "CID_RMQ_SYS_"
 
-# Row layout of `Traffic.inbound`: messages, bytes, sum of sizes, then one count per bucket.
-_IN_MSGS, _IN_BYTES, _IN_SIZE_SUM, _IN_BUCKET0 = 0, 1, 2, 3
+# Row layout of `Traffic.inbound`: messages, bytes, what batch puts wrote beyond their size
+# observation (so the sizes' sum is bytes - that, with no addition for a single message),
+# then one count per bucket.
+_IN_MSGS, _IN_BYTES, _IN_BATCH_EXTRA, _IN_BUCKET0 = 0, 1, 2, 3
 _SMALL = MESSAGE_SIZE_BUCKETS[0]
 
 
@@ -92,7 +94,7 @@ class Traffic:
 
     def __init__(self, max_label_sets: int = MAX_LABEL_SETS) -> None:
         self.max_label_sets = max_label_sets
-        # topic -> [messages, bytes, size sum, per-bucket counts...]
+        # topic -> [messages, bytes, batch extra, per-bucket counts...]
         self.inbound: dict[str, list[int]] = {}
         # (topic, group) -> [messages, bytes]
         self.outbound: dict[tuple[str, str], list[int]] = {}
@@ -108,8 +110,11 @@ class Traffic:
             row = self._in_row(topic)
         row[_IN_MSGS] += msgs
         row[_IN_BYTES] += wrote_bytes
-        size = wrote_bytes // msgs if msgs else 0
-        row[_IN_SIZE_SUM] += size
+        if msgs == 1:
+            size = wrote_bytes
+        else:
+            size = wrote_bytes // msgs if msgs else 0
+            row[_IN_BATCH_EXTRA] += wrote_bytes - size
         if size <= _SMALL:
             row[_IN_BUCKET0] += 1
         else:
@@ -258,7 +263,7 @@ class BrokerCollector(Collector):
             sizes.add_metric(
                 values,
                 cumulative_buckets(MESSAGE_SIZE_BUCKETS, row[_IN_BUCKET0:]),
-                row[_IN_SIZE_SUM],
+                row[_IN_BYTES] - row[_IN_BATCH_EXTRA],
             )
         out_labels = [*base_names, "topic", "consumer_group", "is_system"]
         msgs_out = CounterMetricFamily(

@@ -70,23 +70,27 @@ class RpcLatencyStats:
         # (code, response code) -> [count per bucket..., sum in ms]
         self.rows: dict[tuple[int, int], list[float]] = {}
 
-    def observe(self, answered: Sequence[tuple[int, int]], seconds: float) -> None:
-        """`answered` requests took `seconds` each (one read to one write)."""
+    def observe(self, codes: Sequence[int], seconds: float) -> None:
+        """The requests of `codes` (request code, response code, request code, ...) took
+        `seconds` each (one read to one write)."""
+        n = len(codes) // 2
+        if not n:
+            return
         ms = seconds * 1000.0
         index = bisect_left(self.bounds, ms)
         rows = self.rows
-        n = len(answered)
-        first = answered[0] if n else None
+        first = (codes[0], codes[1])
         # The common batch: one kind of request, all answered alike (a producer's sends).
         # `count` is a C loop: one row update for the whole batch.
-        if first is not None and (n == 1 or answered.count(first) == n):
+        if n == 1 or (codes[0::2].count(first[0]) == n and codes[1::2].count(first[1]) == n):
             row = rows.get(first)
             if row is None:
                 row = self._new_row(first)
             row[index] += n
             row[-1] += ms * n
             return
-        for key in answered:
+        for i in range(0, 2 * n, 2):
+            key = (codes[i], codes[i + 1])
             row = rows.get(key)
             if row is None:
                 row = self._new_row(key)

@@ -318,9 +318,10 @@ class Connection:
         # Successful reads so far: what RemotingServer's idle and read timeouts look at (with
         # the bytes of an incomplete frame).
         self.reads = 0
-        # For the table's RPC observer: the inline answers collected and not yet written,
-        # (request code, response code) each, and when their read arrived.
-        self._answered: list[tuple[int, int]] = []
+        # For the table's RPC observer: the codes of the inline answers collected and not yet
+        # written (request code, response code, ...: no tuple per answer), and when their read
+        # arrived.
+        self._answered: list[int] = []
         self._read_at = 0.0
 
     @property
@@ -680,7 +681,9 @@ class Connection:
                     result = self._inline_suspended(cmd, coro, trap)
                 if result is not None and not cmd.flag & FLAG_ONEWAY:
                     if observe is not None:
-                        self._answered.append((cmd.code, result.code))
+                        answered = self._answered
+                        answered.append(cmd.code)
+                        answered.append(result.code)
                     head, body = encode_response(cmd, result)
                     out.append(head)
                     out_bytes += len(head)
@@ -940,7 +943,7 @@ class Connection:
             await self._respond(cmd, response)
             observer = self._processors.rpc_observer
             if observer is not None and read_at and response is not None and not cmd.is_oneway:
-                observer(((cmd.code, response.code),), rpc_clock() - read_at)
+                observer((cmd.code, response.code), rpc_clock() - read_at)
         finally:
             self._release()
 

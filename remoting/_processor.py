@@ -31,8 +31,11 @@ report the run's staged work (the broker's commit batcher releases its replies i
 
 A table may carry an `RpcObserver` (`set_rpc_observer`): it is told, for the requests answered,
 their request code, the answer's code and the seconds from the read that brought the request
-to its answer being handed to the writer. Remoting gives only these numbers (what they mean
-is the owner's business: the broker's and NameServer's metrics). Inline answers of one read
+to its answer being handed to the writer. The codes come as one flat sequence, request code
+then response code for each answer (`[310, 0, 310, 0, ...]`): the reader collects them without
+allocating a tuple per request (allocations drive the garbage collector). Remoting gives
+only these numbers (what they mean is the owner's business: the broker's and NameServer's
+metrics). Inline answers of one read
 are told together, one call per batch of answers written (they share their read and their
 write, so their duration is one figure); a task's answer and a deferred one (`Responder`) are
 told one by one. Oneway requests and requests never answered are not told. The observer runs
@@ -72,9 +75,10 @@ Processor: TypeAlias = Callable[
 
 Check: TypeAlias = Callable[["Connection", RemotingCommand], RemotingCommand | None]
 
-RpcObserver: TypeAlias = Callable[[Sequence[tuple[int, int]], float], None]
-"""``observer(answered, seconds)``: (request code, response code) of each request answered, and
-the seconds from the read that brought them to their answers' write (module docstring)."""
+RpcObserver: TypeAlias = Callable[[Sequence[int], float], None]
+"""``observer(codes, seconds)``: request code, response code, request code, ... of the requests
+answered (two entries each), and the seconds from the read that brought them to their answers'
+write (module docstring). `codes` is valid during the call only (the reader reuses it)."""
 
 # The clock of the RPC durations (monotonic, sub-microsecond).
 rpc_clock = time.perf_counter
@@ -197,7 +201,7 @@ class Responder:
             return
         observer = self._conn._processors.rpc_observer
         if observer is not None:
-            observer(((self._cmd.code, response.code),), rpc_clock() - self._since)
+            observer((self._cmd.code, response.code), rpc_clock() - self._since)
 
     @staticmethod
     def respond_all(answers: Iterable[tuple[Responder, RemotingCommand | None]]) -> None:

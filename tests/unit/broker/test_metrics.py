@@ -21,7 +21,8 @@ def test_count_in_adds_messages_bytes_and_one_size_observation_per_put() -> None
     t.count_in("T", 4, 4 * 3000)  # a batch: mean 3000 bytes
     t.count_in("T", 1, 5 * 1024 * 1024)
     row = t.inbound["T"]
-    assert row[:3] == [6, 300 + 12000 + 5 * 1024 * 1024, 300 + 3000 + 5 * 1024 * 1024]
+    # messages, bytes, and what the batch wrote beyond its one (mean) size observation
+    assert row[:3] == [6, 300 + 12000 + 5 * 1024 * 1024, 12000 - 3000]
     assert row[3:] == [1, 1, 0, 0, 0, 0, 1]
     assert len(row[3:]) == len(MESSAGE_SIZE_BUCKETS) + 1
 
@@ -85,16 +86,17 @@ def test_registry_renders_counts_with_rocketmq_names(tmp_path: Path) -> None:
     ctrl.topics.create_in_send("X", "TBW102", 4)
     ctrl.subscriptions.find_or_create("G")
     metrics.traffic.count_in("X", 3, 900)
+    metrics.traffic.count_in("X", 1, 500)
     metrics.traffic.count_in("%RETRY%G", 1, 100)  # not exported, as RocketMQ
     metrics.traffic.count_out("X", "G", 0, 2, 600, 2)
-    metrics.rpc.observe([(310, 0)], 0.002)
+    metrics.rpc.observe([310, 0], 0.002)
     s = _samples(metrics.render().decode())
     base = {("cluster", "C1"), ("node_type", "broker"), ("node_id", "b1")}
     x = frozenset(base | {("topic", "X"), ("is_system", "false")})
-    assert s["rocketmq_messages_in_total", x] == 3
-    assert s["rocketmq_throughput_in_total", x] == 900
-    assert s["rocketmq_message_size_count", x] == 1
-    assert s["rocketmq_message_size_sum", x] == 300
+    assert s["rocketmq_messages_in_total", x] == 4
+    assert s["rocketmq_throughput_in_total", x] == 1400
+    assert s["rocketmq_message_size_count", x] == 2
+    assert s["rocketmq_message_size_sum", x] == 300 + 500
     xg = frozenset(base | {("topic", "X"), ("consumer_group", "G"), ("is_system", "false")})
     assert s["rocketmq_messages_out_total", xg] == 2
     assert s["rocketmq_throughput_out_total", xg] == 600

@@ -24,21 +24,23 @@ def test_cumulative_buckets() -> None:
 
 def test_rpc_latency_stats_counts_each_answer_in_its_bucket() -> None:
     stats = RpcLatencyStats()
-    stats.observe([(310, 0), (310, 0), (11, 19)], 0.004)  # 4 ms
-    stats.observe([(310, 0)], 2.5)  # 2500 ms
+    stats.observe([310, 0, 310, 0, 11, 19], 0.004)  # 4 ms
+    stats.observe([310, 0], 2.5)  # 2500 ms
+    stats.observe([310, 0, 310, 0], 0.0)  # the one-kind batch path
+    stats.observe([], 1.0)
     rows = {(c, rc): (b, s) for c, rc, b, s in stats.samples()}
     buckets, total = rows[310, 0]
     assert dict(buckets) == {
-        "1": 0,
-        "3": 0,
-        "5": 2,
-        "7": 2,
-        "10": 2,
-        "100": 2,
-        "1000": 2,
-        "2000": 2,
-        "3000": 3,
-        "+Inf": 3,
+        "1": 2,
+        "3": 2,
+        "5": 4,
+        "7": 4,
+        "10": 4,
+        "100": 4,
+        "1000": 4,
+        "2000": 4,
+        "3000": 5,
+        "+Inf": 5,
     }
     assert total == pytest.approx(2 * 4 + 2500)
     assert dict(rows[11, 19][0])["+Inf"] == 1
@@ -47,7 +49,7 @@ def test_rpc_latency_stats_counts_each_answer_in_its_bucket() -> None:
 
 def test_rpc_latency_stats_caps_its_label_sets() -> None:
     stats = RpcLatencyStats(max_label_sets=3)
-    stats.observe([(code, 3) for code in range(10)], 0.0)
+    stats.observe([c for code in range(10) for c in (code, 3)], 0.0)
     keys = [(c, rc) for c, rc, _, _ in stats.samples()]
     assert len(keys) == 4  # three codes and the overflow row
     assert (-1, -1) in keys

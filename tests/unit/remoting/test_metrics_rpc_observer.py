@@ -24,9 +24,11 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[list[tuple[int, int]], float]] = []
 
-    def __call__(self, answered: Sequence[tuple[int, int]], seconds: float) -> None:
-        # The list is reused by the reader: copy it.
-        self.calls.append((list(answered), seconds))
+    def __call__(self, codes: Sequence[int], seconds: float) -> None:
+        # Flat (request code, response code, ...); the list is reused by the reader: copy.
+        assert len(codes) % 2 == 0
+        pairs = [(codes[i], codes[i + 1]) for i in range(0, len(codes), 2)]
+        self.calls.append((pairs, seconds))
 
     @property
     def answered(self) -> list[tuple[int, int]]:
