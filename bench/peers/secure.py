@@ -53,12 +53,13 @@ SUCCESS = 0
 class Material:
     """What one secured system runs with: each server's settings and the clients'."""
 
+    # Every field but the mode and the CA may hold a secret key: none is in the repr.
     mode: str
-    namesrv: dict[str, object] = field(default_factory=dict)
-    broker: dict[str, object] = field(default_factory=dict)
+    namesrv: dict[str, object] = field(default_factory=dict, repr=False)
+    broker: dict[str, object] = field(default_factory=dict, repr=False)
     # The bench clients' (mqbench, trimq_e2e) and the admin's (mqadmin updateTopic) variables.
-    client_env: dict[str, str] = field(default_factory=dict)
-    admin_env: dict[str, str] = field(default_factory=dict)
+    client_env: dict[str, str] = field(default_factory=dict, repr=False)
+    admin_env: dict[str, str] = field(default_factory=dict, repr=False)
     bench_secret: str = field(default="", repr=False)
     ca: str = ""
 
