@@ -19,6 +19,8 @@ running the peers harness. Cases:
                       the 32 decoded items into MessageInner objects (per message)
   patch_records32     common.message.patch_records of 32 encoded records (per record)
   body_crc1k          common.message.body_crc of a 1 KiB body
+  acl_sign            RequestSigner.sign_fields of a SEND_MESSAGE_V2's fields and 1 KiB body
+  acl_check           AclChecker.check of that signed request (ACL on, a permitted topic)
   (The store's native versions are used unless TRIMQ_NO_NATIVE=1: run both for an A/B.)
   put_single          MessageStore.put_messages of one message (ASYNC_FLUSH, index on)
   put_batch32         the same, 32 messages per call (cost per message)
@@ -239,6 +241,30 @@ def case_patch_records32(n: int) -> None:
     records = encode_records([_msg() for _ in range(32)])
     for i in range(n // 32):
         patch_records(records, 0, 32, 0, i * 32, i * 40_000, 1, [])
+
+
+def _acl_cases() -> tuple[Callable[[int], None], Callable[[int], None]]:
+    """RequestSigner.sign_fields and AclChecker.check of one SEND_MESSAGE_V2 (1 KiB body, topic
+    Bench) with bench.peers.secure's accounts."""
+    from common.acl import AclChecker, RequestSigner, parse_acl
+
+    from . import secure
+
+    checker = AclChecker(parse_acl(secure.acl_yaml("b" * 24, "a" * 24, "c" * 24)))
+    signer = RequestSigner(secure.BENCH_KEY, "c" * 24)
+    req = _send_request()
+    fields = dict(req.ext_fields or {}, b=secure.TOPICS[0])
+    signed = signer.sign_fields(fields, BODY)
+
+    def sign(n: int) -> None:
+        for _ in range(n):
+            signer.sign_fields(fields, BODY)
+
+    def check(n: int) -> None:
+        for _ in range(n):
+            checker.check(RequestCode.SEND_MESSAGE_V2, signed, BODY, "127.0.0.1:50000")
+
+    return sign, check
 
 
 def case_body_crc1k(n: int) -> None:
@@ -714,6 +740,8 @@ def main() -> None:
             "batch_messages32": lambda: measure(case_batch_messages32, n),
             "patch_records32": lambda: measure(case_patch_records32, n),
             "body_crc1k": lambda: measure(case_body_crc1k, n),
+            "acl_sign": lambda: measure(_acl_cases()[0], n),
+            "acl_check": lambda: measure(_acl_cases()[1], n),
             "put_single": lambda: trio.run(_StoreCase(root).put, n, 1),
             "put_batch32": lambda: trio.run(_StoreCase(root).put, n, 32),
             "get_message32": lambda: trio.run(_StoreCase(root).get, n),
