@@ -76,7 +76,6 @@ SYS_GROUP_PREFIX = "CID_RMQ_SYS_"
 # observation (so the sizes' sum is bytes - that, with no addition for a single message),
 # then one count per bucket.
 _IN_MSGS, _IN_BYTES, _IN_BATCH_EXTRA, _IN_BUCKET0 = 0, 1, 2, 3
-_SMALL = MESSAGE_SIZE_BUCKETS[0]
 
 
 class MetricsListenError(Exception):
@@ -104,21 +103,26 @@ class Traffic:
 
     def count_in(self, topic: str, msgs: int, wrote_bytes: int) -> None:
         """A put of `msgs` records, `wrote_bytes` in all, was stored in `topic`. One message
-        size observation per put (its records' mean size), as RocketMQ records it."""
+        size observation per put (its records' mean size), as RocketMQ records it.
+
+        Once per send on the event loop: literal indices (the row layout above) and bounds
+        (`MESSAGE_SIZE_BUCKETS`) for the common sizes, no global lookups."""
         row = self.inbound.get(topic)
         if row is None:
             row = self._in_row(topic)
-        row[_IN_MSGS] += msgs
-        row[_IN_BYTES] += wrote_bytes
+        row[0] += msgs
+        row[1] += wrote_bytes
         if msgs == 1:
             size = wrote_bytes
         else:
             size = wrote_bytes // msgs if msgs else 0
-            row[_IN_BATCH_EXTRA] += wrote_bytes - size
-        if size <= _SMALL:
-            row[_IN_BUCKET0] += 1
+            row[2] += wrote_bytes - size
+        if size <= 1024:
+            row[3] += 1
+        elif size <= 4096:
+            row[4] += 1
         else:
-            row[_IN_BUCKET0 + bisect_left(MESSAGE_SIZE_BUCKETS, size)] += 1
+            row[3 + bisect_left(MESSAGE_SIZE_BUCKETS, size)] += 1
 
     def _in_row(self, topic: str) -> list[int]:
         if len(self.inbound) >= self.max_label_sets:

@@ -127,3 +127,25 @@ def test_metrics_listen_setting(tmp_path: Path) -> None:
     assert cfg.metrics_listen == "0.0.0.0:9100"
     with pytest.raises(ConfigError, match="metrics_listen"):
         load_config(flags={"metrics_listen": "nope"}, environ={})
+
+
+@pytest.mark.parametrize(
+    ("size", "bucket"),
+    [
+        (1, 0),
+        (1024, 0),
+        (1025, 1),
+        (4096, 1),
+        (4097, 2),
+        (512 * 1024, 2),
+        (512 * 1024 + 1, 3),
+        (4 * 1024 * 1024, 5),
+        (4 * 1024 * 1024 + 1, 6),
+    ],
+)
+def test_size_buckets_are_prometheus_le(size: int, bucket: int) -> None:
+    t = Traffic()
+    t.count_in("T", 1, size)
+    counts = t.inbound["T"][3:]
+    assert counts.index(1) == bucket
+    assert sum(counts) == 1
