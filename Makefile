@@ -118,12 +118,19 @@ BASE_IMAGE   ?= python:3.11-slim
 LOCAL_BASE   ?= trimq-base:bookworm
 WHEELS       := deploy/wheels
 WHEEL_STAMP  := $(WHEELS)/.stamp
-APP_SOURCES  := $(shell find common namesrv broker remoting store client controller -name '*.py' -o -name '*.c' -o -name '*.pyi' 2>/dev/null)
-# Debian's etcd-server for the image's `etcd` role, with the packages it depends on that a
-# minimal base may lack (the Dockerfile installs the missing ones): fetched with this host's apt.
+APP_SOURCES  := $(shell find common namesrv broker remoting store client controller dashboard -name '*.py' -o -name '*.c' -o -name '*.pyi' 2>/dev/null)
+# Debian's etcd-server for the image's `etcd` role and Debian's prometheus for its `prometheus`
+# role, with the packages they depend on that a minimal base may lack (the Dockerfile installs
+# the missing ones): fetched with this host's apt. The stamp names the set, so a new set is
+# fetched again.
 DEBS         := deploy/debs
-DEBS_STAMP   := $(DEBS)/.stamp
+DEBS_STAMP   := $(DEBS)/.stamp-etcd-prometheus
 ETCD_DEBS    := etcd-server adduser init-system-helpers
+PROMETHEUS_DEBS := prometheus fonts-glyphicons-halflings javascript-common libjs-bootstrap \
+	libjs-bootstrap4 libjs-popper.js libjs-d3 libjs-eonasdan-bootstrap-datetimepicker \
+	libjs-jquery libjs-jquery-hotkeys libjs-moment libjs-moment-timezone libjs-mustache \
+	libjs-rickshaw
+IMAGE_DEBS   := $(ETCD_DEBS) $(PROMETHEUS_DEBS)
 CLUSTER_PROJECT ?= trimq
 COMPOSE      ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 # SECURE=1: the secured variant (deploy/docker-compose.secure.yml over the base file: ACL and
@@ -156,8 +163,8 @@ $(WHEEL_STAMP): pyproject.toml README.md $(APP_SOURCES) | $(RUN_STAMP)
 $(DEBS_STAMP):
 	rm -rf $(DEBS)
 	mkdir -p $(DEBS)
-	cd $(DEBS) && { apt-get download $(ETCD_DEBS) 2>/dev/null || \
-		{ apt-get update -qq && apt-get download $(ETCD_DEBS); }; }
+	cd $(DEBS) && { apt-get download $(IMAGE_DEBS) 2>/dev/null || \
+		{ apt-get update -qq && apt-get download $(IMAGE_DEBS); }; }
 	touch $@
 
 image: $(WHEEL_STAMP) $(DEBS_STAMP)

@@ -4,6 +4,7 @@
 #   broker  [mqbroker flags]        (PEER_RELAY set: deploy/relay.py runs next to it, see there)
 #   controller [mqcontroller flags] (TRIMQ_* settings, controller/config.py; PEER_RELAY too)
 #   etcd [etcd flags]               (Debian's etcd-server; ETCD_* variables are its settings)
+#   prometheus [prometheus flags]   (Debian's prometheus; PROMETHEUS_CONFIG [/etc/trimq/prometheus.yml])
 #   healthcheck namesrv|broker|controller|etcd  (used by the compose health checks)
 # Anything else is run as a command (e.g. `sh`).
 # SECRETS_ENV_FILE set: its KEY=value lines are exported first (the secured cluster's
@@ -49,6 +50,11 @@ case "$role" in
         ETCD_DATA_DIR=${ETCD_DATA_DIR:-/data/etcd}
         export ETCD_DATA_DIR
         exec etcd "$@"
+        ;;
+    prometheus)
+        # Its time series live in the container's /data volume.
+        exec prometheus --config.file="${PROMETHEUS_CONFIG:-/etc/trimq/prometheus.yml}" \
+            --storage.tsdb.path=/data/prometheus --web.listen-address=0.0.0.0:9090 "$@"
         ;;
     healthcheck) exec python3 /opt/trimq/bin/trimq-healthcheck "$@" ;;
     *) exec "$role" "$@" ;;

@@ -25,6 +25,7 @@ from common.message import MessageDecodeError, decode_offset_msg_id
 from remoting import RemotingClient, RemotingCommand
 from remoting.codes import RequestCode, ResponseCode
 from remoting.protocol.route import ClusterInfo, TopicRouteData
+from tests.helpers import free_port as _free_port
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "deploy" / "docker-compose.yml"
@@ -342,8 +343,11 @@ class Cluster(ComposeProject):
             **dict(zip(BROKERS, masters, strict=True)),
             **dict(zip(SLAVES, slaves, strict=True)),
         }
+        # Prometheus's published port: one more free port, outside the scenario's list.
+        self.prometheus_port = _free_port()
         env = {
             "TRIMQ_IMAGE": image,
+            "PROMETHEUS_PORT": str(self.prometheus_port),
             **{f"{_env_key(s)}_PORT": str(p) for s, p in self.ns_ports.items()},
             **{f"{_env_key(b)}_PORT": str(p) for b, p in self.broker_ports.items()},
             **{f"{_env_key(b)}_HA_PORT": str(p) for b, p in self.ha_ports.items()},
