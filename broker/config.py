@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from common.config import ConfigError as ConfigError  # re-exported: broker.cli catches it
-from common.config import TlsServerFields, load_settings
+from common.config import TlsClientFields, TlsServerFields, load_settings
 from common.schedule import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
 from remoting.tls import server_settings
 
@@ -55,7 +55,7 @@ def primary_local_ip() -> str:
             return "127.0.0.1"
 
 
-class BrokerConfig(TlsServerFields):
+class BrokerConfig(TlsServerFields, TlsClientFields):
     """All broker settings. Field names are the TOML keys (`TRIMQ_` + upper case for env vars)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -144,17 +144,9 @@ class BrokerConfig(TlsServerFields):
     it sends to NameServers and to its group's other brokers is signed with it."""
     acl_secret_key: str | None = Field(default=None, repr=False)
 
-    # -- TLS of the broker's own connections (to NameServers and group peers) ---------------
-    # (the listening port's settings are `tls_mode` and `tls_server_*`, common.config)
-    tls_enable: bool | None = None
-    """Connect with TLS; None: when `tls_mode` is enforcing (RocketMQ's tls.enable)."""
-    tls_client_trust_cert_path: str | None = None
-    """CA certificates for the servers; None: the system store."""
-    tls_client_verify_server: bool = True
-    tls_client_check_hostname: bool = True
-    tls_client_cert_path: str | None = None
-    tls_client_key_path: str | None = None
-    tls_client_key_password: str | None = Field(default=None, repr=False)
+    # TLS: the listening port's `tls_mode` and `tls_server_*` (TlsServerFields), the broker's
+    # own connections' (to NameServers, group peers, controllers, its master's HA port)
+    # `tls_enable` and `tls_client_*` (TlsClientFields); common.config.
 
     # -- storage -------------------------------------------------------------------------
     store_dir: str = "~/store"

@@ -71,7 +71,7 @@ from remoting import (
     SerializeType,
 )
 from remoting.codes import RequestCode as R
-from remoting.tls import TlsClientSettings, server_settings
+from remoting.tls import client_settings, server_settings
 from store import MessageStore, StoreClosedError
 from store.epoch_file import EpochFile
 
@@ -175,23 +175,8 @@ class BrokerController:
             if config.acl_access_key is not None and config.acl_secret_key is not None
             else None
         )
-        tls_on = (
-            config.tls_enable if config.tls_enable is not None else config.tls_mode == "enforcing"
-        )
         # The broker's outgoing TLS: to NameServers, peers, controllers and its master's HA port.
-        self.client_tls = (
-            TlsClientSettings(
-                enable=True,
-                trust_cert_path=config.tls_client_trust_cert_path,
-                verify_server=config.tls_client_verify_server,
-                check_hostname=config.tls_client_check_hostname,
-                cert_path=config.tls_client_cert_path,
-                key_path=config.tls_client_key_path,
-                key_password=config.tls_client_key_password,
-            )
-            if tls_on
-            else None
-        )
+        self.client_tls = client_settings(config)
         self.client = RemotingClient(
             serialize_type=SerializeType.JSON, before_send=signer, tls=self.client_tls
         )

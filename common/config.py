@@ -142,6 +142,22 @@ def load_settings(
         raise ConfigError(format_validation_error(exc, program, source)) from None
 
 
+class TlsClientFields(BaseModel):
+    """TLS settings of a server's own connections to other servers (RocketMQ's `tls.enable`
+    and `tls.client.*`; docs/security.md), shared by the broker's and the controller's models;
+    `remoting.tls.client_settings` turns them into `TlsClientSettings`."""
+
+    tls_enable: bool | None = None
+    """Connect with TLS; None: when `tls_mode` is enforcing (RocketMQ's tls.enable)."""
+    tls_client_trust_cert_path: str | None = None
+    """CA certificates for the servers connected to; None: the system store."""
+    tls_client_verify_server: bool = True
+    tls_client_check_hostname: bool = True
+    tls_client_cert_path: str | None = None
+    tls_client_key_path: str | None = None
+    tls_client_key_password: str | None = Field(default=None, repr=False)
+
+
 class TlsServerFields(BaseModel):
     """TLS settings of a server's remoting port (RocketMQ's `tls.server.*`; docs/security.md),
     shared by the broker's and the NameServer's models."""

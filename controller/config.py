@@ -10,14 +10,14 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from common.acl import RequestSigner
-from common.config import TlsServerFields, load_settings
+from common.config import TlsClientFields, TlsServerFields, load_settings
 from controller.keys import DEFAULT_ROOT
-from remoting.tls import TlsClientSettings, server_settings
+from remoting.tls import TlsClientSettings, client_settings, server_settings
 
 __all__ = ["ControllerConfig", "load_config"]
 
 
-class ControllerConfig(TlsServerFields):
+class ControllerConfig(TlsServerFields, TlsClientFields):
     """One controller process; several share one etcd and elect a leader there.
 
     The remoting port's TLS settings are `tls_mode` and `tls_server_*` (`common.config`), as
@@ -60,16 +60,8 @@ class ControllerConfig(TlsServerFields):
     brokers (NOTIFY_BROKER_ROLE_CHANGED) is signed with it."""
     acl_secret_key: str | None = Field(default=None, repr=False)
 
-    # -- TLS of the controller's own connections (to brokers) -------------------------------
-    tls_enable: bool | None = None
-    """Connect with TLS; None: when `tls_mode` is enforcing (RocketMQ's tls.enable)."""
-    tls_client_trust_cert_path: str | None = None
-    """CA certificates for the brokers' certificates; None: the system store."""
-    tls_client_verify_server: bool = True
-    tls_client_check_hostname: bool = True
-    tls_client_cert_path: str | None = None
-    tls_client_key_path: str | None = None
-    tls_client_key_password: str | None = Field(default=None, repr=False)
+    # TLS of the controller's own connections (to brokers): `tls_enable`, `tls_client_*`
+    # (TlsClientFields, common.config).
 
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool = False
@@ -90,18 +82,7 @@ class ControllerConfig(TlsServerFields):
         Raises:
             TlsConfigError: an inconsistent combination (a key without a certificate).
         """
-        on = self.tls_enable if self.tls_enable is not None else self.tls_mode == "enforcing"
-        if not on:
-            return None
-        return TlsClientSettings(
-            enable=True,
-            trust_cert_path=self.tls_client_trust_cert_path,
-            verify_server=self.tls_client_verify_server,
-            check_hostname=self.tls_client_check_hostname,
-            cert_path=self.tls_client_cert_path,
-            key_path=self.tls_client_key_path,
-            key_password=self.tls_client_key_password,
-        )
+        return client_settings(self)
 
     def request_signer(self) -> RequestSigner | None:
         """The signer of what the controller sends, when it has an account."""

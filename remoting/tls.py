@@ -33,12 +33,14 @@ __all__ = [
     "CLIENT_AUTH_NAMES",
     "TLS_MODE_NAMES",
     "ClientAuth",
+    "TlsClientOptions",
     "TlsClientSettings",
     "TlsConfigError",
     "TlsMode",
     "TlsServerOptions",
     "TlsServerSettings",
     "accept_tls",
+    "client_settings",
     "connect_tls",
     "describe_handshake_error",
     "server_settings",
@@ -352,6 +354,48 @@ class TlsServerOptions(Protocol):
     def tls_handshake_timeout_ms(self) -> int: ...
     @property
     def tls_reload_interval_ms(self) -> int: ...
+
+
+class TlsClientOptions(Protocol):
+    """A server configuration with the settings of its own connections (docs/security.md, T5)."""
+
+    @property
+    def tls_mode(self) -> str: ...
+    @property
+    def tls_enable(self) -> bool | None: ...
+    @property
+    def tls_client_trust_cert_path(self) -> str | None: ...
+    @property
+    def tls_client_verify_server(self) -> bool: ...
+    @property
+    def tls_client_check_hostname(self) -> bool: ...
+    @property
+    def tls_client_cert_path(self) -> str | None: ...
+    @property
+    def tls_client_key_path(self) -> str | None: ...
+    @property
+    def tls_client_key_password(self) -> str | None: ...
+
+
+def client_settings(cfg: TlsClientOptions) -> TlsClientSettings | None:
+    """The TLS settings of a server's own connections; None: plain (`tls_enable`, or when that
+    is None an enforcing `tls_mode`, as RocketMQ's `tls.enable` follows the server's mode).
+
+    Raises:
+        TlsConfigError: an inconsistent combination (a key without a certificate).
+    """
+    on = cfg.tls_enable if cfg.tls_enable is not None else cfg.tls_mode == "enforcing"
+    if not on:
+        return None
+    return TlsClientSettings(
+        enable=True,
+        trust_cert_path=cfg.tls_client_trust_cert_path,
+        verify_server=cfg.tls_client_verify_server,
+        check_hostname=cfg.tls_client_check_hostname,
+        cert_path=cfg.tls_client_cert_path,
+        key_path=cfg.tls_client_key_path,
+        key_password=cfg.tls_client_key_password,
+    )
 
 
 def server_settings(cfg: TlsServerOptions) -> TlsServerSettings | None:

@@ -7,7 +7,8 @@ change nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -166,66 +167,10 @@ def _as(account: str, cmd: RemotingCommand) -> RemotingCommand:
     return cmd
 
 
-async def test_each_request_family_serves_its_accounts_only(tmp_path: Path) -> None:
-    acl_file = tmp_path / "plain_acl.yml"
-    acl_file.write_text(ACL)
-    ns_cfg = NamesrvConfig(listen="127.0.0.1:0", acl_enable=True, acl_file=str(acl_file))
-    async with NameServer(ns_cfg) as ns:
-        broker_cfg = BrokerConfig(
-            listen=f"127.0.0.1:{free_port()}",
-            store_dir=str(tmp_path / "store"),
-            namesrv_addr=ns.address,
-            mapped_file_size_commitlog=64 * 1024,
-            acl_enable=True,
-            acl_file=str(acl_file),
-            acl_access_key="broker-ak",
-            acl_secret_key="broker-secret",
-        )
-        async with BrokerController(broker_cfg) as broker, RemotingClient() as raw:
-            addr = f"127.0.0.1:{broker.port}"
-
-            async def call(cmd: RemotingCommand) -> RemotingCommand:
-                return await raw.invoke(addr, cmd, 5000)
-
-            assert (await call(_as("admin-ak", _create_topic("FamT")))).code == 0
-            wrong: list[str] = []
-            for family, make, served, refused in FAMILIES:
-                for account in served:
-                    resp = await call(_as(account, make()))
-                    if resp.code == ResponseCode.NO_PERMISSION:
-                        wrong.append(f"{family}: {account} refused: {resp.remark}")
-                for account in refused:
-                    resp = await call(_as(account, make()))
-                    remark = resp.remark or ""
-                    if resp.code != ResponseCode.NO_PERMISSION:
-                        wrong.append(f"{family}: {account or 'unsigned'} got {resp.code}")
-                    elif any(secret in remark for secret in (*SECRETS.values(), WRONG_SECRET)):
-                        wrong.append(f"{family}: a secret in the remark {remark!r}")
-                    elif account not in (UNSIGNED, WRONG_SECRET) and account not in remark:
-                        wrong.append(f"{family}: the remark does not name {account}: {remark}")
-            assert wrong == []
-
-            # The hijack: a consumer account disabling its own group's consumption.
-            assert (await call(_as("consumer-ak", _disable_group()))).code == 16
-            group = broker.subscriptions.get("FamG")
-            assert group is None or group.consume_enable
-
-            # Signatures over unicode values, a binary body, no body; tampering after signing.
-            props = {"KEYS": "ключ-键-🔑", "note": "ä ö ü"}
-            binary = bytes(range(256)) * 4
-            unicode_send = send_request("FamT", binary, props=props)
-            assert (await call(_as("producer-ak", unicode_send))).code == 0
-            assert (await call(_as("consumer-ak", _offset_query()))).code == 0
-            tampered = _as("producer-ak", send_request("FamT", b"signed body"))
-            tampered.body = b"another body"
-            assert (await call(tampered)).code == 16
-            changed = _as("producer-ak", send_request("FamT", b"x"))
-            assert changed.ext_fields is not None
-            changed.ext_fields["queueId"] = "1"
-            assert (await call(changed)).code == 16
-
-
-async def test_registering_and_disconnecting_does_not_remove_a_broker(tmp_path: Path) -> None:
+@asynccontextmanager
+async def _servers(tmp_path: Path) -> AsyncIterator[tuple[NameServer, BrokerController]]:
+    """A NameServer and a broker with ACL on (the accounts of `ACL`); the broker signs with
+    its broker account."""
     acl_file = tmp_path / "plain_acl.yml"
     acl_file.write_text(ACL)
     ns_cfg = NamesrvConfig(listen="127.0.0.1:0", acl_enable=True, acl_file=str(acl_file))
@@ -241,22 +186,72 @@ async def test_registering_and_disconnecting_does_not_remove_a_broker(tmp_path: 
             acl_secret_key="broker-secret",
         )
         async with BrokerController(broker_cfg) as broker:
-            real = f"127.0.0.1:{broker.port}"
-            body = RegisterBrokerBody(TopicConfigSerializeWrapper({}), []).encode()
-            for signer in (UNSIGNED, "producer-ak", "admin-ak"):
-                fields = RegisterBrokerRequestHeader(
-                    broker_name=broker_cfg.broker_name,
-                    broker_addr=real,
-                    cluster_name="DefaultCluster",
-                    ha_server_addr="",
-                    broker_id=0,
-                ).to_fields()
-                cmd = RemotingCommand.request(RequestCode.REGISTER_BROKER, dict(fields), body)
-                async with RemotingClient() as attacker:
-                    resp = await attacker.invoke(ns.address, _as(signer, cmd))
-                assert resp.code == ResponseCode.NO_PERMISSION, signer
-            # The attacker's connections are closed: the real broker is still routed.
-            await trio.sleep(0.2)
-            bd = ns.route_table.broker_addr_table[broker_cfg.broker_name]
-            assert bd.broker_addrs == {0: real}
-            assert real in ns.route_table.broker_live_table
+            yield ns, broker
+
+
+async def test_each_request_family_serves_its_accounts_only(tmp_path: Path) -> None:
+    async with _servers(tmp_path) as (_ns, broker), RemotingClient() as raw:
+        addr = f"127.0.0.1:{broker.port}"
+
+        async def call(cmd: RemotingCommand) -> RemotingCommand:
+            return await raw.invoke(addr, cmd, 5000)
+
+        assert (await call(_as("admin-ak", _create_topic("FamT")))).code == 0
+        wrong: list[str] = []
+        for family, make, served, refused in FAMILIES:
+            for account in served:
+                resp = await call(_as(account, make()))
+                if resp.code == ResponseCode.NO_PERMISSION:
+                    wrong.append(f"{family}: {account} refused: {resp.remark}")
+            for account in refused:
+                resp = await call(_as(account, make()))
+                remark = resp.remark or ""
+                if resp.code != ResponseCode.NO_PERMISSION:
+                    wrong.append(f"{family}: {account or 'unsigned'} got {resp.code}")
+                elif any(secret in remark for secret in (*SECRETS.values(), WRONG_SECRET)):
+                    wrong.append(f"{family}: a secret in the remark {remark!r}")
+                elif account not in (UNSIGNED, WRONG_SECRET) and account not in remark:
+                    wrong.append(f"{family}: the remark does not name {account}: {remark}")
+        assert wrong == []
+
+        # The hijack: a consumer account disabling its own group's consumption.
+        assert (await call(_as("consumer-ak", _disable_group()))).code == 16
+        group = broker.subscriptions.get("FamG")
+        assert group is None or group.consume_enable
+
+        # Signatures over unicode values, a binary body, no body; tampering after signing.
+        props = {"KEYS": "ключ-键-🔑", "note": "ä ö ü"}
+        binary = bytes(range(256)) * 4
+        unicode_send = send_request("FamT", binary, props=props)
+        assert (await call(_as("producer-ak", unicode_send))).code == 0
+        assert (await call(_as("consumer-ak", _offset_query()))).code == 0
+        tampered = _as("producer-ak", send_request("FamT", b"signed body"))
+        tampered.body = b"another body"
+        assert (await call(tampered)).code == 16
+        changed = _as("producer-ak", send_request("FamT", b"x"))
+        assert changed.ext_fields is not None
+        changed.ext_fields["queueId"] = "1"
+        assert (await call(changed)).code == 16
+
+
+async def test_registering_and_disconnecting_does_not_remove_a_broker(tmp_path: Path) -> None:
+    async with _servers(tmp_path) as (ns, broker):
+        real = f"127.0.0.1:{broker.port}"
+        body = RegisterBrokerBody(TopicConfigSerializeWrapper({}), []).encode()
+        for signer in (UNSIGNED, "producer-ak", "admin-ak"):
+            fields = RegisterBrokerRequestHeader(
+                broker_name=broker.config.broker_name,
+                broker_addr=real,
+                cluster_name="DefaultCluster",
+                ha_server_addr="",
+                broker_id=0,
+            ).to_fields()
+            cmd = RemotingCommand.request(RequestCode.REGISTER_BROKER, dict(fields), body)
+            async with RemotingClient() as attacker:
+                resp = await attacker.invoke(ns.address, _as(signer, cmd))
+            assert resp.code == ResponseCode.NO_PERMISSION, signer
+        # The attacker's connections are closed: the real broker is still routed.
+        await trio.sleep(0.2)
+        bd = ns.route_table.broker_addr_table[broker.config.broker_name]
+        assert bd.broker_addrs == {0: real}
+        assert real in ns.route_table.broker_live_table
