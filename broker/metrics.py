@@ -38,7 +38,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from common.metrics import OVERFLOW, RpcLatencyStats, cumulative_buckets
-from common.metrics_http import MetricsHttpServer, parse_listen
+from common.metrics_http import MetricsHttpServer, MetricsListenError, start_exporter
 from remoting.codes import RequestCode, ResponseCode
 
 if TYPE_CHECKING:
@@ -76,10 +76,6 @@ SYS_GROUP_PREFIX = "CID_RMQ_SYS_"
 # observation (so the sizes' sum is bytes - that, with no addition for a single message),
 # then one count per bucket.
 _IN_MSGS, _IN_BYTES, _IN_BATCH_EXTRA, _IN_BUCKET0 = 0, 1, 2, 3
-
-
-class MetricsListenError(Exception):
-    """`metrics_listen` was set explicitly and cannot be bound (the broker does not start)."""
 
 
 class Traffic:
@@ -500,28 +496,18 @@ class BrokerMetrics:
         return generate_latest(self.registry)
 
     async def start(self, nursery: trio.Nursery) -> bool:
-        """Serve `/metrics` on `metrics_listen` in `nursery`. False (and a warning) when it
-        is the default and cannot be bound, or when it is empty (off).
+        """Serve `/metrics` on `metrics_listen` in `nursery` (`start_exporter`); False when
+        off, or when the default address cannot be bound.
 
         Raises:
             MetricsListenError: `metrics_listen` was set explicitly and cannot be bound.
         """
         cfg = self.ctrl.config
-        where = parse_listen(cfg.metrics_listen)
-        if where is None:
-            return False
-        server = MetricsHttpServer(
-            where[0], where[1], self.render, content_type=CONTENT_TYPE_LATEST
+        self.server = await start_exporter(
+            nursery,
+            cfg.metrics_listen,
+            explicit="metrics_listen" in cfg.model_fields_set,
+            render=self.render,
+            content_type=CONTENT_TYPE_LATEST,
         )
-        try:
-            await server.start(nursery)
-        except OSError as exc:
-            if "metrics_listen" in cfg.model_fields_set:
-                raise MetricsListenError(
-                    f"metrics_listen {cfg.metrics_listen} cannot be bound: {exc}"
-                ) from exc
-            log.warning("metrics_listen_failed", listen=cfg.metrics_listen, error=str(exc))
-            return False
-        self.server = server
-        log.info("metrics_listening", listen=server.address)
-        return True
+        return self.server is not None

@@ -26,7 +26,7 @@ from functools import partial
 import structlog
 import trio
 
-__all__ = ["MetricsHttpServer", "parse_listen"]
+__all__ = ["MetricsHttpServer", "MetricsListenError", "parse_listen", "start_exporter"]
 
 log = structlog.get_logger()
 
@@ -215,3 +215,37 @@ class MetricsHttpServer:
         # A client that does not take its answer in time is dropped.
         with trio.move_on_after(self._timeout):
             await stream.send_all(head if head_only else head + body)
+
+
+class MetricsListenError(Exception):
+    """`metrics_listen` was set explicitly and cannot be bound (the server does not start)."""
+
+
+async def start_exporter(
+    nursery: trio.Nursery,
+    listen: str,
+    *,
+    explicit: bool,
+    render: Callable[[], bytes],
+    content_type: str,
+) -> MetricsHttpServer | None:
+    """Serve `render()` at `/metrics` on `listen` in `nursery`; None when `listen` is empty
+    (off), or when it is not `explicit` (the server's default) and cannot be bound (a
+    warning: several servers on one host share the default).
+
+    Raises:
+        MetricsListenError: an `explicit` address that cannot be bound.
+    """
+    where = parse_listen(listen)
+    if where is None:
+        return None
+    server = MetricsHttpServer(where[0], where[1], render, content_type=content_type)
+    try:
+        await server.start(nursery)
+    except OSError as exc:
+        if explicit:
+            raise MetricsListenError(f"metrics_listen {listen} cannot be bound: {exc}") from exc
+        log.warning("metrics_listen_failed", listen=listen, error=str(exc))
+        return None
+    log.info("metrics_listening", listen=server.address)
+    return server

@@ -15,7 +15,7 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Met
 from prometheus_client.registry import Collector
 
 from common.metrics import OVERFLOW, RpcLatencyStats
-from common.metrics_http import MetricsHttpServer, parse_listen
+from common.metrics_http import MetricsHttpServer, MetricsListenError, start_exporter
 from remoting.codes import RequestCode, ResponseCode
 
 if TYPE_CHECKING:
@@ -24,11 +24,6 @@ if TYPE_CHECKING:
 __all__ = ["MetricsListenError", "NamesrvCollector", "NamesrvMetrics"]
 
 log = structlog.get_logger()
-
-
-class MetricsListenError(Exception):
-    """`metrics_listen` was set explicitly and cannot be bound (the NameServer does not
-    start)."""
 
 
 def _code(enum: type[RequestCode] | type[ResponseCode], code: int) -> str:
@@ -91,28 +86,18 @@ class NamesrvMetrics:
         return generate_latest(self.registry)
 
     async def start(self, nursery: trio.Nursery) -> bool:
-        """Serve `/metrics` on `metrics_listen` in `nursery`. False (and a warning) when it
-        is the default and cannot be bound, or when it is empty (off).
+        """Serve `/metrics` on `metrics_listen` in `nursery` (`start_exporter`); False when
+        off, or when the default address cannot be bound.
 
         Raises:
             MetricsListenError: `metrics_listen` was set explicitly and cannot be bound.
         """
         cfg = self.ns.config
-        where = parse_listen(cfg.metrics_listen)
-        if where is None:
-            return False
-        server = MetricsHttpServer(
-            where[0], where[1], self.render, content_type=CONTENT_TYPE_LATEST
+        self.server = await start_exporter(
+            nursery,
+            cfg.metrics_listen,
+            explicit="metrics_listen" in cfg.model_fields_set,
+            render=self.render,
+            content_type=CONTENT_TYPE_LATEST,
         )
-        try:
-            await server.start(nursery)
-        except OSError as exc:
-            if "metrics_listen" in cfg.model_fields_set:
-                raise MetricsListenError(
-                    f"metrics_listen {cfg.metrics_listen} cannot be bound: {exc}"
-                ) from exc
-            log.warning("metrics_listen_failed", listen=cfg.metrics_listen, error=str(exc))
-            return False
-        self.server = server
-        log.info("metrics_listening", listen=server.address)
-        return True
+        return self.server is not None
