@@ -101,6 +101,9 @@ class BrokerConfig(TlsServerFields, TlsClientFields):
     """How long a SYNC_MASTER send waits for a slave before FLUSH_SLAVE_TIMEOUT."""
     slave_sync_interval_ms: int = Field(default=10_000, ge=1)
     """How often a slave copies its master's topics, groups and offsets."""
+    enable_property_filter: bool = False
+    """SQL92 subscriptions (RocketMQ's enablePropertyFilter): evaluated on each record's
+    properties in the pull path (docs/filters.md); off, they are refused with SYSTEM_ERROR."""
     slave_read_enable: bool = False
     """A pull that reads further behind than `access_message_in_memory_max_ratio` of memory
     is answered with the group's `whichBrokerWhenConsumeSlowly` as `suggestWhichBrokerId`

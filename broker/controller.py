@@ -289,6 +289,7 @@ class BrokerController:
         # clients
         reg(R.HEART_BEAT, self.client_manage.heart_beat, inline=True)
         reg(R.UNREGISTER_CLIENT, self.client_manage.unregister_client)
+        reg(R.CHECK_CLIENT_CONFIG, self.client_manage.check_client_config)
         reg(R.GET_CONSUMER_CONNECTION_LIST, self.client_manage.get_consumer_connection_list)
         reg(R.GET_PRODUCER_CONNECTION_LIST, self.client_manage.get_producer_connection_list)
         # lookups

@@ -22,6 +22,7 @@ from client.errors import (
     NoRouteError,
     SendFailedError,
 )
+from client.filter import MessageSelector
 from client.instance import ClientInstance
 from client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
 from client.producer import Producer
@@ -43,6 +44,7 @@ __all__ = [
     "MessageExt",
     "MessageModel",
     "MessageQueue",
+    "MessageSelector",
     "MessageValidationError",
     "NoRouteError",
     "Producer",

@@ -30,6 +30,7 @@ from client.consumer.push import ConsumeStatus
 from client.consumer.push import PushConsumer as AsyncPushConsumer
 from client.consumer.rebalance import AllocateStrategy
 from client.errors import ClientClosedError
+from client.filter import MessageSelector
 from client.message import Message, MessageExt, MessageQueue, SendResult
 from client.producer import Producer as AsyncProducer
 from client.producer import QueueSelector
@@ -279,7 +280,7 @@ class PushConsumer(_Facade[AsyncPushConsumer]):
     def register_listener(self, listener: SyncListener) -> None:
         self.listener = listener
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         _in_loop(self._held, self.inner.subscribe, topic, expression)
 
     async def _call_listener(self, msgs: list[MessageExt]) -> ConsumeStatus:
@@ -314,7 +315,7 @@ class PullConsumer(_Facade[AsyncPullConsumer]):
         )
         self._held = _Held(f"trimq-pull-{group}", self.inner)
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         _in_loop(self._held, self.inner.subscribe, topic, expression)
 
     def assign(self, mqs: Iterable[MessageQueue]) -> None:

@@ -1,5 +1,5 @@
-"""HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_CONNECTION_LIST (203),
-GET_PRODUCER_CONNECTION_LIST (204).
+"""HEART_BEAT (34), UNREGISTER_CLIENT (35), CHECK_CLIENT_CONFIG (46),
+GET_CONSUMER_CONNECTION_LIST (203), GET_PRODUCER_CONNECTION_LIST (204).
 
 When a consumer group gains or loses a member, NOTIFY_CONSUMER_IDS_CHANGED (40) goes oneway to
 every remaining member so they rebalance at once.
@@ -7,13 +7,16 @@ every remaining member so they rebalance at once.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 import structlog
 
 from broker.consumer_manager import ClientChannelInfo
+from broker.filter import PropertyFilterDisabledError, build_subscription, sql_filter
 from broker.processors._common import error, guarded
 from broker.topic_manager import retry_topic, validate_group
+from common.filter import SubscriptionParseError
 from remoting import (
     Connection,
     LanguageCode,
@@ -107,6 +110,33 @@ class ClientManageProcessor:
             ctrl.producers.register(
                 pd.group_name, ClientChannelInfo(conn, data.client_id, language, cmd.version)
             )
+        return cmd.make_response(ResponseCode.SUCCESS)
+
+    @guarded()
+    async def check_client_config(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        """CHECK_CLIENT_CONFIG: a consumer asks, before it starts, whether the broker takes its
+        subscription (body: clientId, group, subscriptionData). A tag subscription always
+        passes; SQL92 needs `enable_property_filter` (else SYSTEM_ERROR) and must compile
+        (else SUBSCRIPTION_PARSE_FAILED with the column of the error)."""
+        raw = json.loads(cmd.body_bytes() or b"{}")
+        sub_raw = raw.get("subscriptionData") if isinstance(raw, dict) else None
+        if not isinstance(sub_raw, dict):
+            return cmd.make_response(ResponseCode.SUCCESS)
+        group = str(raw.get("group") or "")
+        try:
+            sub = build_subscription(
+                str(sub_raw.get("topic") or ""),
+                sub_raw.get("subString"),
+                expression_type=sub_raw.get("expressionType") or None,
+                sub_version=int(sub_raw.get("subVersion") or 0),
+            )
+            sql_filter(sub, group, enabled=self.ctrl.config.enable_property_filter)
+        except PropertyFilterDisabledError as exc:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+        except SubscriptionParseError as exc:
+            return error(cmd, ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
         return cmd.make_response(ResponseCode.SUCCESS)
 
     @guarded()

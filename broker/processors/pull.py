@@ -12,12 +12,19 @@ from typing import TYPE_CHECKING
 import structlog
 import trio
 
-from broker.filter import build_subscription, tag_filter
+from broker.filter import (
+    PropertyFilterDisabledError,
+    build_subscription,
+    drop_unmatched,
+    sql_filter,
+    tag_filter,
+)
 from broker.long_polling import ParkedPull
 from broker.processors._common import error, guarded
 from broker.topic_manager import is_readable
 from common.filter import SubscriptionParseError
 from common.pull import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
+from common.sql92 import Sql92Filter
 from remoting import Connection, RemotingCommand, Responder, ResponseCode
 from remoting.protocol.bodies import SubscriptionData
 from remoting.protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
@@ -147,9 +154,15 @@ class PullProcessor:
                     "the consumer's subscription not latest",
                 )
         match = tag_filter(sub)
+        try:
+            sql = sql_filter(sub, hdr.consumer_group, enabled=ctrl.config.enable_property_filter)
+        except PropertyFilterDisabledError as exc:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+        except SubscriptionParseError as exc:
+            return error(cmd, ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
         max_msgs = max(1, min(hdr.max_msg_nums, ctrl.config.max_pull_msgs))
 
-        result = self._get(hdr, hdr.queue_offset, max_msgs, match)
+        result = self._get(hdr, hdr.queue_offset, max_msgs, match, sql)
         code = pull_code(result.status, hdr.queue_offset)
         # The piggybacked offset is stored when the request arrives, never after a long-poll
         # wait (as RocketMQ: the re-run after suspend does not commit): a pull parked while
@@ -166,7 +179,7 @@ class PullProcessor:
             and hdr.sys_flag & PULL_FLAG_SUSPEND
             and not conn.closed
         ):
-            return self._hold(conn, cmd, hdr, max_msgs, match, result)
+            return self._hold(conn, cmd, hdr, max_msgs, match, result, sql)
         return self._response(cmd, code, result, hdr)
 
     def _suggest(self, group: str, result: GetMessageResult) -> int:
@@ -199,6 +212,7 @@ class PullProcessor:
         max_msgs: int,
         match: Callable[[int], bool] | None,
         first: GetMessageResult,
+        sql: Sql92Filter | None = None,
     ) -> RemotingCommand | None:
         """Hold a pull that found nothing until matching messages arrive on its queue or its
         suspend time ends, then answer it through its responder (None: held).
@@ -219,12 +233,12 @@ class PullProcessor:
             return self._response(cmd, pull_code(first.status, hdr.queue_offset), first, hdr)
         deadline = trio.current_time() + wait_ms / 1000
         if not cfg.long_polling_enable:
-            ctrl.spawn(self._short_poll, conn.defer(cmd), hdr, max_msgs, match, deadline)
+            ctrl.spawn(self._short_poll, conn.defer(cmd), hdr, max_msgs, match, deadline, sql)
             return None
         responder: Responder | None = None
 
         def resume(p: ParkedPull, final: bool) -> bool:
-            result = self._get(hdr, p.offset, max_msgs, match)
+            result = self._get(hdr, p.offset, max_msgs, match, sql)
             if not final and trio.current_time() < p.deadline:
                 if (
                     result.status is GetMessageStatus.NO_MATCHED_MESSAGE
@@ -265,13 +279,14 @@ class PullProcessor:
         max_msgs: int,
         match: Callable[[int], bool] | None,
         deadline: float,
+        sql: Sql92Filter | None = None,
     ) -> None:
         """Without long polling: wait the short polling time, read again, answer (a broker
         task; if the broker stops first the pull stays unanswered and its connection closes)."""
         await trio.sleep_until(deadline)
         cmd = responder.request
         try:
-            result = self._get(hdr, hdr.queue_offset, max_msgs, match)
+            result = self._get(hdr, hdr.queue_offset, max_msgs, match, sql)
             response = self._response(cmd, pull_code(result.status, hdr.queue_offset), result, hdr)
         except Exception as exc:
             log.exception("short_poll_failed", topic=hdr.topic)
@@ -284,10 +299,13 @@ class PullProcessor:
         offset: int,
         max_msgs: int,
         match: Callable[[int], bool] | None,
+        sql: Sql92Filter | None = None,
     ) -> GetMessageResult:
         """The store's answer; in controller mode cut at the group's confirm offset
         (`BrokerController.read_limit`): records past it are not there yet for readers, and
-        the queue's pulls are woken once they are confirmed. Sets `self._capped`."""
+        the queue's pulls are woken once they are confirmed. Sets `self._capped`. An SQL92
+        filter then drops the records left whose properties do not match (after the cut, so
+        the next offset never passes an unconfirmed record)."""
         ctrl = self.ctrl
         result = ctrl.store.get_message_nowait(
             hdr.consumer_group,
@@ -300,16 +318,17 @@ class PullProcessor:
         )
         self._capped = False
         limit = ctrl.read_limit()
-        if limit is None or not result.buffers:
-            return result
-        for i, buf in enumerate(result.buffers):
-            # PHYSICALOFFSET, bytes 28..36 of every record.
-            end = int.from_bytes(buf[28:36], "big") + len(buf)
-            if end > limit:
-                self._cut(result, i, offset)
-                self._wake_when_confirmed(hdr.topic, hdr.queue_id, end)
-                self._capped = True
-                break
+        if limit is not None and result.buffers:
+            for i, buf in enumerate(result.buffers):
+                # PHYSICALOFFSET, bytes 28..36 of every record.
+                end = int.from_bytes(buf[28:36], "big") + len(buf)
+                if end > limit:
+                    self._cut(result, i, offset)
+                    self._wake_when_confirmed(hdr.topic, hdr.queue_id, end)
+                    self._capped = True
+                    break
+        if sql is not None and result.buffers:
+            drop_unmatched(result, sql)
         return result
 
     @staticmethod

@@ -35,7 +35,7 @@ from client.consumer.rebalance import (
     allocate,
 )
 from client.errors import ClientClosedError, MQClientError, NoRouteError
-from client.filter import Subscription, parse_subscription
+from client.filter import MessageSelector, Subscription, parse_subscription
 from client.instance import ClientInstance, client_config, open_instance
 from client.message import (
     RETRY_GROUP_TOPIC_PREFIX,
@@ -202,8 +202,9 @@ class ConsumerBase:
             raise ClientClosedError("consumer is not started")
         return self._offset_store
 
-    def subscribe(self, topic: str, expression: str | None = "*") -> None:
-        """Subscribe to `topic` with a tag expression ("*" or "tagA || tagB").
+    def subscribe(self, topic: str, expression: str | MessageSelector | None = "*") -> None:
+        """Subscribe to `topic` with a tag expression ("*" or "tagA || tagB") or a selector
+        (`MessageSelector.by_sql(...)`: filtered by the broker on message properties).
 
         Raises:
             MessageValidationError: bad topic name.
