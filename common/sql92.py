@@ -35,7 +35,7 @@ MAX_EXPRESSION_LENGTH = 4096
 """Longest expression accepted, in characters."""
 MAX_DEPTH = 64
 """Deepest nesting of parentheses and unary operators (the parser recurses per level)."""
-MAX_IN_LIST = 1024
+MAX_IN_LIST = 512
 """Most strings in one IN list."""
 
 _LONG_MIN = -(2**63)
@@ -476,6 +476,10 @@ class _Parser:
         try:
             t = self.peek()
             if t.kind == "op" and t.value in ("+", "-"):
+                nxt = self.peek(1)
+                if t.value == "-" and nxt.kind == "int" and nxt.value == _LONG_MAX + 1:
+                    self.i += 2  # Long.MIN_VALUE: only its negation is in range
+                    return _const(_LONG_MIN, f"-{nxt.value}", t.pos)
                 self.take()
                 operand = self.unary()
                 if operand.boolean or (operand.is_const and not isinstance(
@@ -498,13 +502,7 @@ class _Parser:
         text = self.text
         if t.kind == "op" and t.value == "(":
             self.take()
-            self.depth += 1
-            if self.depth > MAX_DEPTH:
-                raise self.fail(f"expression nested deeper than {MAX_DEPTH} levels", t)
-            try:
-                inner = self.or_expr()
-            finally:
-                self.depth -= 1
+            inner = self.or_expr()  # the enclosing `unary` counted this level
             if not self.is_op(")"):
                 raise self.expected("')'")
             self.take()

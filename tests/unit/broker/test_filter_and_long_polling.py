@@ -34,8 +34,12 @@ def test_build_subscription_like_filter_api() -> None:
         assert tag_filter(s) is None
     with pytest.raises(SubscriptionParseError):
         build_subscription("T", "||")
+    # SQL92 is built as sent; `sql_filter` compiles it (tests/unit/broker/test_filter_sql92.py).
+    sql = build_subscription("T", " a > 3 ", expression_type="SQL92", sub_version=7)
+    assert (sql.sub_string, sql.expression_type, sql.sub_version) == ("a > 3", "SQL92", 7)
+    assert tag_filter(sql) is None
     with pytest.raises(SubscriptionParseError):
-        build_subscription("T", "a > 3", expression_type="SQL92")
+        build_subscription("T", "a > 3", expression_type="CLASS")
 
 
 def test_tag_filter_matches_by_code_including_sign_extension() -> None:
