@@ -1,5 +1,5 @@
-"""SQL92 property filters end to end: the broker's pull path (in-process broker), CHECK_CLIENT_CONFIG,
-the filter-off error, and trimq's own consumers subscribing with `MessageSelector.by_sql`."""
+"""SQL92 property filters end to end: the broker's pull path (in-process broker),
+CHECK_CLIENT_CONFIG, the filter-off error, and trimq's own consumers subscribing with `MessageSelector.by_sql`."""
 
 from __future__ import annotations
 
@@ -136,7 +136,7 @@ async def test_long_poll_skips_non_matching_arrivals_and_wakes_for_a_match(
             async with trio.open_nursery() as n:
                 n.start_soon(park)
                 await trio.sleep(0.2)
-                for i in range(3):
+                for _ in range(3):
                     await client.invoke(addr, send_request("SqlLP", b"x", props={"a": "miss"}))
                 assert not got
                 await client.invoke(addr, send_request("SqlLP", b"m9", props={"a": "hit"}))
