@@ -1,5 +1,6 @@
 """SQL92 property filters end to end: the broker's pull path (in-process broker),
-CHECK_CLIENT_CONFIG, the filter-off error, and trimq's own consumers subscribing with `MessageSelector.by_sql`."""
+CHECK_CLIENT_CONFIG, the filter-off error, and trimq's own consumers subscribing with
+`MessageSelector.by_sql`."""
 
 from __future__ import annotations
 
