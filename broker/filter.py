@@ -13,7 +13,15 @@ from common.filter import (
     parse_tag_expression,
 )
 from common.hashing import to_int32
-from common.message import MessageDecodeError, decode_record, java_string_hash
+from common.message import (
+    BORNHOST_V6_FLAG,
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+    STOREHOSTADDRESS_V6_FLAG,
+    MessageDecodeError,
+    decode_properties,
+    java_string_hash,
+)
 from common.sql92 import Sql92Error, Sql92Filter, compile_sql92
 from remoting.protocol.bodies import SubscriptionData
 from store.results import GetMessageResult, GetMessageStatus
@@ -24,6 +32,7 @@ __all__ = [
     "PropertyFilterDisabledError",
     "build_subscription",
     "drop_unmatched",
+    "record_properties",
     "sql_filter",
     "tag_filter",
 ]
@@ -117,6 +126,34 @@ def sql_filter(sub: SubscriptionData | None, group: str, *, enabled: bool) -> Sq
         raise SubscriptionParseError(f"SQL92 expression {sub.sub_string[:200]!r}, {exc}") from None
 
 
+def record_properties(buf: bytes) -> dict[str, str]:
+    """The properties of one stored record, read in place (positions in `common.message`'s
+    layout) rather than through a whole decode: only the lengths before them are read.
+
+    Raises:
+        MessageDecodeError: not a V1 or V2 record, lengths past its end, properties not UTF-8.
+    """
+    magic = int.from_bytes(buf[4:8], "big")
+    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+        raise MessageDecodeError(f"not a record (magic {magic:#x})")
+    sys_flag = int.from_bytes(buf[36:40], "big")
+    pos = 48 + (20 if sys_flag & BORNHOST_V6_FLAG else 8) + 8
+    pos += (20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8) + 4 + 8
+    pos += 4 + int.from_bytes(buf[pos : pos + 4], "big")  # BODY
+    if magic == MESSAGE_MAGIC_CODE_V2:
+        pos += 2 + int.from_bytes(buf[pos : pos + 2], "big")  # TOPIC, 2-byte length
+    else:
+        pos += 1 + buf[pos]  # TOPIC, 1-byte length
+    size = int.from_bytes(buf[pos : pos + 2], "big")
+    end = pos + 2 + size
+    if end > len(buf):
+        raise MessageDecodeError("properties past the record's end")
+    try:
+        return decode_properties(bytes(buf[pos + 2 : end]).decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise MessageDecodeError(f"properties are not UTF-8: {exc}") from None
+
+
 def drop_unmatched(result: GetMessageResult, flt: Sql92Filter) -> None:
     """Remove from `result` the records whose properties do not match `flt`.
 
@@ -129,8 +166,8 @@ def drop_unmatched(result: GetMessageResult, flt: Sql92Filter) -> None:
     offsets: list[int] = []
     for buf, off in zip(result.buffers, result.queue_offsets, strict=True):
         try:
-            props = decode_record(buf, read_body=False).properties
-        except MessageDecodeError:
+            props = record_properties(buf)
+        except (MessageDecodeError, IndexError):
             props = None
         if props is None or flt.matches(props):
             buffers.append(buf)

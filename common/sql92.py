@@ -209,7 +209,13 @@ def _number(text: str, i: int) -> _Tok:
 # --- evaluation helpers -------------------------------------------------------------------------
 
 
+_NUMBER_START = frozenset("0123456789+-.")
+
+
 def _to_number(v: str) -> int | float | None:
+    # Most non-numeric strings are told at their first character, without an exception.
+    if not v or (v[0] not in _NUMBER_START and v.strip()[:1] not in _NUMBER_START):
+        return None
     try:
         return int(v)
     except ValueError:
@@ -270,6 +276,8 @@ def _ordering(op: str) -> Callable[[Value, Value], Value]:
 def _equal(lv: Value, rv: Value) -> Value:
     if lv is None or rv is None:
         return None
+    if type(lv) is str and type(rv) is str:
+        return lv == rv  # strings are equal as strings only ('5.0' <> '5')
     pair = _coerce(lv, rv)
     if pair is None:
         return False

@@ -110,6 +110,8 @@ def test_conversions() -> None:
     # Two properties compare as numbers when both read as numbers, else as strings.
     assert ev("a > b", a="10", b="9") is True
     assert ev("a > b", a="b", b="a") is True
+    assert ev("a = b", a="5.0", b="5") is False  # two strings are equal as strings only
+    assert ev("a = '5'", a="5.0") is False
     assert ev("a = 'TRUE'", a="TRUE") is True
     assert ev("a = TRUE", a="true") is False
     assert ev("-a = -3", a="3") is True
