@@ -19,6 +19,7 @@ Grammar (keywords case-insensitive; no arithmetic, as RocketMQ):
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
@@ -209,79 +210,90 @@ def _number(text: str, i: int) -> _Tok:
 # --- evaluation helpers -------------------------------------------------------------------------
 
 
-_NUMBER_START = frozenset("0123456789+-.")
+class _NoMatch(Exception):
+    """A value could not be converted: RocketMQ's evaluation throws, and the message does not
+    match, whatever the rest of the expression says."""
 
 
-def _to_number(v: str) -> int | float | None:
-    # Most non-numeric strings are told at their first character, without an exception.
-    if not v or (v[0] not in _NUMBER_START and v.strip()[:1] not in _NUMBER_START):
-        return None
-    try:
-        return int(v)
-    except ValueError:
-        pass
-    try:
-        f = float(v)
-    except ValueError:
-        return None
-    return None if math.isnan(f) else f
+_LONG_RE = re.compile(r"[+-]?[0-9]+")
+_DOUBLE_RE = re.compile(
+    r"[+-]?(NaN|Infinity|(([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?)[fFdD]?)"
+)
 
 
-def _coerce(lv: Value, rv: Value) -> tuple[Value, Value] | None:
-    """The operands made comparable, or None when they are not (the comparison is unknown).
+def _as_long(v: str) -> int:
+    """Java's Long.valueOf: sign and digits only, in the long range."""
+    if _LONG_RE.fullmatch(v) is None:
+        raise _NoMatch
+    n = int(v)
+    if not _LONG_MIN <= n <= _LONG_MAX:
+        raise _NoMatch
+    return n
 
-    Numbers compare as numbers (bool is not a number here); a string against a number is read
-    as a number; two strings compare as numbers when both read as numbers, else as strings."""
-    lnum = isinstance(lv, int | float) and not isinstance(lv, bool)
-    rnum = isinstance(rv, int | float) and not isinstance(rv, bool)
-    if lnum and rnum:
-        return lv, rv
-    if isinstance(lv, str) and rnum:
-        n = _to_number(lv)
-        return None if n is None else (n, rv)
-    if lnum and isinstance(rv, str):
-        n = _to_number(rv)
-        return None if n is None else (lv, n)
-    if isinstance(lv, str) and isinstance(rv, str):
-        a, b = _to_number(lv), _to_number(rv)
-        if a is not None and b is not None:
-            return a, b
-        return lv, rv
-    if isinstance(lv, bool) and isinstance(rv, bool):
-        return lv, rv
-    return None
+
+def _as_double(v: str) -> float:
+    """Java's Double.valueOf: blanks around allowed, an f/d suffix, NaN and Infinity."""
+    t = v.strip()
+    if _DOUBLE_RE.fullmatch(t) is None:
+        raise _NoMatch
+    return float(t.rstrip("fFdD").replace("Infinity", "inf"))
+
+
+def _convert(v: str, like: Value) -> Value:
+    """A string property converted to the type of the literal it is compared with."""
+    if isinstance(like, bool):
+        return v.lower() == "true"  # Boolean.valueOf
+    if isinstance(like, int):
+        return _as_long(v)
+    return _as_double(v)
+
+
+def _compare(lv: Value, rv: Value) -> int:
+    """RocketMQ's comparison of two non-null values (string conversion on, its default): a
+    string against a number or boolean is converted to that type (failure: no match); numbers
+    compare as numbers; otherwise different types are unequal (-1)."""
+    if type(lv) is not type(rv):
+        if isinstance(lv, str):
+            lv = _convert(lv, rv)
+        elif isinstance(rv, str):
+            rv = _convert(rv, lv)
+        elif isinstance(lv, bool) or isinstance(rv, bool):
+            return -1
+    if type(lv) is not type(rv) and (isinstance(lv, bool) or isinstance(rv, bool)):
+        return -1
+    if lv == rv:
+        return 0
+    return -1 if lv < rv else 1  # type: ignore[operator]
 
 
 def _ordering(op: str) -> Callable[[Value, Value], Value]:
     def cmp(lv: Value, rv: Value) -> Value:
         if lv is None or rv is None:
             return None
-        pair = _coerce(lv, rv)
-        if pair is None or isinstance(pair[0], bool):
-            return None
-        a, b = pair
-        if isinstance(a, str) != isinstance(b, str):
-            return None
+        if isinstance(lv, str) and isinstance(rv, str):
+            # Strings are not ordered: both are read as doubles, or the message does not match.
+            lv, rv = _as_double(lv), _as_double(rv)
+        c = _compare(lv, rv)
         if op == ">":
-            return a > b  # type: ignore[operator]
+            return c > 0
         if op == ">=":
-            return a >= b  # type: ignore[operator]
+            return c >= 0
         if op == "<":
-            return a < b  # type: ignore[operator]
-        return a <= b  # type: ignore[operator]
+            return c < 0
+        return c <= 0
 
     return cmp
 
 
 def _equal(lv: Value, rv: Value) -> Value:
-    if lv is None or rv is None:
-        return None
+    # One side NULL: unknown when it is the left one, FALSE when the right; both: TRUE.
+    if lv is None:
+        return True if rv is None else None
+    if rv is None:
+        return False
     if type(lv) is str and type(rv) is str:
         return lv == rv  # strings are equal as strings only ('5.0' <> '5')
-    pair = _coerce(lv, rv)
-    if pair is None:
-        return False
-    return pair[0] == pair[1]
+    return _compare(lv, rv) == 0
 
 
 def _not(v: Value) -> Value:
@@ -548,9 +560,8 @@ def _negative(operand: _Node, pos: int) -> _Node:
 
     def neg(p: Mapping[str, str]) -> Value:
         v = fn(p)
-        if isinstance(v, str):
-            v = _to_number(v)
-        if v is None or isinstance(v, bool):
+        # Only numbers are negated; a property (a string) gives NULL, as RocketMQ.
+        if not isinstance(v, int | float) or isinstance(v, bool):
             return None
         return -v
 
@@ -651,12 +662,19 @@ class Sql92Filter:
         self._fn = fn
 
     def evaluate(self, properties: Mapping[str, str]) -> Value:
-        """TRUE, FALSE or None (unknown)."""
-        return self._fn(properties)
+        """TRUE, FALSE or None (unknown, or a value that could not be converted)."""
+        try:
+            return self._fn(properties)
+        except _NoMatch:
+            return None
 
     def matches(self, properties: Mapping[str, str]) -> bool:
-        """Whether the expression is TRUE for `properties` (unknown does not match)."""
-        return self._fn(properties) is True
+        """Whether the expression is TRUE for `properties` (unknown does not match, nor does
+        a message with a value that could not be converted)."""
+        try:
+            return self._fn(properties) is True
+        except _NoMatch:
+            return False
 
 
 def compile_sql92(expression: str) -> Sql92Filter:

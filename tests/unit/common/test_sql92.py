@@ -100,21 +100,31 @@ def test_three_valued_logic() -> None:
 
 
 def test_conversions() -> None:
-    # A string property compared with a number is read as a number.
+    # A string property is converted to the type of the literal it is compared with.
     assert ev("a > 5", a="10") is True
-    assert ev("a > 5", a="5.5") is True
-    assert ev("a = 5", a="5.0") is True
-    # Not a number: the comparison is unknown (no match).
+    assert ev("a = 5", a="5") is True
+    assert ev("a > 5.0", a="5.5") is True
+    assert ev("a = 5.0", a="5") is True
+    assert ev("a = TRUE", a="true") is True  # Boolean.valueOf, case-insensitive
+    assert ev("a = TRUE", a="yes") is False
+    # A failed conversion: the message does not match, whatever the rest says.
+    assert ev("a > 5", a="5.5") is None  # a long literal wants a long
     assert ev("a > 5", a="abc") is None
-    assert ev("a = 5", a="abc") is False
-    # Two properties compare as numbers when both read as numbers, else as strings.
-    assert ev("a > b", a="10", b="9") is True
-    assert ev("a > b", a="b", b="a") is True
-    assert ev("a = b", a="5.0", b="5") is False  # two strings are equal as strings only
+    assert ev("a = 5 OR TRUE", a="abc") is None
+    assert not compile_sql92("a = 5 OR TRUE").matches({"a": "abc"})
+    # Two strings: equal as strings only; ordered only when both read as doubles.
+    assert ev("a = b", a="5.0", b="5") is False
     assert ev("a = '5'", a="5.0") is False
-    assert ev("a = 'TRUE'", a="TRUE") is True
-    assert ev("a = TRUE", a="true") is False
-    assert ev("-a = -3", a="3") is True
+    assert ev("a > b", a="10", b="9") is True
+    assert ev("a > b", a="b", b="a") is None
+    # Equality with a NULL side: unknown on the left, FALSE on the right, TRUE for both.
+    assert ev("a = b", b="1") is None
+    assert ev("a = b", a="1") is False
+    assert ev("a <> b", a="1") is True
+    assert ev("a = b") is True
+    # Unary minus negates numbers only; a property gives NULL.
+    assert ev("-a = -3", a="3") is None
+    assert ev("a = -3", a="-3") is True
 
 
 @pytest.mark.parametrize(
