@@ -14,7 +14,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -105,11 +105,18 @@ class System:
     client_env: dict[str, str] = field(default_factory=dict)
     # What the harness verified of its security once it started (bench.peers.secure).
     checks: list[str] = field(default_factory=list)
+    # Checked after the last workload with the run's results (trimq-metrics: the counts the
+    # broker exported); its lines go to the results, a failure raises.
+    final_check: Callable[[dict[str, Any]], list[str]] | None = None
+    # Called first by `stop` (a scraper thread).
+    stop_hooks: list[Callable[[], None]] = field(default_factory=list)
 
     def cpu(self) -> float:
         return sum(s.cpu() for s in self.servers)
 
     def stop(self) -> None:
+        for hook in self.stop_hooks:
+            hook()
         for s in reversed(self.servers):
             s.stop()
 

@@ -110,17 +110,22 @@ def targets(all_runs: Runs) -> list[tuple[str, bool | None, str]]:
     check("SYNC_MASTER replication lag p99 <= 50 ms under W1", lag99, 50.0, False)
     acl1 = m("trimq-acl", "W1", "msgs_per_s")
     check("ACL W1 >= 0.85x W1 without ACL", acl1, None, True, w1, 0.85)
+    met1 = m("trimq-metrics", "W1", "msgs_per_s")
+    check("metrics W1 >= 0.97x W1 without metrics", met1, None, True, w1, 0.97)
     return out
 
 
 def secured_notes(all_runs: Runs) -> list[str]:
     """One line per run of each secured config: what the harness checked before W1 (that it
     refuses what it should, `bench.peers.secure.verify`)."""
-    notes = []
+    notes: list[str] = []
     for config, runs in all_runs.items():
         for i, run in enumerate(runs):
-            if run.get("secured"):
-                notes.append(f"{config} run {i + 1} secured: {'; '.join(run['secured'])}")
+            notes.extend(
+                f"{config} run {i + 1} {key}: {'; '.join(run[key])}"
+                for key in ("secured", "checked", "final_check")
+                if run.get(key)
+            )
     return notes
 
 

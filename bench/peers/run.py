@@ -10,6 +10,10 @@ stopped by PID in a `finally`:
   - trimq-acl / trimq-tls (only with --only): trimq-async with ACL on both servers and every
     client request signed, or with TLS enforcing on both and TLS clients (bench/peers/secure.py:
     accounts, certificates and secrets generated per run; checked secured before W1);
+  - trimq-metrics (only with --only): trimq-async with Prometheus metrics on at both servers
+    (every other trimq system runs with metrics off), scraped every 5 s as deploy/prometheus.yml
+    does (bench/peers/scrape.py); checked exporting before W1 and, after W5, that the broker's
+    counters equal the messages the workloads sent;
   - nats: Debian's `nats-server -js` (file storage, JetStream's defaults);
   - redis-everysec / redis-always: `redis-server --appendonly yes --appendfsync everysec|always`;
   - rocketmq-rust (optional, `make bench-rmqrs`): rocketmq-rust's NameServer + broker,
@@ -29,8 +33,9 @@ Each workload runs in a separate client process with the system's own Python cli
   W5 sequential publish, 1 in flight, 20,000 messages
 Also measured: the disk (MB/s with fdatasync, 1 KiB fsyncs/s) and CPU seconds of the server
 and client processes per workload. trimq-async is compared with nats and redis-everysec,
-trimq-sync with redis-always, trimq-async with rocketmq-rust, trimq-sync-master, trimq-acl and
-trimq-tls with trimq-async; ratios are trimq/peer (the first over the second) from this run.
+trimq-sync with redis-always, trimq-async with rocketmq-rust, trimq-sync-master, trimq-acl,
+trimq-tls and trimq-metrics with trimq-async; ratios are trimq/peer (the first over the second)
+from this run.
 Sends answered other than SEND_OK are failures (not throughput), named under the table.
 """
 
@@ -54,7 +59,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from . import _cpu, _disk, rmqrs, secure
+from . import _cpu, _disk, rmqrs, scrape, secure
 from ._proc import (
     ClientRun,
     Server,
@@ -81,9 +86,10 @@ CONFIGS = {
     "trimq-sync-master": ("trimq", "sync-master"),
     "trimq-acl": ("trimq", "acl"),
     "trimq-tls": ("trimq", "tls"),
+    "trimq-metrics": ("trimq", "metrics"),
 }
 # Run only when named in --only.
-OPT_IN = ("rocketmq-rust-shipped", "trimq-acl", "trimq-tls")
+OPT_IN = ("rocketmq-rust-shipped", "trimq-acl", "trimq-tls", "trimq-metrics")
 PAIRS = (
     ("trimq-async", "nats"),
     ("trimq-async", "redis-everysec"),
@@ -93,6 +99,7 @@ PAIRS = (
     ("trimq-sync-master", "trimq-async"),
     ("trimq-acl", "trimq-async"),
     ("trimq-tls", "trimq-async"),
+    ("trimq-metrics", "trimq-async"),
 )
 # The workload during which a config's replication lag is sampled (`ha_lag`, every 5 ms).
 LAG_SAMPLED = {"trimq-sync-master": "W1"}
@@ -123,11 +130,17 @@ class Sizes:
 # ---- systems --------------------------------------------------------------------------------
 
 
-def _start_trimq(root: Path, flush: str, log: Any, secured: str | None = None) -> System:
+def _start_trimq(
+    root: Path, flush: str, log: Any, secured: str | None = None, metrics: bool = False
+) -> System:
     """NameServer and broker; `secured` ("acl", "tls"): with an ASYNC_FLUSH broker, that
-    feature on for both (`secure.make_material`), checked once the topics exist."""
+    feature on for both (`secure.make_material`), checked once the topics exist. Metrics are
+    off unless `metrics`: then both export on free ports, scraped while the system runs."""
     ns_port, br_port = free_port(), free_port()
     ns_addr = f"127.0.0.1:{ns_port}"
+    ns_metrics = br_metrics = ""
+    if metrics:
+        ns_metrics, br_metrics = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     material = secure.make_material(secured, root / "secure") if secured else None
     ns_conf: list[str] = []
     br_conf: list[str] = []
@@ -137,18 +150,20 @@ def _start_trimq(root: Path, flush: str, log: Any, secured: str | None = None) -
         ns_conf, br_conf = ["--config", str(ns_toml)], ["--config", str(br_toml)]
     ns = Server(
         "mqnamesrv",
-        [str(BIN / "mqnamesrv"), "--listen", ns_addr, *ns_conf, "--log-level", "warning"],
+        [str(BIN / "mqnamesrv"), "--listen", ns_addr, *ns_conf, "--log-level", "warning",
+         "--metrics-listen", ns_metrics],
         log,
         ns_port,
-    )
+    )  # fmt: skip
     br = Server(
         "mqbroker",
         [str(BIN / "mqbroker"), "-n", ns_addr, "--listen", f"127.0.0.1:{br_port}", *br_conf,
-         "--store-dir", str(root / "store"), "--flush", flush, "--log-level", "warning"],
+         "--store-dir", str(root / "store"), "--flush", flush, "--log-level", "warning",
+         "--metrics-listen", br_metrics],
         log,
         br_port,
     )  # fmt: skip
-    name = f"trimq-{secured or flush}"
+    name = "trimq-metrics" if metrics else f"trimq-{secured or flush}"
     system = System(name, [ns, br], client_env=material.client_env if material else {})
     try:
         ns.start()
@@ -158,10 +173,60 @@ def _start_trimq(root: Path, flush: str, log: Any, secured: str | None = None) -
             _create_topic(ns_addr, topic, env=admin_env)
         if material is not None:
             system.checks = secure.verify(material, ns_addr, f"127.0.0.1:{br_port}")
+        if metrics:
+            urls = [f"http://{br_metrics}/metrics", f"http://{ns_metrics}/metrics"]
+            system.checks = _verify_exporting(urls)
+            scraper = scrape.Scraper(urls)
+            scraper.start()
+            system.stop_hooks.append(scraper.stop)
+            system.final_check = lambda results: _check_counts(urls[0], results, scraper)
     except BaseException:
         system.stop()
         raise
     return system
+
+
+def _verify_exporting(urls: Sequence[str]) -> list[str]:
+    """Both servers answer `/metrics` with RocketMQ's gauges: the broker knows the bench topics,
+    the NameServer its broker."""
+    broker, ns = (scrape.fetch(u) for u in urls)
+    topics = scrape.sample_value(broker, "rocketmq_topic_number", {})
+    if topics is None or topics < 3:
+        raise RuntimeError(f"trimq-metrics: the broker exports rocketmq_topic_number={topics}")
+    if "rocketmq_" not in ns:
+        raise RuntimeError("trimq-metrics: the NameServer exports no rocketmq_ metric")
+    return [f"broker exports rocketmq_topic_number {topics:g}", "NameServer exports"]
+
+
+def _check_counts(url: str, results: Mapping[str, Any], scraper: scrape.Scraper) -> list[str]:
+    """After W5: the broker counted every message the workloads stored (W1 + W2 into Bench,
+    W5 into BenchSeq, each with its warm-up message) and at least W3's count out to bench_w3;
+    RuntimeError if not."""
+    text = scrape.fetch(url)
+
+    def sent(*ws: str) -> int:
+        # mqbench's producer sends one more message first (it warms the route and connection)
+        return sum(int(results[w]["result"].get("messages", -1)) + 1 for w in ws)
+
+    got = {
+        "in Bench": scrape.sample_value(text, "rocketmq_messages_in_total", {"topic": "Bench"}),
+        "in BenchSeq": scrape.sample_value(
+            text, "rocketmq_messages_in_total", {"topic": "BenchSeq"}
+        ),
+        "out Bench bench_w3": scrape.sample_value(
+            text, "rocketmq_messages_out_total", {"topic": "Bench", "consumer_group": "bench_w3"}
+        ),
+    }
+    want = {"in Bench": sent("W1", "W2"), "in BenchSeq": sent("W5")}
+    wrong = [f"{k}: {got[k]} (sent {v})" for k, v in want.items() if got[k] != v]
+    out = got["out Bench bench_w3"]
+    if out is None or out < _count("W3"):
+        wrong.append(f"out Bench bench_w3: {out} (consumed {_count('W3')})")
+    if wrong or scraper.failures:
+        raise RuntimeError(f"trimq-metrics counts: {wrong}; scrape failures {scraper.failures[:3]}")
+    return [f"{k} {v:g}" for k, v in got.items() if v is not None] + [
+        f"{scraper.scrapes} scrapes, none failed"
+    ]
 
 
 def _start_trimq_sync_master(root: Path, log: Any) -> System:
@@ -176,17 +241,18 @@ def _start_trimq_sync_master(root: Path, log: Any) -> System:
             name,
             [str(BIN / "mqbroker"), "-n", ns_addr, "--listen", f"127.0.0.1:{port}",
              "--name", "broker-a", "--store-dir", str(root / name), "--flush", "async",
-             "--role", role, *extra, "--log-level", "warning"],
+             "--role", role, *extra, "--log-level", "warning", "--metrics-listen", ""],
             log,
             port,
         )  # fmt: skip
 
     ns = Server(
         "mqnamesrv",
-        [str(BIN / "mqnamesrv"), "--listen", ns_addr, "--log-level", "warning"],
+        [str(BIN / "mqnamesrv"), "--listen", ns_addr, "--log-level", "warning",
+         "--metrics-listen", ""],
         log,
         ns_port,
-    )
+    )  # fmt: skip
     master = broker("master", m_port, "sync_master", ["--id", "0", "--ha-port", str(m_ha)])
     slave = broker("slave", s_port, "slave", ["--id", "1"])
     system = System("trimq-sync-master", [ns, master, slave])
@@ -278,6 +344,8 @@ def start_system(config: str, root: Path, log: Any) -> tuple[System, Callable[[s
             system = _start_trimq_sync_master(root, log)
         elif mode in secure.MODES:
             system = _start_trimq(root, "async", log, secured=mode)
+        elif mode == "metrics":
+            system = _start_trimq(root, "async", log, metrics=True)
         else:
             system = _start_trimq(root, mode, log)
         ns = f"127.0.0.1:{system.servers[0].port}"
@@ -375,8 +443,9 @@ def run_config(
         system, client_args = start_system(config, root, log)
         client_env = {**env, **system.client_env}
         if system.checks:
-            results["secured"] = system.checks
-            console.print(f"  {config:15} secured: {'; '.join(system.checks)}", highlight=False)
+            key = "secured" if CONFIGS[config][1] in secure.MODES else "checked"
+            results[key] = system.checks
+            console.print(f"  {config:15} {key}: {'; '.join(system.checks)}", highlight=False)
         try:
             lag_workload = LAG_SAMPLED.get(config)
             # Every workload first without the sampler (its polls and their answers cost the
@@ -442,6 +511,11 @@ def run_config(
                     f"errors {r.get('errors', '?')}  cpu server {server_cpu:5.2f} s "
                     f"client {client_cpu:5.2f} s  others {results[w]['others_cores']:.2f} cores",
                     highlight=False,
+                )
+            if system.final_check is not None:
+                results["final_check"] = system.final_check(results)
+                console.print(
+                    f"  {config:15} checked: {'; '.join(results['final_check'])}", highlight=False
                 )
         finally:
             system.stop()

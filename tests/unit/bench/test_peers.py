@@ -76,6 +76,7 @@ def test_medians_targets_and_report() -> None:
         "SYNC_MASTER W1 >= 0.5x ASYNC_MASTER W1",
         "SYNC_MASTER replication lag p99 <= 50 ms under W1",
         "ACL W1 >= 0.85x W1 without ACL",
+        "metrics W1 >= 0.97x W1 without metrics",
     ]
     assert got["W1 >= 1.2x JetStream msgs/s"][0] is True  # 200 vs 1.2 x 150 = 180
     assert got["W1 >= 0.6x Redis (everysec) msgs/s"][0] is False  # 200 vs 600
