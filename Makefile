@@ -17,9 +17,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# The C accelerators (common/speedups.c, remoting/_speedups.c) are built in place by the
-# editable install: a changed .c file reinstalls too.
-NATIVE_SOURCES := $(wildcard common/speedups.c remoting/_speedups.c)
+# The C accelerators (common/speedups.c, common/acl_native.c, remoting/_speedups.c) are built
+# in place by the editable install: a changed .c file reinstalls too.
+NATIVE_SOURCES := $(wildcard common/speedups.c common/acl_native.c remoting/_speedups.c)
 
 $(RUN_STAMP): pyproject.toml $(NATIVE_SOURCES) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
@@ -35,7 +35,7 @@ run: $(RUN_STAMP)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check common namesrv broker remoting store client controller tests bench deploy
+	$(BIN)/ruff format --check common namesrv broker remoting store client controller dashboard tests bench deploy
 	$(BIN)/mypy
 
 # The controller's consensus engine for its tests: Debian's etcd (3.4), installed when
@@ -60,7 +60,16 @@ NO_NATIVE_TESTS := tests/unit/common tests/unit/store tests/unit/remoting \
 		remoting_loopback.py remoting_negotiation.py header_ranges.py json_only_servers.py \
 		broker_process.py client_produce_consume.py store_kill.py store_damage.py)
 
-test: lint etcd-install
+# The dashboard's browser tests (tests/integration/test_dashboard*.py): Debian's chromium, which
+# Playwright drives (its own browser download is never used), and Debian's Chart.js, which
+# mqdashboard serves for its live charts; installed when missing.
+.PHONY: browser-install
+browser-install:
+	@if ! command -v chromium >/dev/null || [ ! -f /usr/share/javascript/chart.js/chart.min.js ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium libjs-chart.js; \
+	fi
+
+test: lint etcd-install browser-install
 	$(BIN)/python -m pytest
 	TRIMQ_NO_NATIVE=1 $(BIN)/python -m pytest --ignore-glob='tests/unit/*/test_native_*' \
 		$(NO_NATIVE_TESTS)

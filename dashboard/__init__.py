@@ -1,0 +1,1 @@
+"""mqdashboard: a web dashboard for trimq clusters (docs/dashboard.md)."""
