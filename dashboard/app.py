@@ -17,6 +17,7 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -140,10 +141,15 @@ class Form:
 
 async def read_form(request: Request) -> Form:
     body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_FORM_BYTES:
-            raise service.BadInput(f"the form is larger than {MAX_FORM_BYTES} bytes")
+    too_big = service.BadInput(f"the form is larger than {MAX_FORM_BYTES} bytes")
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > MAX_FORM_BYTES:
+        raise too_big
+    async with aclosing(request.stream()) as chunks:
+        async for chunk in chunks:
+            body += chunk
+            if len(body) > MAX_FORM_BYTES:
+                raise too_big
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype != "application/x-www-form-urlencoded":
         raise service.BadInput("send the form as application/x-www-form-urlencoded")
