@@ -209,6 +209,28 @@ class ClientConfig(BaseModel):
     lite_pull_batch_size: int = Field(default=10, gt=0)
     lite_pull_poll_timeout_ms: int = Field(default=5_000, gt=0)
 
+    # message trace (docs/trace.md)
+    enable_trace: bool = Field(
+        default=False,
+        description=(
+            "write a trace record per message sent and consumed to trace_topic in RocketMQ's "
+            "trace format (RocketMQ's enableMsgTrace), batched and asynchronous"
+        ),
+    )
+    trace_topic: str = Field(
+        default="RMQ_SYS_TRACE_TOPIC",
+        min_length=1,
+        max_length=127,
+        pattern=r"^[%|a-zA-Z0-9_-]+$",
+        description="the trace topic (RocketMQ's customizedTraceTopic)",
+    )
+    trace_queue_size: int = Field(
+        default=1024,
+        gt=0,
+        le=1_000_000,
+        description="trace records waiting to be written; past it they are dropped and counted",
+    )
+
     @model_validator(mode="after")
     def _check_fault_tables(self) -> ClientConfig:
         check_fault_tables(self.latency_max_ms, self.not_available_duration_ms)

@@ -33,6 +33,7 @@ from client.message import (
     validate_message,
 )
 from client.route import TopicPublishInfo
+from client.trace import DEFAULT_REGION, TraceDispatcher, pub_contexts
 from common.message import (
     COMPRESSED_FLAG,
     COMPRESSION_ZLIB,
@@ -80,6 +81,7 @@ class _Send:
     timeout_s: float
     fixed: Callable[[TopicPublishInfo], MessageQueue] | None
     retries: int
+    answer: dict[str, str] | None = None  # the SEND_OK-family answer's extFields (trace)
 
 
 SendCallback = Callable[[SendResult | None, BaseException | None], None]
@@ -171,6 +173,8 @@ class Producer:
         self._pending_async = 0
         self._idle = trio.Event()
         self._idle.set()
+        # Message trace (`config.enable_trace`, client/trace.py): set while started.
+        self._tracer: TraceDispatcher | None = None
 
     def _uniq_ip(self) -> str | None:
         ip = self.config.client_ip
@@ -192,6 +196,10 @@ class Producer:
             self._instance.register_producer(self.group, self)
             self._nursery = await self._stack.enter_async_context(trio.open_nursery())
             self._now = trio.lowlevel.current_clock().current_time
+            if self.config.enable_trace:
+                self._tracer = await self._stack.enter_async_context(
+                    TraceDispatcher(self._instance, self.config, self.group, "PRODUCER")
+                )
         except BaseException:
             await self._stack.aclose()
             raise
@@ -214,6 +222,7 @@ class Producer:
                 await self._instance.unregister_producer(self.group)
         self._nursery = None
         self._now = trio.current_time
+        self._tracer = None  # the stack sends its queued records and stops it
         return await close_stack(self._stack, exc_type, exc, tb)
 
     # -- preparing ----------------------------------------------------------------
@@ -410,6 +419,7 @@ class Producer:
                 )
                 resp = await transport.invoke(addr, cmd, max(1, int(remaining * 1000)))
                 result = send_result(resp, mq, req.msg_id)
+                req.answer = resp.ext_fields
             except BaseException as exc:
                 self._record_failure(
                     exc, topic, mq.broker_name, (current_time() - begin) * 1000, attempt
@@ -524,7 +534,34 @@ class Producer:
         req = self._single(msg, timeout_ms, self.config.retry_times_when_send_failed)
         if queue is not None or selector is not None or sharding_key is not None:
             req.fixed = self._fixed_chooser(msg, queue, selector, arg, sharding_key)
+        if self._tracer is not None:
+            return await self._traced(req, (msg,))
         return await self._send_with_retries(req)
+
+    async def _traced(self, req: _Send, msgs: Sequence[Message]) -> SendResult:
+        """A send that writes its Pub trace records (one per message) once answered; a send
+        that fails writes none, as RocketMQ's hook. Tracing never fails the send."""
+        started = time.time()
+        result = await self._send_with_retries(req)
+        tracer = self._tracer
+        try:
+            answer = req.answer or {}
+            if (
+                tracer is not None
+                and answer.get("TRACE_ON") != "false"
+                and not req.topic.startswith(tracer.topic)
+            ):
+                broker = result.message_queue.broker_name
+                store = self._instance.master_addr(broker) if self._instance else None
+                region = answer.get("MSG_REGION") or DEFAULT_REGION
+                cost = int((time.time() - started) * 1000)
+                for ctx in pub_contexts(
+                    self.group, msgs, result, store, region, int(started * 1000), cost
+                ):
+                    tracer.append(ctx)
+        except Exception as exc:  # a trace is never worth a failed send
+            log.warning("trace_pub_failed", topic=req.topic, error=repr(exc))
+        return result
 
     def _single(self, msg: Message, timeout_ms: int | None, retries: int) -> _Send:
         """One message validated and encoded for sending, to any queue (set `fixed` after);
@@ -590,7 +627,10 @@ class Producer:
             result: SendResult | None = None
             error: BaseException | None = None
             try:
-                result = await self._send_with_retries(req)
+                if self._tracer is not None:
+                    result = await self._traced(req, (msg,))
+                else:
+                    result = await self._send_with_retries(req)
             except Exception as exc:
                 error = exc
             finally:
@@ -737,28 +777,31 @@ class Producer:
         """
         chunks = self._batch_bodies(msgs)
         topic = msgs[0].topic
+        tracer = self._tracer
+        by_id = {m.uniq_key: m for m in msgs} if tracer is not None else {}
         wait = msgs[0].wait_store_msg_ok
         props = encode_properties({PROPERTY_WAIT_STORE_MSG_OK: "true" if wait else "false"})
         fixed = self._fixed_chooser(msgs[0], queue, None, None, None)
         timeout_s = (timeout_ms or self.config.send_timeout_ms) / 1000
         results = []
         for body, ids in chunks:
-            results.append(
-                await self._send_with_retries(
-                    _Send(
-                        topic,
-                        body,
-                        0,
-                        0,
-                        props,
-                        ids,
-                        True,
-                        timeout_s,
-                        fixed,
-                        self.config.retry_times_when_send_failed,
-                    )
-                )
+            req = _Send(
+                topic,
+                body,
+                0,
+                0,
+                props,
+                ids,
+                True,
+                timeout_s,
+                fixed,
+                self.config.retry_times_when_send_failed,
             )
+            if tracer is not None:
+                chunk = [by_id[i] for i in ids.split(",") if i in by_id]
+                results.append(await self._traced(req, chunk))
+            else:
+                results.append(await self._send_with_retries(req))
         return results
 
     # -- helpers ------------------------------------------------------------------------

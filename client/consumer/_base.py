@@ -8,6 +8,7 @@ messages turn into (listener calls, or a buffer for `poll`).
 
 from __future__ import annotations
 
+import json
 import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -35,7 +36,12 @@ from client.consumer.rebalance import (
     allocate,
 )
 from client.errors import ClientClosedError, MQClientError, NoRouteError
-from client.filter import MessageSelector, Subscription, parse_subscription
+from client.filter import (
+    EXPRESSION_TYPE_SQL92,
+    MessageSelector,
+    Subscription,
+    parse_subscription,
+)
 from client.instance import ClientInstance, client_config, open_instance
 from client.message import (
     RETRY_GROUP_TOPIC_PREFIX,
@@ -45,9 +51,11 @@ from client.message import (
     check_topic,
     put_properties_lazily,
 )
+from client.trace import ConsumeReturnType, TraceContext, TraceDispatcher, sub_after, sub_before
 from common.message import PROPERTY_MAX_OFFSET, PROPERTY_MIN_OFFSET
 from common.pull import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
-from remoting.codes import ResponseCode
+from remoting import RemotingCommand
+from remoting.codes import RequestCode, ResponseCode
 from remoting.errors import RemoteError
 from remoting.protocol import bodies
 from remoting.protocol.headers import PullMessageRequestHeader
@@ -188,6 +196,8 @@ class ConsumerBase:
         self._offset_store: OffsetStore | None = None
         self._rebalance_lock = trio.Lock()
         self._closing = False
+        # Message trace (`config.enable_trace`, client/trace.py): set while started.
+        self._tracer: TraceDispatcher | None = None
 
     # -- setup ------------------------------------------------------------------
     @property
@@ -260,6 +270,10 @@ class ConsumerBase:
                 self._offset_store = RemoteOffsetStore(self.group, _BrokerOffsets(self._instance))
             await self._offset_store.load()
             self._nursery = await self._stack.enter_async_context(trio.open_nursery())
+            if self.config.enable_trace:
+                self._tracer = await self._stack.enter_async_context(
+                    TraceDispatcher(self._instance, self.config, self.group, "CONSUMER")
+                )
             await self._start_extra(self._nursery)
             self._instance.register_consumer(self)
             for topic in list(self.subscriptions):
@@ -267,6 +281,7 @@ class ConsumerBase:
                     await self._instance.update_topic_route(topic)
                 except Exception as exc:
                     log.warning("route_fetch_failed", topic=topic, error=str(exc))
+            await self._check_sql_subscriptions()
             await self._instance.send_heartbeat_to_all_brokers()
             await self.do_rebalance()
         except BaseException:
@@ -277,9 +292,86 @@ class ConsumerBase:
                 # would otherwise wait for them forever.
                 self._nursery.cancel_scope.cancel()
                 self._nursery = None
+            self._tracer = None
             await self._stack.aclose()
             raise
         return self
+
+    async def _check_sql_subscriptions(self) -> None:
+        """Ask the brokers of each SQL92-subscribed topic whether they take the expression
+        (CHECK_CLIENT_CONFIG, 46), as RocketMQ's `checkClientInBroker` does at start, so a bad
+        expression or a broker without `enable_property_filter` fails the start instead of
+        every pull. Every broker of the topic is asked (RocketMQ asks one); one that cannot be
+        reached is only logged (its pulls will say more).
+
+        Raises:
+            MQClientError: a broker refused the subscription (its code and remark).
+        """
+        instance = self.instance
+        for sub in list(self.subscriptions.values()):
+            if sub.expression_type != EXPRESSION_TYPE_SQL92:
+                continue
+            try:
+                mqs = await instance.get_subscribe_queues(sub.topic)
+            except Exception as exc:
+                log.warning("sql_check_no_route", topic=sub.topic, error=str(exc))
+                continue
+            body = {
+                "clientId": instance.client_id,
+                "group": self.group,
+                "subscriptionData": sub.to_json_dict(),
+            }
+            payload = json.dumps(body).encode()
+            for name in sorted({mq.broker_name for mq in mqs}):
+                addr = instance.master_addr(name) or instance.any_addr(name)
+                if addr is None:
+                    continue
+                cmd = RemotingCommand.request(RequestCode.CHECK_CLIENT_CONFIG, None, payload)
+                try:
+                    resp = await instance.api.transport.invoke(
+                        addr, cmd, self.config.mq_client_api_timeout_ms
+                    )
+                except Exception as exc:
+                    log.warning("sql_check_failed", broker=name, addr=addr, error=str(exc))
+                    continue
+                if resp.code != ResponseCode.SUCCESS:
+                    raise MQClientError(
+                        f"broker {name} ({addr}) refused the SQL92 subscription of consumer "
+                        f"group {self.group} to topic {sub.topic} ({sub.sub_string!r}): "
+                        f"CODE {resp.code}: {resp.remark or 'no remark'}"
+                    )
+
+    # -- message trace -------------------------------------------------------------------
+    def _trace_before(self, msgs: list[MessageExt]) -> TraceContext | None:
+        """Write the SubBefore records of a batch about to be consumed (trace on); the
+        context to hand to `_trace_after`, or None."""
+        tracer = self._tracer
+        if tracer is None:
+            return None
+        try:
+            ctx = sub_before(self.group, msgs, tracer.topic)
+            if ctx is not None:
+                tracer.append(ctx)
+            return ctx
+        except Exception as exc:  # tracing never stops consumption
+            log.warning("trace_sub_failed", group=self.group, error=repr(exc))
+            return None
+
+    def _trace_after(
+        self,
+        before: TraceContext | None,
+        batch_size: int,
+        success: bool,
+        return_type: ConsumeReturnType,
+    ) -> None:
+        """Write the SubAfter records paired with `_trace_before`'s context."""
+        tracer = self._tracer
+        if tracer is None or before is None:
+            return
+        try:
+            tracer.append(sub_after(before, batch_size, success, return_type))
+        except Exception as exc:
+            log.warning("trace_sub_failed", group=self.group, error=repr(exc))
 
     async def _start_extra(self, nursery: trio.Nursery) -> None:
         """Subclass hook: start tasks that live as long as the consumer."""
@@ -309,6 +401,7 @@ class ConsumerBase:
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
         self._nursery = None
+        self._tracer = None  # the stack sends its queued records and stops it
         return await close_stack(self._stack, exc_type, exc, tb)
 
     async def _drain(self) -> None:

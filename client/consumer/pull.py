@@ -21,6 +21,7 @@ from client.errors import MQClientError
 from client.filter import parse_subscription
 from client.instance import ClientInstance
 from client.message import MessageExt, MessageQueue
+from client.trace import ConsumeReturnType
 
 log = structlog.get_logger()
 
@@ -122,6 +123,11 @@ class PullConsumer(ConsumerBase):
                 if pq.dropped:
                     continue  # stale: the queue was sought, moved or released
                 self._after_poll(mq, pq, msgs)
+                if self._tracer is not None:
+                    # As RocketMQ's lite pull consumer: both records when handed over,
+                    # successful (what the application does next is not seen).
+                    before = self._trace_before(msgs)
+                    self._trace_after(before, len(msgs), True, ConsumeReturnType.SUCCESS)
                 return msgs
         return []
 

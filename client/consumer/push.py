@@ -34,6 +34,7 @@ from client.errors import MQClientError
 from client.filter import parse_subscription
 from client.instance import ClientInstance
 from client.message import Message, MessageExt, MessageQueue, put_properties_lazily
+from client.trace import ConsumeReturnType
 from common.message import (
     PROPERTY_CONSUME_START_TIMESTAMP,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -337,8 +338,14 @@ class PushConsumer(ConsumerBase):
         put_properties_lazily(msgs, ((PROPERTY_CONSUME_START_TIMESTAMP, now),))
 
     async def _call_listener(
-        self, mq: MessageQueue, msgs: list[MessageExt], ctx: ConsumeConcurrentlyContext
+        self,
+        mq: MessageQueue,
+        msgs: list[MessageExt],
+        ctx: ConsumeConcurrentlyContext,
+        outcome: list[ConsumeReturnType] | None = None,
     ) -> ConsumeStatus:
+        """The listener's status for `msgs`; `outcome` (when given) gets how the call ended
+        (RocketMQ's ConsumeReturnType, for the trace)."""
         assert self.listener is not None
         deadlines = self._call_deadlines
         scope = deadlines.open()  # not `trio.move_on_after`: see client/consumer/_deadlines.py
@@ -350,6 +357,8 @@ class PushConsumer(ConsumerBase):
                     status = await self.listener(msgs)
         except Exception as exc:
             log.warning("listener_failed", group=self.group, mq=str(mq), error=repr(exc))
+            if outcome is not None:
+                outcome.append(ConsumeReturnType.EXCEPTION)
             return ConsumeStatus.RECONSUME_LATER
         finally:
             deadlines.close(scope)
@@ -357,8 +366,17 @@ class PushConsumer(ConsumerBase):
             log.warning(
                 "consume_timeout", group=self.group, mq=str(mq), timeout_s=deadlines.timeout_s
             )
+            if outcome is not None:
+                outcome.append(ConsumeReturnType.TIME_OUT)
             return ConsumeStatus.RECONSUME_LATER
-        return ConsumeStatus.CONSUME_SUCCESS if status is None else status
+        result = ConsumeStatus.CONSUME_SUCCESS if status is None else status
+        if outcome is not None:
+            outcome.append(
+                ConsumeReturnType.SUCCESS
+                if result is ConsumeStatus.CONSUME_SUCCESS
+                else ConsumeReturnType.FAILED
+            )
+        return result
 
     async def _consume(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         try:
@@ -366,7 +384,14 @@ class PushConsumer(ConsumerBase):
                 return
             self._restore_topic(mq, msgs)
             ctx = ConsumeConcurrentlyContext(mq)
-            status = await self._call_listener(mq, msgs, ctx)
+            if self._tracer is None:
+                status = await self._call_listener(mq, msgs, ctx)
+            else:
+                before = self._trace_before(msgs)
+                outcome: list[ConsumeReturnType] = []
+                status = await self._call_listener(mq, msgs, ctx, outcome)
+                ok = status is ConsumeStatus.CONSUME_SUCCESS
+                self._trace_after(before, len(msgs), ok, outcome[0])
             if status is ConsumeStatus.CONSUME_SUCCESS:
                 ok_upto = min(max(ctx.ack_index, -1), len(msgs) - 1) + 1
             else:
@@ -595,7 +620,12 @@ class PushConsumer(ConsumerBase):
                     msgs = pq.take(cfg.consume_message_batch_max_size)
                     self._restore_topic(mq, msgs)
                     ctx = ConsumeOrderlyContext(mq)
+                    before = self._trace_before(msgs)
                     status = await self._call_orderly(mq, msgs, ctx)
+                    if before is not None:
+                        ok = status is ConsumeOrderlyStatus.SUCCESS
+                        kind = ConsumeReturnType.SUCCESS if ok else ConsumeReturnType.FAILED
+                        self._trace_after(before, len(msgs), ok, kind)
                     if status is ConsumeOrderlyStatus.SUCCESS:
                         self.consumed_ok += len(msgs)
                         offset = pq.remove(msgs)
