@@ -25,7 +25,7 @@
     chart.data.labels = labels;
     chart.data.datasets = series.map(function (s, i) {
       return { label: s.name, data: s.values, borderColor: COLORS[i % COLORS.length],
-        backgroundColor: COLORS[i % COLORS.length], pointRadius: 0, tension: 0.2 };
+        backgroundColor: COLORS[i % COLORS.length], pointRadius: 2, tension: 0.2 };
     });
     chart.update();
   }
