@@ -133,13 +133,15 @@ APP_SOURCES  := $(shell find common namesrv broker remoting store client control
 # the missing ones): fetched with this host's apt. The stamp names the set, so a new set is
 # fetched again.
 DEBS         := deploy/debs
-DEBS_STAMP   := $(DEBS)/.stamp-etcd-prometheus
+DEBS_STAMP   := $(DEBS)/.stamp-etcd-prometheus-chartjs
 ETCD_DEBS    := etcd-server adduser init-system-helpers
 PROMETHEUS_DEBS := prometheus fonts-glyphicons-halflings javascript-common libjs-bootstrap \
 	libjs-bootstrap4 libjs-popper.js libjs-d3 libjs-eonasdan-bootstrap-datetimepicker \
 	libjs-jquery libjs-jquery-hotkeys libjs-moment libjs-moment-timezone libjs-mustache \
 	libjs-rickshaw
-IMAGE_DEBS   := $(ETCD_DEBS) $(PROMETHEUS_DEBS)
+# Debian's Chart.js for mqdashboard's live charts (the image's `dashboard` role).
+DASHBOARD_DEBS := libjs-chart.js
+IMAGE_DEBS   := $(ETCD_DEBS) $(PROMETHEUS_DEBS) $(DASHBOARD_DEBS)
 CLUSTER_PROJECT ?= trimq
 COMPOSE      ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 # SECURE=1: the secured variant (deploy/docker-compose.secure.yml over the base file: ACL and
@@ -153,19 +155,23 @@ SECURE_DIR   ?= $(CURDIR)/deploy/secure/$(CLUSTER_PROJECT)
 SECURE_TOPICS ?= TopicTest
 SECURE_GROUPS ?= cg_test
 CLUSTER_FILES := -f deploy/docker-compose.yml $(if $(SECURE_ON),-f deploy/docker-compose.secure.yml)
-CLUSTER      := $(if $(SECURE_ON),SECURE_DIR=$(SECURE_DIR)) $(COMPOSE) -p $(CLUSTER_PROJECT) $(CLUSTER_FILES)
+# The `dashboard` profile: mqdashboard on 127.0.0.1:8080 (DASHBOARD_PORT; the failover tests' own
+# projects leave it off).
+CLUSTER      := $(if $(SECURE_ON),SECURE_DIR=$(SECURE_DIR)) $(COMPOSE) -p $(CLUSTER_PROJECT) $(CLUSTER_FILES) \
+	--profile dashboard
 CONTROLLER_PROJECT ?= trimq-ctl
 CONTROLLER_CLUSTER := $(COMPOSE) -p $(CONTROLLER_PROJECT) -f deploy/docker-compose.controller.yml
 
 .PHONY: image cluster-up cluster-down cluster-test cluster-controller-up cluster-controller-down \
 	cluster-secure-files
 
-# Wheels for trimq and its runtime dependencies; trimq's own wheel goes to app/ so the image's
-# dependency layer stays cached while only trimq changes.
+# Wheels for trimq and its runtime dependencies (with the `dashboard` extra's, for mqdashboard);
+# trimq's own wheel goes to app/ so the image's dependency layer stays cached while only trimq
+# changes.
 $(WHEEL_STAMP): pyproject.toml README.md $(APP_SOURCES) | $(RUN_STAMP)
 	rm -rf $(WHEELS)/deps $(WHEELS)/app
 	mkdir -p $(WHEELS)/deps $(WHEELS)/app
-	$(BIN)/python -m pip wheel --quiet --disable-pip-version-check . -w $(WHEELS)/deps
+	$(BIN)/python -m pip wheel --quiet --disable-pip-version-check '.[dashboard]' -w $(WHEELS)/deps
 	mv $(WHEELS)/deps/trimq-*.whl $(WHEELS)/app/
 	touch $@
 
@@ -181,7 +187,8 @@ image: $(WHEEL_STAMP) $(DEBS_STAMP)
 
 # Two NameServers (127.0.0.1:9876, :9877), masters broker-a/b/c (127.0.0.1:10911, :10921, :10931;
 # HA ports :10912, :10922, :10932) and their slaves (:10915, :10925, :10935). BROKER_ROLE=SYNC_MASTER
-# makes the masters wait for their slaves (default ASYNC_MASTER; deploy/docker-compose.yml).
+# makes the masters wait for their slaves (default ASYNC_MASTER; deploy/docker-compose.yml),
+# Prometheus (http://127.0.0.1:9090/) and mqdashboard (http://127.0.0.1:8080/).
 # SECURE=1: the same with ACL and TLS; clients: `set -a; . deploy/secure/trimq/admin.env; set +a`.
 cluster-up: image $(if $(SECURE_ON),cluster-secure-files)
 	TRIMQ_IMAGE=$(IMAGE) $(CLUSTER) up -d

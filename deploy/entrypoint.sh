@@ -5,6 +5,8 @@
 #   controller [mqcontroller flags] (TRIMQ_* settings, controller/config.py; PEER_RELAY too)
 #   etcd [etcd flags]               (Debian's etcd-server; ETCD_* variables are its settings)
 #   prometheus [prometheus flags]   (Debian's prometheus; PROMETHEUS_CONFIG [/etc/trimq/prometheus.yml])
+#   dashboard [mqdashboard flags]   (NAMESRV_ADDR, TRIMQ_DASHBOARD_*; PEER_RELAY too;
+#                                   DASHBOARD_SECURE_DIR: TLS files there, login = ACL account)
 #   healthcheck namesrv|broker|controller|etcd  (used by the compose health checks)
 # Anything else is run as a command (e.g. `sh`).
 # SECRETS_ENV_FILE set: its KEY=value lines are exported first (the secured cluster's
@@ -55,6 +57,20 @@ case "$role" in
         # Its time series live in the container's /data volume.
         exec prometheus --config.file="${PROMETHEUS_CONFIG:-/etc/trimq/prometheus.yml}" \
             --storage.tsdb.path=/data/prometheus --web.listen-address=0.0.0.0:9090 "$@"
+        ;;
+    dashboard | mqdashboard)
+        TRIMQ_DASHBOARD_LISTEN=${TRIMQ_DASHBOARD_LISTEN:-0.0.0.0:8080}
+        export TRIMQ_DASHBOARD_LISTEN
+        if [ -n "${DASHBOARD_SECURE_DIR:-}" ]; then
+            # admin.env names the host's paths of these files; here they are mounted there.
+            export TRIMQ_TLS_TRUST_CERT_PATH="$DASHBOARD_SECURE_DIR/ca.pem" \
+                TRIMQ_TLS_CERT_PATH="$DASHBOARD_SECURE_DIR/client.pem" \
+                TRIMQ_TLS_KEY_PATH="$DASHBOARD_SECURE_DIR/client.key"
+            export TRIMQ_DASHBOARD_USER="${TRIMQ_DASHBOARD_USER:-${TRIMQ_ACCESS_KEY:-}}" \
+                TRIMQ_DASHBOARD_PASSWORD="${TRIMQ_DASHBOARD_PASSWORD:-${TRIMQ_SECRET_KEY:-}}"
+        fi
+        start_relay
+        exec mqdashboard "$@"
         ;;
     healthcheck) exec python3 /opt/trimq/bin/trimq-healthcheck "$@" ;;
     *) exec "$role" "$@" ;;
