@@ -60,11 +60,12 @@ async def take_sample(admin: Admin, *, now_ms: int | None = None) -> Sample:
     masters = [r for r in rows if r.broker_id == 0]
     tps_in = sum(r.tps_in or 0.0 for r in masters)
     tps_out = sum(r.tps_out or 0.0 for r in masters)
+    addrs = [r.addr for r in masters if r.reachable]
     lag: dict[str, int] = {}
     for group in await service.group_names(admin):
         if service.is_system_group(group):
             continue
-        lag[group] = (await service.group_stats(admin, group)).total_lag
+        lag[group] = (await service.group_stats(admin, group, addrs)).total_lag
     top = sorted(lag.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_CHART_GROUPS]
     ts = now_ms if now_ms is not None else int(time.time() * 1000)
     return Sample(ts, round(tps_in, 2), round(tps_out, 2), dict(sorted(top)))

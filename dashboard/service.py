@@ -11,8 +11,10 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import trio
+
 from client.admin import Admin, BrokerRow
-from client.errors import MessageValidationError, MQClientError
+from client.errors import MessageValidationError, MQClientError, NoRouteError
 from client.message import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -240,6 +242,19 @@ async def topics(admin: Admin, query: str = "", *, system: bool = False) -> Topi
     return TopicList(found[:MAX_TOPICS_SHOWN], len(found), len(found) > MAX_TOPICS_SHOWN)
 
 
+async def wait_for_route(admin: Admin, topic: str, *, timeout_s: float = 5.0) -> bool:
+    """Whether the NameServer lists `topic` within `timeout_s` (a broker registers a new topic
+    with it just after creating it)."""
+    with trio.move_on_after(timeout_s):
+        while True:
+            try:
+                await admin.topic_route(topic)
+                return True
+            except NoRouteError:
+                await trio.sleep(0.2)
+    return False
+
+
 async def send_test_message(
     admin: Admin, topic: str, body: str, *, tags: str = "", keys: str = ""
 ) -> SendResult:
@@ -315,12 +330,15 @@ class GroupStats:
         return sum(q.lag for q in self.queues)
 
 
-async def group_stats(admin: Admin, group: str) -> GroupStats:
+async def group_stats(admin: Admin, group: str, addrs: list[str] | None = None) -> GroupStats:
     """Lag per queue (every topic the group has offsets of) and consume TPS, summed over the
-    masters; a master that does not know the group is skipped."""
+    masters (`addrs`, default: asked of the NameServer); a master that does not know the group
+    is skipped."""
     api = admin.instance.api
     out = GroupStats(group)
-    for addr in (await admin.master_addrs()).values():
+    if addrs is None:
+        addrs = list((await admin.master_addrs()).values())
+    for addr in addrs:
         try:
             stats = await api.get_consume_stats(addr, group)
         except RemoteError:

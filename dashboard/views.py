@@ -84,7 +84,10 @@ async def topic_create(request: Request, dash: Dashboard) -> Response:
         perm=perm,
         order=form.get("order") == "1",
     )
-    return _see("/topic", t=topic, notice=f"topic {topic} created/updated on {', '.join(addrs)}")
+    done = f"topic {topic} created/updated on {', '.join(addrs)}"
+    if not await service.wait_for_route(dash.admin, topic):
+        return _see("/topics", notice=f"{done}; the NameServer does not list it yet")
+    return _see("/topic", t=topic, notice=done)
 
 
 async def topic(request: Request, dash: Dashboard) -> Response:
@@ -132,7 +135,8 @@ async def groups(request: Request, dash: Dashboard) -> Response:
         if (not q or q in g.lower()) and (system or not service.is_system_group(g))
     ]
     shown = names[: service.MAX_GROUPS_SHOWN]
-    stats = [await service.group_stats(dash.admin, g) for g in shown]
+    addrs = list((await dash.admin.master_addrs()).values())
+    stats = [await service.group_stats(dash.admin, g, addrs) for g in shown]
     return _render(
         request,
         "groups.html",
