@@ -193,6 +193,9 @@ class BrokerConfig(TlsServerFields, TlsClientFields):
     """Queues of the TBW102 template topic (and the cap for auto-created topics)."""
     cluster_topic_enable: bool = True
     broker_topic_enable: bool = True
+    trace_topic_enable: bool = False
+    """Create the message trace topic RMQ_SYS_TRACE_TOPIC at start (RocketMQ's traceTopicEnable;
+    docs/trace.md); off, traced clients' first trace send auto-creates it (if allowed)."""
     broker_permission: int = 6
 
     # -- messages ------------------------------------------------------------------------

@@ -34,6 +34,7 @@ TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 TIMER_TOPIC = "rmq_sys_trimq_timer"  # exact delivery timestamps (broker.schedule)
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"  # message trace records (docs/trace.md)
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
@@ -141,6 +142,7 @@ class TopicManager:
         cluster_topic_enable: bool = True,
         broker_topic_enable: bool = True,
         max_queue_nums: int = MAX_QUEUE_NUMS,
+        trace_topic_enable: bool = False,
     ) -> None:
         self.path = store_dir / CONFIG_DIR / TOPICS_FILE
         self.max_queue_nums = max_queue_nums
@@ -171,6 +173,10 @@ class TopicManager:
         self._add_system(TopicConfig(TRANS_OP_HALF_TOPIC, 1, 1, PERM_WRITE))
         self._add_system(TopicConfig(TIMER_TOPIC, 1, 1, PERM_WRITE))
         self._add_system(TopicConfig(TRANS_CHECK_MAX_TIME_TOPIC, 1, 1))
+        if trace_topic_enable:
+            # RocketMQ's traceTopicEnable: the trace topic exists from the start (1 queue,
+            # readable and writable), so traced clients need no auto-create.
+            self._add_system(TopicConfig(TRACE_TOPIC, 1, 1))
 
     def _add_system(self, cfg: TopicConfig) -> None:
         self._table[cfg.topic_name] = cfg

@@ -194,12 +194,14 @@ class Producer:
                     open_instance(self.config, shared=self._share_instance)
                 )
             self._instance.register_producer(self.group, self)
-            self._nursery = await self._stack.enter_async_context(trio.open_nursery())
-            self._now = trio.lowlevel.current_clock().current_time
             if self.config.enable_trace:
+                # Entered before the nursery: `__aexit__` cancels the nursery first, and the
+                # dispatcher's own tasks must still write what is queued after that.
                 self._tracer = await self._stack.enter_async_context(
                     TraceDispatcher(self._instance, self.config, self.group, "PRODUCER")
                 )
+            self._nursery = await self._stack.enter_async_context(trio.open_nursery())
+            self._now = trio.lowlevel.current_clock().current_time
         except BaseException:
             await self._stack.aclose()
             raise

@@ -688,9 +688,9 @@ class TraceDispatcher:
                 await self._run_done.wait()
             if scope.cancelled_caught:
                 log.warning("trace_flush_timeout", group=self.group_name)
-            self._stop_producer.set()
-            result = await self._stack.__aexit__(exc_type, exc, tb)
-        return result
+        self._stop_producer.set()
+        # Outside the scopes above: the stack's nursery was opened outside them.
+        return await self._stack.__aexit__(exc_type, exc, tb)
 
     # -- the sending task -----------------------------------------------------------------
     async def _run(self) -> None:

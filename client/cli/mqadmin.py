@@ -995,3 +995,4 @@ def elect_master(addr: str, cluster: str, broker_name: str, broker_id: int, as_j
         f"elected {broker_name} master: id {result['masterBrokerId']} at "
         f"{result['masterAddress']}, master epoch {result['masterEpoch']}"
     )
+from client.cli import mqadmin_trace as _mqadmin_trace  # noqa: E402,F401

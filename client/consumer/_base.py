@@ -269,11 +269,13 @@ class ConsumerBase:
             else:
                 self._offset_store = RemoteOffsetStore(self.group, _BrokerOffsets(self._instance))
             await self._offset_store.load()
-            self._nursery = await self._stack.enter_async_context(trio.open_nursery())
             if self.config.enable_trace:
+                # Entered before the nursery: `__aexit__` cancels the nursery first, and the
+                # dispatcher's own tasks must still write what is queued after that.
                 self._tracer = await self._stack.enter_async_context(
                     TraceDispatcher(self._instance, self.config, self.group, "CONSUMER")
                 )
+            self._nursery = await self._stack.enter_async_context(trio.open_nursery())
             await self._start_extra(self._nursery)
             self._instance.register_consumer(self)
             for topic in list(self.subscriptions):
