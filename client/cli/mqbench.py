@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,7 @@ from client.cli._options import (
     tls,
     tls_options,
 )
+from client.trace import TRACE_TOPIC
 from remoting.logs import configure_logging
 
 _err = Console(stderr=True)
@@ -134,6 +136,8 @@ def _config(namesrv: str | None, **kw: Any) -> ClientConfig:
     if not namesrv:
         click.echo("mqbench: error: pass -n HOST:PORT or set NAMESRV_ADDR", err=True)
         sys.exit(1)
+    if _options.get("trace"):
+        kw.update(enable_trace=True, trace_topic=_options.get("trace_topic", TRACE_TOPIC))
     return client_config(
         namesrv_addr=namesrv,
         serialize_type=_options["serialize_type"],
@@ -145,6 +149,34 @@ def _config(namesrv: str | None, **kw: Any) -> ClientConfig:
 
 # Options of the command group, for every command's client.
 _options: dict[str, Any] = {"serialize_type": "auto", "credentials": {}, "tls": {}}
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    if param.name:
+        _options[param.name] = value
+    return value
+
+
+def trace_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """`--trace` / `--trace-topic`: the benchmark's clients write message trace records
+    (`ClientConfig.enable_trace`, docs/trace.md), to measure what tracing costs."""
+    f = click.option(
+        "--trace-topic",
+        "trace_topic",
+        default=TRACE_TOPIC,
+        show_default=True,
+        expose_value=False,
+        callback=_remember,
+        help="The trace topic (with --trace).",
+    )(f)
+    return click.option(
+        "--trace",
+        "trace",
+        is_flag=True,
+        expose_value=False,
+        callback=_remember,
+        help="Write message trace records (RocketMQ's enableMsgTrace).",
+    )(f)
 
 
 def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
@@ -210,6 +242,7 @@ def cli(
     show_default=True,
     help="Distinct random bodies, sent in turn.",
 )
+@trace_options
 @click.option("--json", "as_json", is_flag=True, help="Summary as JSON on stdout.")
 def producer(
     namesrv: str | None,
@@ -299,6 +332,7 @@ def producer(
 @click.option(
     "--from", "start", type=click.Choice(["first", "last"]), default="last", show_default=True
 )
+@trace_options
 @click.option("--json", "as_json", is_flag=True, help="Summary as JSON on stdout.")
 def consumer(
     namesrv: str | None,

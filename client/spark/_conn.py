@@ -88,6 +88,8 @@ class Conn:
             None: the config's defaults (the TRIMQ_ACCESS_KEY / TRIMQ_SECRET_KEY variables).
         tls: `ClientConfig` TLS options (`use_tls`, `tls_*`) as (name, value) pairs; empty:
             the config's defaults (the TRIMQ_USE_TLS / TRIMQ_TLS_* variables).
+        trace_topic: the producers write message trace records to this topic
+            (`ClientConfig.enable_trace`); None: no trace.
     """
 
     def __init__(
@@ -99,8 +101,12 @@ class Conn:
         access_key: str | None = None,
         secret_key: str | None = None,
         tls: TlsOptions = (),
+        trace_topic: str | None = None,
     ) -> None:
         self.namesrv_addr = namesrv_addr
+        self._trace: dict[str, Any] = (
+            {"enable_trace": True, "trace_topic": trace_topic} if trace_topic else {}
+        )
         self._tls: dict[str, Any] = dict(tls)
         self.serialize_type = serialize_type
         self._credentials: dict[str, Any] = (
@@ -141,6 +147,7 @@ class Conn:
             serialize_type=cast(SerializeTypeName, self.serialize_type),
             **self._credentials,
             **self._tls,
+            **self._trace,
         )
         return ClientInstance(cfg)
 
@@ -507,16 +514,19 @@ def get_conn(
     access_key: str | None = None,
     secret_key: str | None = None,
     tls: TlsOptions = (),
+    trace_topic: str | None = None,
 ) -> Conn:
     """This process's connection to the cluster behind `namesrv_addr` (started on first use),
-    one per header codec, set of ACL credentials and TLS options."""
+    one per header codec, set of ACL credentials, TLS options and trace topic (None: no
+    trace)."""
     # The secret is in the key as a digest only: the key is logged nowhere, but need not hold it.
     secret_id = hashlib.sha256(secret_key.encode()).hexdigest()[:16] if secret_key else ""
     # So are the TLS options (they may hold a key's pass phrase).
     tls_id = hashlib.sha256(repr(tls).encode()).hexdigest()[:16] if tls else ""
     key = (
         os.getpid(),
-        f"{namesrv_addr}|{serialize_type}|{access_key or ''}|{secret_id}|{tls_id}",
+        f"{namesrv_addr}|{serialize_type}|{access_key or ''}|{secret_id}|{tls_id}"
+        f"|{trace_topic or ''}",
     )
     with _CACHE_LOCK:
         conn = _CACHE.get(key)
@@ -533,6 +543,7 @@ def get_conn(
             access_key=access_key,
             secret_key=secret_key,
             tls=tls,
+            trace_topic=trace_topic,
         ).start()
         _CACHE[key] = conn
         return conn

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from client.config import SERIALIZE_TYPE_NAMES
+from client.trace import TRACE_TOPIC
 from common.schedule import SCHEDULE_TOPIC
 
 __all__ = [
@@ -222,6 +223,9 @@ class SinkOptions:
     access_key: str | None = None
     secret_key: str | None = field(default=None, repr=False)
     tls: TlsOptions = field(default=(), repr=False)
+    # Message trace of the writes (`rocketmq.enableMsgTrace`, `rocketmq.traceTopic`): the
+    # trace topic, or None when off (docs/trace.md).
+    trace_topic: str | None = None
 
     def namesrv_list(self) -> list[str]:
         return _namesrv_list(self.namesrv_addr)
@@ -393,6 +397,23 @@ def _parse_assign(raw: str) -> dict[str, tuple[str, ...]]:
     return out
 
 
+def _trace_topic(opts: Mapping[str, str]) -> str | None:
+    """`rocketmq.enableMsgTrace` (false) and `rocketmq.traceTopic` (RMQ_SYS_TRACE_TOPIC): the
+    trace topic of the writer's producers, or None when tracing is off."""
+    topic = opts.get("rocketmq.tracetopic", "").strip()
+    if not _bool(opts, "rocketmq.enablemsgtrace", "rocketmq.enableMsgTrace", False):
+        if topic:
+            raise _err("rocketmq.traceTopic", "needs rocketmq.enableMsgTrace=true")
+        return None
+    topic = topic or TRACE_TOPIC
+    if len(topic) > 127 or not _GROUP_RE.match(topic):
+        raise _err(
+            "rocketmq.traceTopic",
+            f"must be 1-127 characters of [%|a-zA-Z0-9_-], got {topic[:80]!r}",
+        )
+    return topic
+
+
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Validate the options of `df.write` / `df.writeStream`.
 
@@ -416,4 +437,5 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         serialize_type=_serialize_type(opts),
         **_credentials(opts),
         tls=_tls(opts),
+        trace_topic=_trace_topic(opts),
     )

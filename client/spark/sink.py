@@ -86,6 +86,7 @@ def _send_all(
         access_key=opts.access_key,
         secret_key=opts.secret_key,
         tls=opts.tls,
+        trace_topic=opts.trace_topic,
     )
     session: SendSession = conn.send_session(
         opts.producer_group, timeout_ms=opts.send_msg_timeout_ms

@@ -27,6 +27,7 @@ from client.trace import TRACE_TOPIC, ConsumeReturnType
 from tests.helpers import wait_until
 from tests.integration.client_support import create_topic, fast_config
 from tests.integration.procs import BrokerProc, NamesrvProc
+from tests.integration.test_client_mqbench import _run as run_mqbench
 from tests.integration.test_mqadmin import mqadmin
 
 StartBroker = Callable[..., BrokerProc]
@@ -195,3 +196,25 @@ async def test_trace_off_writes_nothing(namesrv: NamesrvProc, start_broker: Star
         offsets = await admin.max_offsets(TRACE_TOPIC)
     assert offsets
     assert set(offsets.values()) == {0}
+
+
+async def test_mqbench_trace_flag_writes_trace_records(
+    namesrv: NamesrvProc, start_broker: StartBroker
+) -> None:
+    start_broker(namesrv.addr, name="broker-a")
+    ns = namesrv.addr
+    await create_topic(ns, "TraceBench", queues=1)
+    summary = await trio.to_thread.run_sync(
+        lambda: run_mqbench(
+            "producer", "-n", ns, "-t", "TraceBench", "-c", "20", "-w", "2", "--trace", "--json"
+        )
+    )
+    assert summary["messages"] == 20
+    assert summary["errors"] == 0
+    async with Admin(fast_config(ns)) as admin:
+
+        async def written() -> bool:
+            return sum((await admin.max_offsets(TRACE_TOPIC)).values()) > 0
+
+        # Written by the time mqbench exits (the producer's close sends what is queued).
+        await wait_until(written, total=20, interval=0.2, what="trace messages from mqbench")
