@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +19,15 @@ import pytest
 import trio
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 
-from client import ConsumeFromWhere, ConsumeStatus, Message, MessageExt, Producer, PushConsumer
+from client import (
+    ConsumeFromWhere,
+    ConsumeStatus,
+    Message,
+    MessageExt,
+    MessageQueue,
+    Producer,
+    PushConsumer,
+)
 from tests.helpers import wait_until
 from tests.integration.client_support import create_topic, fast_config
 from tests.integration.procs import BIN_DIR, BrokerProc, ManagedProcess, NamesrvProc, stop_all
@@ -247,9 +256,11 @@ async def _produce(ns: str, topic: str, n: int, prefix: str) -> None:
             await p.send(Message(topic, f"{prefix}{i}".encode(), keys=f"{prefix}{i}"))
 
 
-async def _consume(ns: str, group: str, topic: str, n: int) -> None:
-    """Run a push consumer until it has consumed `n` messages (its offsets are committed as it
-    stops)."""
+async def _consume(
+    ns: str, group: str, topic: str, n: int, stop: threading.Event | None = None
+) -> None:
+    """Run a push consumer until it has consumed `n` messages, and then until `stop` is set
+    (at most 60 s); its offsets are committed as it stops."""
     got: set[str] = set()
 
     async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
@@ -265,6 +276,8 @@ async def _consume(ns: str, group: str, topic: str, n: int) -> None:
     c.subscribe(topic)
     async with c:
         await wait_until(lambda: len(got) >= n, total=30, what=f"{n} messages consumed")
+        if stop is not None:
+            await wait_until(stop.is_set, total=60, interval=0.1, what="told to stop")
 
 
 def _group_lag(page: Page, url: str, group: str) -> int:
@@ -306,13 +319,36 @@ def test_group_lag_falls_to_zero_after_a_consumer_runs(
         assert page.evaluate("typeof window.Chart") == "function"  # Debian's Chart.js loaded
         rec.shot("charts-lag-7")
 
-        trio.run(_consume, cluster, "cg_dash", "DashLag", 7)
-        for _ in range(100):
-            if _group_lag(page, dash.url, "cg_dash") == 0:
-                break
-            page.wait_for_timeout(200)
-        expect(page.locator("#total-lag")).to_have_text("0")
-        rec.shot("group-lag-0")
+        # A consumer runs (in its own thread, online until told to stop): the lag falls to 0
+        # and the page lists its connection.
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def consume_online() -> None:
+            try:
+                trio.run(_consume, cluster, "cg_dash", "DashLag", 7, stop)
+            except BaseException as exc:
+                errors.append(exc)
+
+        worker = threading.Thread(target=consume_online, daemon=True)
+        worker.start()
+        try:
+            for _ in range(150):
+                if (
+                    _group_lag(page, dash.url, "cg_dash") == 0
+                    and page.locator("#connections tbody tr").count()
+                ):
+                    break
+                page.wait_for_timeout(200)
+            expect(page.locator("#total-lag")).to_have_text("0")
+            expect(page.locator("#connections tbody tr")).to_have_count(1)
+            expect(page.locator("#subscriptions")).to_contain_text("DashLag")
+            rec.shot("group-lag-0-online")
+        finally:
+            stop.set()
+            worker.join(timeout=60)
+        assert not worker.is_alive()
+        assert not errors, errors
         page.goto(f"{dash.url}/charts")
         expect(page.locator("#latest tr.sample-row", has_text="lag cg_dash")).to_contain_text("0")
         rec.shot("charts-lag-0")
@@ -332,6 +368,63 @@ def test_group_lag_falls_to_zero_after_a_consumer_runs(
         reset.locator("button[type=submit]").click()
         expect(page.locator("#error")).to_contain_text("epoch milliseconds")
         rec.shot("group-reset-bad-time")
+
+
+async def _dead_letter(ns: str, broker_addr: str, group: str, topic: str) -> None:
+    """One message that always fails: after one retry it is in `%DLQ%<group>`."""
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        raise RuntimeError("always fails")
+
+    cfg = fast_config(ns, max_reconsume_times=1)
+    c = PushConsumer(
+        group, cfg, listener=listener, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+    )
+    c.subscribe(topic)
+    dlq = MessageQueue(f"%DLQ%{group}", "broker-a", 0)
+    async with Producer("pg_dlq", cfg) as p, c:
+        await p.send(Message(topic, b"\x00\x01poison<i>", keys="poison-1"))
+        api = c.instance.api
+
+        async def in_dlq() -> bool:
+            try:
+                return await api.get_max_offset(broker_addr, dlq) == 1
+            except Exception:
+                return False
+
+        await wait_until(in_dlq, total=30, what="message in the DLQ")
+
+
+def test_dlq_message_resent(
+    namesrv: NamesrvProc,
+    start_broker: StartBroker,
+    start_dashboard: Callable[..., DashboardProc],
+    rec: Recorder,
+) -> None:
+    # Every retry level 1 s: the message is dead-lettered within seconds.
+    broker = start_broker(namesrv.addr, env={"TRIMQ_MESSAGE_DELAY_LEVEL": "1s 1s 1s"})
+    trio.run(create_topic, namesrv.addr, "DashDlq")
+    trio.run(_dead_letter, namesrv.addr, broker.addr, "cg_dead", "DashDlq")
+    dash = start_dashboard(namesrv.addr)
+    page = rec.page
+    with on_failure_dump(rec):
+        page.goto(f"{dash.url}/group?g=cg_dead")
+        page.locator("a", has_text="dead-letter queue").click()
+        msg = page.locator("section.message")
+        expect(msg).to_have_count(1)
+        expect(msg.locator(".msg-keys")).to_have_text("poison-1")
+        expect(msg.locator("pre.body-hex")).to_contain_text("00 01 70 6f 69 73 6f 6e")
+        msg.locator("summary").click()
+        expect(msg.locator("table.props")).to_contain_text("RETRY_TOPIC")
+        rec.shot("dlq")
+        msg.locator("button", has_text="Resend").click()
+        expect(page.locator("#notice")).to_contain_text("resent to DashDlq: SEND_OK")
+        rec.shot("dlq-resent")
+        page.goto(f"{dash.url}/topic?t=DashDlq")
+        expect(page.locator("main")).to_contain_text("2 message(s) stored")  # original + copy
+        rec.shot("dlq-topic")
+        page.goto(f"{dash.url}/dlq?g=nobody")
+        expect(page.locator("#error")).to_contain_text("group nobody has no dead-letter queue")
 
 
 def test_brokers_of_a_running_cluster(
