@@ -269,6 +269,9 @@ def create_app(dash: Dashboard) -> Starlette:
             )
         return FileResponse(dash.chartjs, media_type="text/javascript")
 
+    async def no_icon(request: Request) -> Response:
+        return Response(status_code=204)
+
     async def root(request: Request) -> Response:
         return RedirectResponse("/cluster", status_code=303)
 
@@ -276,6 +279,7 @@ def create_app(dash: Dashboard) -> Starlette:
 
     routes = [
         Route("/", root),
+        Route("/favicon.ico", no_icon),
         Route("/login", login_page, methods=["GET", "POST"]),
         Route("/logout", logout, methods=["POST"]),
         Route("/static/chart.min.js", chartjs),
@@ -305,7 +309,9 @@ def _cluster_error(exc: BaseException) -> str:
         return "the cluster did not answer in time"
     if isinstance(exc, RemoteError):
         return f"the broker refused: code {exc.code}: {exc.remark or '(no remark)'}"
-    return f"cluster error: {type(exc).__name__}: {exc}"
+    if isinstance(exc, RemotingError):
+        return f"cannot reach the cluster: {type(exc).__name__}: {exc}"
+    return f"cluster error: {exc}"
 
 
 class _SecurityHeaders:
