@@ -579,6 +579,18 @@ def trace_views(msg_id: str, trace_messages: Iterable[MessageExt]) -> tuple[list
 
 
 # -- writing ------------------------------------------------------------------------------------
+# Brokers take group names of up to 248 characters (room for `%RETRY%`/`%DLQ%` in a file name).
+MAX_TRACE_GROUP_LENGTH = 248
+
+
+def trace_group_name(group: str, kind: str, n: int) -> str:
+    """The trace producer's group, RocketMQ's `_INNER_TRACE_PRODUCER-<group>-<kind>-<n>`, the
+    traced group cut so that the name stays a valid group name."""
+    tail = f"-{kind}-{n}"
+    room = MAX_TRACE_GROUP_LENGTH - len(TRACE_GROUP_PREFIX) - 1 - len(tail)
+    return f"{TRACE_GROUP_PREFIX}-{group[:room]}{tail}"
+
+
 class TraceDispatcher:
     """Batches trace records and sends them to the trace topic (RocketMQ's AsyncTraceDispatcher).
 
@@ -609,7 +621,7 @@ class TraceDispatcher:
         self.topic = config.trace_topic
         self._instance = instance
         self._config = config
-        self.group_name = f"{TRACE_GROUP_PREFIX}-{group}-{kind}-{next(_counter)}"
+        self.group_name = trace_group_name(group, kind, next(_counter))
         self.flush_interval_s = flush_interval_s
         self.max_batch_chars = max_batch_chars
         self._send_ch, self._recv_ch = trio.open_memory_channel[TraceContext](

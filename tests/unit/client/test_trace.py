@@ -14,6 +14,7 @@ from client.config import ClientConfig
 from client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
 from client.trace import (
     MAX_BATCH_KEY_CHARS,
+    MAX_TRACE_GROUP_LENGTH,
     ConsumeReturnType,
     TraceBean,
     TraceContext,
@@ -26,6 +27,7 @@ from client.trace import (
     pub_contexts,
     sub_after,
     sub_before,
+    trace_group_name,
     trace_views,
 )
 
@@ -360,3 +362,10 @@ def test_failed_trace_sends_are_counted() -> None:
 def test_trace_topic_is_checked(topic: str) -> None:
     with pytest.raises(ValueError, match="trace_topic"):
         ClientConfig(trace_topic=topic)
+
+
+def test_trace_group_names_stay_valid_group_names() -> None:
+    assert trace_group_name("PG", "PRODUCER", 3) == "_INNER_TRACE_PRODUCER-PG-PRODUCER-3"
+    long = trace_group_name("g" * 255, "CONSUMER", 12345)
+    assert len(long) == MAX_TRACE_GROUP_LENGTH
+    assert long.endswith("g-CONSUMER-12345")
