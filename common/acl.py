@@ -636,9 +636,41 @@ def _values_in_order(keys: tuple[str, ...]) -> _Values:
 
 # Signing orders by a request's keys as they arrive: the requests of one kind from one sender
 # carry the same keys in the same order, so each kind is sorted once. The keys come from the
-# network, so the table is emptied whenever it reaches _ORDERS_MAX entries.
-_ORDERS: dict[tuple[str, ...], _Values] = {}
+# network, so the table is emptied whenever it reaches _ORDERS_MAX entries. Each entry: the
+# keys in signing order (`Signature` left out) and what reads their values in that order.
+_ORDERS: dict[tuple[str, ...], tuple[tuple[str, ...], _Values]] = {}
 _ORDERS_MAX = 1024
+
+
+def _order(keys: tuple[str, ...]) -> tuple[tuple[str, ...], _Values]:
+    entry = _ORDERS.get(keys)
+    if entry is None:
+        if len(_ORDERS) >= _ORDERS_MAX:
+            _ORDERS.clear()
+        entry = _ORDERS[keys] = (
+            tuple(_signing_keys(keys, (SIGNATURE,))),
+            _values_in_order(keys),
+        )
+    return entry
+
+
+_NativeHmac = Callable[[bytes, dict[str, str], tuple[str, ...], Body | None], bytes | None]
+
+
+def _native_hmac() -> _NativeHmac | None:
+    """`common.acl_native.hmac_sha1_b64` when built and wanted (TRIMQ_NO_NATIVE unset, "" or
+    "0"), else None: the Python path below, which gives the same bytes."""
+    flag = os.environ.get("TRIMQ_NO_NATIVE", "")
+    if flag and flag != "0":
+        return None
+    try:
+        from common.acl_native import hmac_sha1_b64
+    except ImportError:
+        return None
+    return hmac_sha1_b64
+
+
+_NATIVE_HMAC = _native_hmac()
 
 
 def _signed_text(fields: Mapping[str, str] | None, skip: Iterable[str] = ()) -> bytes:
@@ -647,13 +679,7 @@ def _signed_text(fields: Mapping[str, str] | None, skip: Iterable[str] = ()) -> 
     if skip:
         text = "".join([values[k] for k in _signing_keys(values, {SIGNATURE, *skip})])
     else:
-        keys = tuple(values)
-        read = _ORDERS.get(keys)
-        if read is None:
-            if len(_ORDERS) >= _ORDERS_MAX:
-                _ORDERS.clear()
-            read = _ORDERS[keys] = _values_in_order(keys)
-        text = "".join(read(values))
+        text = "".join(_order(tuple(values))[1](values))
     # Java's String.getBytes(UTF_8) writes '?' for an unpaired surrogate; "replace" does too.
     return text.encode("utf-8", "replace")
 
@@ -673,9 +699,10 @@ class _HmacSha1:
     outer pads, copied for each message instead of hashing the pads again (all in C: what
     `hmac.HMAC.copy` does, without its Python wrapper)."""
 
-    __slots__ = ("_inner", "_outer")
+    __slots__ = ("_inner", "_outer", "key")
 
     def __init__(self, key: bytes) -> None:
+        self.key = key
         if len(key) > _SHA1_BLOCK:
             key = hashlib.sha1(key).digest()
         key = key.ljust(_SHA1_BLOCK, b"\0")
@@ -715,7 +742,14 @@ def _signature(
     state: _HmacSha1, fields: Mapping[str, str] | None, body: Body | None, skip: Iterable[str] = ()
 ) -> bytes:
     """Base64 of HmacSHA1 over `content_to_sign(fields, body, skip=skip)` with `state`'s key,
-    as ASCII bytes; the body is hashed where it lies (not copied after the fields' text)."""
+    as ASCII bytes; the body is hashed where it lies (not copied after the fields' text).
+
+    Natively in one call when it can (`_NATIVE_HMAC`: a dict of str values with strict UTF-8
+    forms); otherwise, and for `skip`, in Python."""
+    if _NATIVE_HMAC is not None and not skip and type(fields) is dict:
+        mac = _NATIVE_HMAC(state.key, fields, _order(tuple(fields))[0], body)
+        if mac is not None:
+            return mac
     return state.signature(_signed_text(fields, skip), body)
 
 
@@ -846,6 +880,9 @@ class CodeRule:
     access: Access
     extract: Extractor | None = None
     reads: str = ""
+    field: str | None = None
+    """The one extField whose value alone decides `extract`'s needs (a topic or a group), when
+    there is one: the checker remembers grants by that value without extracting again."""
 
 
 def _topic(name: str | None, perm: Perm) -> list[Need]:
@@ -862,18 +899,27 @@ def _group(name: str | None) -> list[Need]:
     return [Need(RETRY_GROUP_TOPIC_PREFIX + name, Perm.SUB)] if name else []
 
 
-def _field_topic(key: str, perm: Perm) -> Extractor:
-    def extract(fields: Fields, body: Body | None) -> list[Need]:
-        return _topic(fields.get(key), perm)
+class _FieldNeeds:
+    """The needs named by one extField: a topic with `perm`, or (`perm` None) a group."""
 
-    return extract
+    __slots__ = ("key", "perm")
+
+    def __init__(self, key: str, perm: Perm | None) -> None:
+        self.key = key
+        self.perm = perm
+
+    def __call__(self, fields: Fields, body: Body | None) -> list[Need]:
+        if self.perm is None:
+            return _group(fields.get(self.key))
+        return _topic(fields.get(self.key), self.perm)
+
+
+def _field_topic(key: str, perm: Perm) -> Extractor:
+    return _FieldNeeds(key, perm)
 
 
 def _field_group(key: str) -> Extractor:
-    def extract(fields: Fields, body: Body | None) -> list[Need]:
-        return _group(fields.get(key))
-
-    return extract
+    return _FieldNeeds(key, None)
 
 
 def _group_and_topic(fields: Fields, body: Body | None) -> list[Need]:
@@ -923,7 +969,8 @@ def _rules() -> dict[int, CodeRule]:
     table: list[CodeRule] = []
 
     def res(code: int, name: str, extract: Extractor, reads: str) -> None:
-        table.append(CodeRule(code, name, A.RESOURCES, extract, reads))
+        field = extract.key if isinstance(extract, _FieldNeeds) else None
+        table.append(CodeRule(code, name, A.RESOURCES, extract, reads, field))
 
     def plain(access: Access, entries: str) -> None:
         for entry in entries.split():
@@ -1067,9 +1114,10 @@ class AclChecker:
         self._rules = rules
         self.open_route_reads = open_route_reads
         self.generation = 0
-        # Grants `_authorise` made under `_granted_rules` (emptied when the rules change):
-        # (accessKey, code, needs). Only grants: a refusal runs `_authorise` every time.
-        self._granted: set[tuple[str, int, tuple[Need, ...]]] = set()
+        # Grants `_authorise` made under `_granted_rules` (emptied when the rules change).
+        # Only grants: a refusal runs `_authorise` every time.
+        # (accessKey, code, needs), or (accessKey, code, value of the code's `field`).
+        self._granted: set[tuple[str, int, object]] = set()
         self._granted_rules = rules
 
     @property
@@ -1130,19 +1178,26 @@ class AclChecker:
             if account.white_remote_address.match(addr):
                 return
         self._verify_signature(account, fields, body, what)
+        if self._granted_rules is not rules:
+            self._granted = set()
+            self._granted_rules = rules
+        # The code fixes the kind of account needed: with the account and the resources, the
+        # whole of what `_authorise` decides on, under rules that never change in place. A code
+        # whose needs one field decides is remembered by that field's value (no extraction).
+        grant: tuple[str, int, object]
+        if rule.field is not None:
+            grant = (account.access_key, code, fields.get(rule.field))
+            if grant in self._granted:
+                return
         # `required_access(code, fields, body)`, its Requirement built only when authorised.
         needs = tuple(rule.extract(fields, body)) if rule.extract is not None else ()
         for need in needs:
             if need.resource == TRACE_TOPIC and need.perm == Perm.PUB:
                 return
-        # The code fixes the kind of account needed: with the account and the resources, the
-        # whole of what `_authorise` decides on, under rules that never change in place.
-        grant = (account.access_key, code, needs)
-        if self._granted_rules is not rules:
-            self._granted = set()
-            self._granted_rules = rules
-        elif grant in self._granted:
-            return
+        if rule.field is None:
+            grant = (account.access_key, code, needs)
+            if grant in self._granted:
+                return
         self._authorise(account, Requirement(rule.access, needs), what)
         if len(self._granted) >= _GRANTS_MAX:  # resource names come from the network
             self._granted.clear()

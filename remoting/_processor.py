@@ -128,11 +128,19 @@ class ProcessorTable:
             raise RuntimeError("the table has a check already")
 
         def wrap(processor: Processor) -> Processor:
-            async def checked(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
-                refusal = check(conn, cmd)
+            # A plain function: a request let through runs the processor's own coroutine (no
+            # coroutine wrapping it: one frame less per request, each a send on the hot path).
+            def checked(
+                conn: Connection, cmd: RemotingCommand
+            ) -> Coroutine[Any, Any, RemotingCommand | None]:
+                try:
+                    refusal = check(conn, cmd)
+                except Exception as exc:
+                    # Raised where the processor's would be: answered as a failed request.
+                    return _fail(exc)
                 if refusal is not None:
-                    return None if cmd.is_oneway else refusal
-                return await processor(conn, cmd)
+                    return _answer(None if cmd.is_oneway else refusal)
+                return processor(conn, cmd)
 
             return checked
 
@@ -157,6 +165,16 @@ class ProcessorTable:
 
     def __contains__(self, code: int) -> bool:
         return code in self._entries
+
+
+async def _answer(response: RemotingCommand | None) -> RemotingCommand | None:
+    """A processor's coroutine that answers `response` at once (a check's refusal)."""
+    return response
+
+
+async def _fail(exc: Exception) -> RemotingCommand | None:
+    """A processor's coroutine that raises `exc` (a check that failed unexpectedly)."""
+    raise exc
 
 
 class Responder:
