@@ -94,6 +94,7 @@ async def topic(request: Request, dash: Dashboard) -> Response:
     name = service.lookup_topic_name(request.query_params.get("t"))
     route = await dash.admin.topic_route(name)
     status = await dash.admin.topic_status(name)
+    queue = route.queue_datas[0] if route.queue_datas else None
     return _render(
         request,
         "topic.html",
@@ -102,6 +103,8 @@ async def topic(request: Request, dash: Dashboard) -> Response:
             "route": route,
             "status": status,
             "total": sum(s.max_offset - s.min_offset for s in status),
+            "queue": queue,
+            "clusters": await service.clusters(dash.admin),
             "notice": request.query_params.get("notice"),
         },
     )

@@ -191,6 +191,21 @@ def test_create_topic_send_and_find_by_key(
         expect(page.locator("#status tbody tr")).to_have_count(2)
         rec.shot("topic")
 
+        # Update it from its page: 3 queues.
+        update = page.locator("#update-topic")
+        expect(update.locator("input[name=read]")).to_have_value("2")
+        update.locator("input[name=read]").fill("3")
+        update.locator("input[name=write]").fill("3")
+        update.locator("button[type=submit]").click()
+        expect(page.locator("#notice")).to_contain_text("DashTopic created/updated")
+        for _ in range(50):
+            if page.locator("#status tbody tr").count() == 3:
+                break
+            page.wait_for_timeout(200)
+            page.reload()
+        expect(page.locator("#status tbody tr")).to_have_count(3)
+        rec.shot("topic-updated")
+
         # A bad name: a clear message on the page, the markup shown as text.
         page.goto(f"{dash.url}/topics")
         page.locator("#create-topic input[name=topic]").fill("<img src=x id=injected>")
