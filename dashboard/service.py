@@ -27,6 +27,7 @@ from client.message import (
 )
 from client.producer import Producer
 from client.route import master_addr
+from client.trace import TraceView, trace_views
 from common.pull import PULL_FLAG_SUBSCRIPTION
 from remoting import RemotingCommand
 from remoting.codes import RequestCode, ResponseCode
@@ -458,3 +459,23 @@ def hex_dump(data: bytes) -> str:
         text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
         lines.append(f"{i:08x}  {hexes:<47}  {text}")
     return "\n".join(lines)
+
+
+# -- traces ------------------------------------------------------------------------------------
+MAX_TRACE_MESSAGES = 64
+MAX_TRACE_ROWS = 200
+
+
+async def message_trace(admin: Admin, msg_id: str, trace_topic: str) -> tuple[list[TraceView], int]:
+    """The trace records of `msg_id` in `trace_topic` (at most 200, oldest first) and the number
+    of unreadable records, as `mqadmin queryMsgTraceById` reads them.
+
+    Raises:
+        BadInput: the trace topic does not exist (nothing was ever traced).
+    """
+    try:
+        msgs = await admin.query_msg_by_key(trace_topic, msg_id, max_num=MAX_TRACE_MESSAGES)
+    except NoRouteError:
+        raise BadInput(f"no trace topic {trace_topic}: no client has traced messages") from None
+    views, bad = trace_views(msg_id, msgs)
+    return views[:MAX_TRACE_ROWS], bad

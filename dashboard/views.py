@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from client.errors import NoRouteError
 from client.message import DLQ_GROUP_TOPIC_PREFIX
+from client.trace import TRACE_TOPIC
 from dashboard import service
 
 if TYPE_CHECKING:
@@ -228,6 +229,22 @@ async def messages(request: Request, dash: Dashboard) -> Response:
 _HEX = frozenset("0123456789abcdefABCDEF")
 
 
+async def trace(request: Request, dash: Dashboard) -> Response:
+    p = request.query_params
+    msg_id = p.get("id", "").strip()
+    if "id" not in p:
+        return _render(request, "trace.html", {"msg_id": "", "trace_topic": TRACE_TOPIC})
+    if not msg_id or len(msg_id) > 128 or not all(c in _HEX for c in msg_id):
+        raise service.BadInput("a message id is 1 to 128 hex digits")
+    trace_topic = service.lookup_topic_name(p.get("topic") or TRACE_TOPIC)
+    views, bad = await service.message_trace(dash.admin, msg_id.upper(), trace_topic)
+    return _render(
+        request,
+        "trace.html",
+        {"msg_id": msg_id.upper(), "trace_topic": trace_topic, "views": views, "bad": bad},
+    )
+
+
 async def dlq(request: Request, dash: Dashboard) -> Response:
     name = service.group_name(request.query_params.get("g"))
     try:
@@ -289,6 +306,7 @@ ROUTES: list[tuple[str, str, Handler, list[str]]] = [
     ("/group/reset", "group.html", group_reset, ["POST"]),
     ("/group/delete", "group.html", group_delete, ["POST"]),
     ("/messages", "messages.html", messages, ["GET"]),
+    ("/trace", "trace.html", trace, ["GET"]),
     ("/dlq", "dlq.html", dlq, ["GET"]),
     ("/dlq/resend", "dlq.html", dlq_resend, ["POST"]),
     ("/charts", "charts.html", charts, ["GET"]),

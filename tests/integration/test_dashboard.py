@@ -442,6 +442,59 @@ def test_dlq_message_resent(
         expect(page.locator("#error")).to_contain_text("group nobody has no dead-letter queue")
 
 
+async def _traced_send_and_consume(ns: str, topic: str) -> str:
+    """One message sent and consumed with trace on (records written as the clients close)."""
+    cfg = fast_config(ns, enable_trace=True)
+    async with Producer("pg_traced", cfg) as p:
+        sent = await p.send(Message(topic, b"traced", keys="traced-1"))
+    done: set[str] = set()
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        done.update(m.msg_id for m in msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = PushConsumer(
+        "cg_traced",
+        cfg,
+        listener=listener,
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+    )
+    c.subscribe(topic)
+    async with c:
+        await wait_until(lambda: sent.msg_id in done, total=30, what="traced message consumed")
+    return sent.msg_id
+
+
+def test_message_trace(
+    cluster: str, start_dashboard: Callable[..., DashboardProc], rec: Recorder
+) -> None:
+    trio.run(create_topic, cluster, "DashTrace")
+    msg_id = trio.run(_traced_send_and_consume, cluster, "DashTrace")
+    dash = start_dashboard(cluster)
+    page = rec.page
+    with on_failure_dump(rec):
+        page.goto(f"{dash.url}/messages?mode=id&topic=DashTrace&id={msg_id}")
+        page.locator("section.message a.trace-link").click()
+        expect(page.locator("#trace-msg-id")).to_have_text(msg_id)
+        # The broker indexes the trace messages shortly after they are written: reload.
+        for _ in range(100):
+            if page.locator("#trace tr.trace-SubAfter").count():
+                break
+            page.wait_for_timeout(200)
+            page.reload()
+        pub = page.locator("#trace tr.trace-Pub")
+        expect(pub).to_have_count(1)
+        expect(pub).to_contain_text("pg_traced")
+        expect(pub).to_contain_text("DashTrace")
+        expect(pub).to_contain_text("traced-1")
+        expect(page.locator("#trace tr.trace-SubAfter")).to_contain_text("cg_traced")
+        expect(page.locator("#trace tr.trace-SubAfter")).to_contain_text("success")
+        rec.shot("trace")
+        page.goto(f"{dash.url}/trace?id={msg_id}&topic=NoTraceTopic")
+        expect(page.locator("#error")).to_contain_text("no trace topic NoTraceTopic")
+        rec.shot("trace-no-topic")
+
+
 def test_brokers_of_a_running_cluster(
     namesrv: NamesrvProc,
     start_broker: StartBroker,

@@ -118,6 +118,19 @@ async def test_message_lookup_bad_input(client: httpx.AsyncClient, query: str, m
     assert "<script>" not in resp.text
 
 
+async def test_trace_page_input(client: httpx.AsyncClient) -> None:
+    empty = await client.get("/trace")
+    assert empty.status_code == 200
+    assert 'name="id"' in empty.text
+    bad = await client.get("/trace?id=%3Cb%3E")
+    assert bad.status_code == 400
+    assert "hex digits" in bad.text
+    assert "<b>" not in bad.text
+    topic = await client.get("/trace?id=AB&topic=bad%20topic")
+    assert topic.status_code == 400
+    assert "illegal characters" in topic.text
+
+
 async def test_group_forms_bad_input(client: httpx.AsyncClient) -> None:
     token = await _csrf(client)
     resp = await client.post(
