@@ -15,13 +15,17 @@ from client import (
     Admin,
     ConsumeConcurrentlyContext,
     ConsumeFromWhere,
+    ConsumeOrderlyContext,
+    ConsumeOrderlyStatus,
     ConsumeStatus,
+    LocalTransactionState,
     Message,
     MessageExt,
     Producer,
     PullConsumer,
     PushConsumer,
     SendStatus,
+    TransactionProducer,
 )
 from client.trace import TRACE_TOPIC, ConsumeReturnType
 from tests.helpers import wait_until
@@ -218,3 +222,57 @@ async def test_mqbench_trace_flag_writes_trace_records(
 
         # Written by the time mqbench exits (the producer's close sends what is queued).
         await wait_until(written, total=20, interval=0.2, what="trace messages from mqbench")
+
+
+async def test_orderly_consumer_traces(namesrv: NamesrvProc, start_broker: StartBroker) -> None:
+    start_broker(namesrv.addr, name="broker-a")
+    ns = namesrv.addr
+    await create_topic(ns, "TraceOrd", queues=1)
+    cfg = fast_config(ns, enable_trace=True, suspend_current_queue_time_ms=100)
+    async with Producer("trace-ord-pg", cfg) as p:
+        sent = await p.send_orderly(Message("TraceOrd", b"in order"), "k")
+    calls: list[str] = []
+
+    async def listener(msgs: list[MessageExt], ctx: ConsumeOrderlyContext) -> ConsumeOrderlyStatus:
+        calls.append(msgs[0].msg_id)
+        if len(calls) == 1:
+            return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT  # retried in place
+        return ConsumeOrderlyStatus.SUCCESS
+
+    consumer = PushConsumer(
+        "trace-ord-cg", cfg, orderly_listener=listener, consume_from_where=FIRST
+    )
+    consumer.subscribe("TraceOrd", "*")
+    async with consumer:
+        await wait_until(lambda: len(calls) >= 2, total=30, what="the orderly retry")
+
+    async def traced() -> bool:
+        got = await _trace(ns, sent.msg_id)
+        return got is not None and len(got["consumers"].get("trace-ord-cg", [])) == 2
+
+    await wait_until(traced, total=30, interval=0.5, what="the orderly trace")
+    got = await _trace(ns, sent.msg_id)
+    assert got is not None
+    subs = sorted(got["consumers"]["trace-ord-cg"], key=lambda v: v["time_stamp"])
+    assert [(v["status"], v["context_code"]) for v in subs] == [
+        ("failed", ConsumeReturnType.FAILED),
+        ("success", ConsumeReturnType.SUCCESS),
+    ]
+
+    # A transaction's half message: its Pub record says so.
+    async def commit(msg: Message, arg: object) -> LocalTransactionState:
+        return LocalTransactionState.COMMIT_MESSAGE
+
+    async with TransactionProducer("trace-tx-pg", cfg, execute_local_transaction=commit) as tp:
+        tx = await tp.send_message_in_transaction(Message("TraceOrd", b"tx"))
+    half_id = tx.send_result.msg_id
+
+    async def half_traced() -> bool:
+        got = await _trace(ns, half_id)
+        return got is not None and len(got["pub"]) == 1
+
+    await wait_until(half_traced, total=30, interval=0.5, what="the half message's trace")
+    got = await _trace(ns, half_id)
+    assert got is not None
+    assert got["pub"][0]["msg_type"] == "Trans_Msg_Half"
+    assert got["pub"][0]["group_name"] == "trace-tx-pg"
