@@ -558,7 +558,11 @@ def trace_views(msg_id: str, trace_messages: Iterable[MessageExt]) -> tuple[list
                     keys=bean.keys,
                     store_host=bean.store_host or None,
                     offset_msg_id=bean.offset_msg_id or None,
-                    msg_type=bean.msg_type.name,
+                    msg_type=(
+                        bean.msg_type.name
+                        if ctx.trace_type in (TraceType.Pub, TraceType.EndTransaction)
+                        else None
+                    ),
                     region_id=ctx.region_id,
                     request_id=ctx.request_id,
                     context_code=(

@@ -257,6 +257,7 @@ def test_trace_views_keep_the_message_and_pair_retries() -> None:
     sub = views[2]
     assert (sub.group_name, sub.status, sub.retry_times, sub.context_code) == ("CG", "failed", 2, 2)
     assert all(v.client_host == "10.9.9.9:1234" for v in views)
+    assert [v.msg_type for v in views] == ["Normal_Msg", None, None]
 
 
 class _Recorder:
