@@ -158,3 +158,13 @@ class ConsumerManager:
 
     def groups_of_topic(self, topic: str) -> list[str]:
         return [g for g, info in self._groups.items() if topic in info.subscriptions]
+
+    def find_channel(self, client_id: str) -> Channel | None:
+        """The connection of client `client_id` (any of its consumer groups), the most
+        recently heard one; None when no consumer of that client is known."""
+        best: ClientChannelInfo | None = None
+        for info in self._groups.values():
+            member = info.channels.get(client_id)
+            if member is not None and (best is None or member.last_update_ms > best.last_update_ms):
+                best = member
+        return None if best is None else best.channel

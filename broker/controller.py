@@ -39,6 +39,7 @@ from broker.processors.consumer_manage import ConsumerManageProcessor
 from broker.processors.end_transaction import EndTransactionProcessor
 from broker.processors.pull import PullProcessor
 from broker.processors.query import QueryProcessor
+from broker.processors.reply import ReplyProcessor, reply_topic
 from broker.processors.send import SendProcessor
 from broker.processors.send_back import SendBackProcessor
 from broker.producer_manager import ProducerManager
@@ -71,6 +72,7 @@ from remoting import (
     SerializeType,
 )
 from remoting.codes import RequestCode as R
+from remoting.protocol.route import TopicConfig
 from remoting.tls import client_settings, server_settings
 from store import MessageStore, StoreClosedError
 from store.epoch_file import EpochFile
@@ -144,6 +146,9 @@ class BrokerController:
             broker_topic_enable=config.broker_topic_enable,
             max_queue_nums=config.max_topic_queue_nums,
         )
+        # Request-reply: every broker has its cluster's reply topic from the start (1 queue,
+        # a system topic, as RocketMQ's TopicConfigManager).
+        self.topics._add_system(TopicConfig(reply_topic(config.broker_cluster_name), 1, 1))
         self.offsets = OffsetManager(store_dir)
         self.subscriptions = SubscriptionManager(
             store_dir,
@@ -214,6 +219,10 @@ class BrokerController:
         self.client_manage = ClientManageProcessor(self)
         self.admin = AdminProcessor(self)
         self.query = QueryProcessor(self)
+        # storeReplyMessageEnable (default on, as RocketMQ) when the config has the setting.
+        self.reply = ReplyProcessor(
+            self, store_reply=bool(getattr(config, "store_reply_message_enable", True))
+        )
         self._store: MessageStore | None = None
         # Replication (`broker.ha`): a master serves its slaves, a slave follows its master.
         self.ha_master: HAMaster | AutoSwitchHAMaster | None = None
@@ -292,6 +301,9 @@ class BrokerController:
         reg(R.CHECK_CLIENT_CONFIG, self.client_manage.check_client_config)
         reg(R.GET_CONSUMER_CONNECTION_LIST, self.client_manage.get_consumer_connection_list)
         reg(R.GET_PRODUCER_CONNECTION_LIST, self.client_manage.get_producer_connection_list)
+        # request-reply (awaits the push to the requester: a task, not inline)
+        reg(R.SEND_REPLY_MESSAGE, self.reply.send_reply_message)
+        reg(R.SEND_REPLY_MESSAGE_V2, self.reply.send_reply_message)
         # lookups
         reg(R.QUERY_MESSAGE, self.query.query_message)
         reg(R.VIEW_MESSAGE_BY_ID, self.query.view_message_by_id)

@@ -56,3 +56,14 @@ class ProducerManager:
 
     def groups(self) -> list[str]:
         return list(self._groups)
+
+    def find_channel(self, client_id: str) -> Channel | None:
+        """The connection of client `client_id` (any of its producer groups), the most
+        recently heard one; None when no producer of that client is known (RocketMQ's
+        ProducerManager.findChannel, used to push replies)."""
+        best: ClientChannelInfo | None = None
+        for members in self._groups.values():
+            info = members.get(client_id)
+            if info is not None and (best is None or info.last_update_ms > best.last_update_ms):
+                best = info
+        return None if best is None else best.channel

@@ -26,6 +26,7 @@ from client._util import close_stack
 from client.config import ClientConfig
 from client.errors import ClientClosedError, MQClientError, NoRouteError
 from client.message import MessageQueue
+from client.request_reply import PendingRequests
 from client.route import TopicPublishInfo, broker_addr_table, subscribe_queues
 from common.message import PROPERTY_PRODUCER_GROUP
 from remoting import RemotingClient, RemotingCommand
@@ -187,6 +188,8 @@ class ClientInstance:
         self._inner_producer_lock = trio.Lock()
         # Own generator: the global `random` state belongs to the application.
         self._rng = random.Random()
+        # Requests of this client's producers waiting for replies (client.request_reply).
+        self.requests = PendingRequests()
 
     # -- lifecycle ------------------------------------------------------------
     @property
@@ -238,6 +241,9 @@ class ClientInstance:
             self.remoting.processors.register(
                 RequestCode.CHECK_TRANSACTION_STATE, self._on_check_transaction_state
             )
+            self.remoting.processors.register(
+                RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, self.requests.on_push_reply
+            )
             self._api = MQClientAPI(
                 self.remoting,
                 self.config.namesrv_list(),
@@ -249,6 +255,7 @@ class ClientInstance:
             self._nursery.start_soon(self._heartbeat_loop)
             self._nursery.start_soon(self._persist_loop)
             self._nursery.start_soon(self._rebalance_loop)
+            self._nursery.start_soon(self.requests.run_scanner)
         except BaseException:
             await self._stack.aclose()
             raise
@@ -261,6 +268,7 @@ class ClientInstance:
         tb: TracebackType | None,
     ) -> bool | None:
         self._running = False
+        self.requests.close("client instance closed: no reply will come")
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
         with trio.move_on_after(3) as scope:

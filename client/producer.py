@@ -24,6 +24,7 @@ from client.message import (
     NOT_ALLOWED_SEND_TOPICS,
     RETRY_GROUP_TOPIC_PREFIX,
     Message,
+    MessageExt,
     MessageQueue,
     SendResult,
     SendStatus,
@@ -32,6 +33,13 @@ from client.message import (
     encode_batch_chunks,
     validate_message,
 )
+from client.request_reply import (
+    REPLY_MESSAGE_FLAG,
+    RequestCallback,
+    RequestFuture,
+    request,
+    request_async,
+)
 from client.route import TopicPublishInfo
 from client.trace import DEFAULT_REGION, TraceDispatcher, pub_contexts
 from common.message import (
@@ -39,6 +47,7 @@ from common.message import (
     COMPRESSION_ZLIB,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_MESSAGE_TYPE,
     PROPERTY_RECONSUME_TIME,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -51,7 +60,7 @@ from common.message import (
     encode_properties,
     java_string_hash,
 )
-from remoting.codes import ResponseCode
+from remoting.codes import RequestCode, ResponseCode
 from remoting.errors import RemotingTimeoutError
 from remoting.protocol.headers import SendMessageRequestHeader, send_request_fields_v2
 
@@ -82,6 +91,7 @@ class _Send:
     fixed: Callable[[TopicPublishInfo], MessageQueue] | None
     retries: int
     answer: dict[str, str] | None = None  # the SEND_OK-family answer's extFields (trace)
+    reply: bool = False  # a reply (MSG_TYPE=reply): sent with SEND_REPLY_MESSAGE_V2
 
 
 SendCallback = Callable[[SendResult | None, BaseException | None], None]
@@ -219,6 +229,9 @@ class Producer:
             await self._idle.wait()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
+        if self._instance is not None:
+            # Requests still waiting for replies end now (ClientClosedError).
+            self._instance.requests.cancel_owner(self, f"producer {self.group} closed")
         if self._instance is not None and self._instance.running:
             with trio.CancelScope(shield=True):
                 await self._instance.unregister_producer(self.group)
@@ -419,6 +432,8 @@ class Producer:
                     req.body,
                     req.batch,
                 )
+                if req.reply:
+                    cmd.code = RequestCode.SEND_REPLY_MESSAGE_V2
                 resp = await transport.invoke(addr, cmd, max(1, int(remaining * 1000)))
                 result = send_result(resp, mq, req.msg_id)
                 req.answer = resp.ext_fields
@@ -571,7 +586,17 @@ class Producer:
         body, sys_flag, properties, uniq = self._prepare(msg)
         timeout_s = (timeout_ms or self.config.send_timeout_ms) / 1000
         return _Send(
-            msg.topic, body, sys_flag, msg.flag, properties, uniq, False, timeout_s, None, retries
+            msg.topic,
+            body,
+            sys_flag,
+            msg.flag,
+            properties,
+            uniq,
+            False,
+            timeout_s,
+            None,
+            retries,
+            reply=msg.properties.get(PROPERTY_MESSAGE_TYPE) == REPLY_MESSAGE_FLAG,
         )
 
     def _fixed_chooser(
@@ -657,6 +682,56 @@ class Producer:
         addr = await self.instance.find_master_addr(mq.broker_name, msg.topic)
         fields = self._fields(msg.topic, mq, sys_flag, msg.flag, properties)
         await self.instance.api.send_message_oneway_fields(addr, fields, body)
+
+    # -- request-reply (client/request_reply.py, docs/request-reply.md) ----------------
+    async def request(self, msg: Message, timeout_ms: int = 3000, **send_kw: Any) -> MessageExt:
+        """Send `msg` as a request and wait for the reply (RocketMQ's
+        DefaultMQProducer.request).
+
+        Args:
+            msg: the request; CORRELATION_ID, REPLY_TO_CLIENT and TTL are set on it.
+            timeout_ms: the whole wait, the send included.
+            send_kw: `send`'s queue choice (`queue`, `selector`, `arg`, `sharding_key`).
+
+        Returns:
+            The reply message.
+
+        Raises:
+            RequestTimeoutError: no reply within `timeout_ms`.
+            MQClientError: the request could not be sent (`__cause__` says why).
+            ClientClosedError: the producer closed while waiting.
+            MessageValidationError: the message breaks a rule (nothing was sent).
+        """
+        return await request(self, msg, timeout_ms, **send_kw)
+
+    def request_async(
+        self,
+        msg: Message,
+        callback: RequestCallback | None = None,
+        *,
+        timeout_ms: int = 3000,
+    ) -> RequestFuture:
+        """Start a request in the background: the reply or the error goes to
+        `callback(reply, error)` (if given) and to the returned future (`await fut`).
+        Validation errors are raised at once."""
+        if self._nursery is None:
+            raise ClientClosedError("producer is not started")
+        return request_async(self, self._nursery, msg, callback, timeout_ms)
+
+    async def send_reply(self, reply: Message, *, timeout_ms: int | None = None) -> SendResult:
+        """Send a reply built with `create_reply_message`, once: a retry would store and
+        push it again. The broker answers SUCCESS once the requester took it.
+
+        Raises:
+            MessageValidationError: `reply` is not a reply message (MSG_TYPE=reply).
+            SendFailedError: the broker refused it (`__cause__`: the RemoteError, e.g.
+                "push reply message fail, channel of <client id> not found.").
+        """
+        if reply.properties.get(PROPERTY_MESSAGE_TYPE) != REPLY_MESSAGE_FLAG:
+            raise MessageValidationError(
+                "not a reply message: build it with create_reply_message(request, body)"
+            )
+        return await self._send_with_retries(self._single(reply, timeout_ms, 0))
 
     # -- batches --------------------------------------------------------------------
     def _check_batch(self, msgs: Sequence[Message]) -> None:
