@@ -10,6 +10,7 @@ cleanly (unregister, persist, close the store); a second signal stops at once.
 from __future__ import annotations
 
 import gc
+import os
 import signal
 import sys
 from typing import Any, TypeVar
@@ -101,6 +102,9 @@ def freeze_startup_heap() -> None:
 @click.option("--log-json/--no-log-json", default=None, help="JSON log lines.")
 def cli(config_file: str | None, **flags: Any) -> None:
     """Run a trimq broker (RocketMQ 4.x protocol)."""
+    if config_file is not None:
+        # updateBrokerConfig persists runtime changes to the file the broker was started with.
+        flags["broker_config_path"] = os.path.abspath(config_file)
     try:
         config = load_config(config_file, flags=flags)
     except ConfigError as exc:

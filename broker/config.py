@@ -247,6 +247,12 @@ class BrokerConfig(TlsServerFields, TlsClientFields):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool = False
 
+    # -- runtime changes -----------------------------------------------------------------------
+    broker_config_path: str | None = None
+    """The TOML file `updateBrokerConfig` (UPDATE_BROKER_CONFIG) writes its changes to
+    (RocketMQ's brokerConfigPath); `mqbroker --config FILE` sets it to FILE. None: runtime
+    changes are not persisted. It cannot be changed at run time."""
+
     @field_validator("flush_disk_type", mode="before")
     @classmethod
     def _flush_alias(cls, v: object) -> object:
@@ -473,3 +479,154 @@ def load_config(
     return load_settings(
         BrokerConfig, "broker", config_file, flags=flags, environ=environ, error_source="file"
     )
+
+
+# -- runtime changes (UPDATE_BROKER_CONFIG) -------------------------------------------------------
+# The settings the broker reads on every use (or that `broker.processors.admin_more` hands on
+# to the component that holds a copy), so a change takes effect at once. Every other setting
+# (ports, paths, role, flush type, sizes of files and pools, names) needs a restart.
+RUNTIME_KEYS: frozenset[str] = frozenset(
+    {
+        "auto_create_topic_enable",
+        "auto_create_subscription_group",
+        "slave_read_enable",
+        "long_polling_enable",
+        "short_polling_time_ms",
+        "max_suspend_ms",
+        "max_pull_msgs",
+        "max_pull_bytes",
+        "max_message_size",
+        "max_properties_size",
+        "max_delay_timestamp_ahead_ms",
+        "enable_property_filter",
+        "broker_permission",
+        "file_reserved_hours",
+        "disk_max_used_ratio",
+        "disk_hard_ratio",
+        "clean_file_forcibly_enable",
+    }
+)
+
+# RocketMQ's names where trimq's differ: name -> (field, convert RocketMQ's value text).
+_ROCKETMQ_ALIASES: dict[str, tuple[str, Any]] = {
+    "fileReservedTime": ("file_reserved_hours", str),
+    "diskMaxUsedSpaceRatio": ("disk_max_used_ratio", lambda v: str(int(v) / 100)),
+    "maxTransferCountOnMessageInMemory": ("max_pull_msgs", str),
+    "maxTransferBytesOnMessageInMemory": ("max_pull_bytes", str),
+}
+
+
+def _snake(name: str) -> str:
+    out = []
+    for ch in name:
+        if ch.isupper():
+            out.append("_" + ch.lower())
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def runtime_changes(config: BrokerConfig, pairs: Mapping[str, str]) -> dict[str, Any]:
+    """Check `key -> value text` pairs (RocketMQ's camelCase names, trimq's snake_case ones, or
+    RocketMQ's own names where they differ) against `config` and return `field -> new value`,
+    validated as the model validates a setting. Nothing is changed.
+
+    Raises:
+        KeyError: an unknown setting (the message names it).
+        PermissionError: a known setting that cannot change at run time.
+        ValueError: a value the setting refuses.
+    """
+    out: dict[str, Any] = {}
+    probe = config.model_copy()
+    for key, text in pairs.items():
+        raw: str = text.strip()
+        if key in _ROCKETMQ_ALIASES:
+            name, convert = _ROCKETMQ_ALIASES[key]
+            try:
+                raw = convert(raw)
+            except ValueError:
+                raise ValueError(f"{key}: bad value {text!r}") from None
+        else:
+            name = _snake(key.strip())
+        if name not in BrokerConfig.model_fields:
+            raise KeyError(f"unknown broker setting {key!r}")
+        if name not in RUNTIME_KEYS:
+            raise PermissionError(
+                f"the broker setting {key!r} cannot be changed at run time (restart the broker "
+                f"with it in its config file); changeable: "
+                + ", ".join(sorted(_camel(k) for k in RUNTIME_KEYS))
+            )
+        try:
+            setattr(probe, name, raw)
+        except ValueError as exc:
+            first = exc.errors()[0]["msg"] if hasattr(exc, "errors") else str(exc)
+            raise ValueError(f"{key}={text!r}: {first}") from None
+        out[name] = getattr(probe, name)
+    return out
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    text = str(value)
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def update_toml_text(text: str, changes: Mapping[str, Any], table: str = "broker") -> str:
+    """`text` (a broker config file) with each `field = value` of `changes` set: the line that
+    sets it replaced in place (in the `[broker]` table when the file has one and sets it there,
+    else at the top level), or a new line added at the end of the top level. Comments and every
+    other line are kept.
+
+    Raises:
+        ValueError: `text` is not valid TOML, or the result does not read back as `changes`.
+    """
+    import re
+    import tomllib
+
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"the config file is not valid TOML: {exc}") from exc
+    lines = text.splitlines()
+    header = re.compile(r"^\s*\[")
+    for name, value in changes.items():
+        setter = re.compile(rf"^\s*{re.escape(name)}\s*=")
+        section = ""
+        top_end = len(lines)
+        found: int | None = None
+        in_table: int | None = None
+        for i, line in enumerate(lines):
+            if header.match(line):
+                if not section:
+                    top_end = min(top_end, i)
+                section = line.strip().strip("[]").strip()
+                continue
+            if setter.match(line):
+                if section == table:
+                    in_table = i
+                elif not section:
+                    found = i
+        target = in_table if in_table is not None else found
+        new_line = f"{name} = {_toml_value(value)}"
+        if target is not None:
+            lines[target] = new_line
+        else:
+            while top_end > 0 and not lines[top_end - 1].strip():
+                top_end -= 1
+            lines.insert(top_end, new_line)
+    out = "\n".join(lines) + "\n"
+    data = tomllib.loads(out)
+    merged = {**data, **data[table]} if isinstance(data.get(table), dict) else data
+    for name, value in changes.items():
+        if merged.get(name) != value:
+            raise ValueError(f"rewriting the config file did not set {name} to {value!r}")
+    return out

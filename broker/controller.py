@@ -34,6 +34,7 @@ from broker.long_polling import LongPollingService
 from broker.metrics import BrokerMetrics, Traffic
 from broker.offset_manager import OffsetManager
 from broker.processors.admin import AdminProcessor
+from broker.processors.admin_more import AdminMoreProcessor
 from broker.processors.client_manage import ClientManageProcessor
 from broker.processors.consumer_manage import ConsumerManageProcessor
 from broker.processors.end_transaction import EndTransactionProcessor
@@ -218,6 +219,7 @@ class BrokerController:
         self.consumer_manage = ConsumerManageProcessor(self)
         self.client_manage = ClientManageProcessor(self)
         self.admin = AdminProcessor(self)
+        self.admin_more = AdminMoreProcessor(self)
         self.query = QueryProcessor(self)
         # storeReplyMessageEnable (default on, as RocketMQ) when the config has the setting.
         self.reply = ReplyProcessor(
@@ -326,6 +328,13 @@ class BrokerController:
         reg(R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self.admin.get_all_subscription_group_config)
         reg(R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, self.admin.update_and_create_subscription_group)
         reg(R.GET_BROKER_CONFIG, self.admin.get_broker_config)
+        more = self.admin_more
+        reg(R.DELETE_SUBSCRIPTIONGROUP, more.delete_subscription_group)
+        reg(R.UPDATE_BROKER_CONFIG, more.update_broker_config)
+        reg(R.CLEAN_EXPIRED_CONSUMEQUEUE, more.clean_expired_consumequeue)
+        reg(R.DELETE_EXPIRED_COMMITLOG, more.delete_expired_commitlog)
+        reg(R.QUERY_TOPIC_CONSUME_BY_WHO, more.query_topic_consume_by_who)
+        reg(R.GET_CONSUMER_RUNNING_INFO, more.get_consumer_running_info)
         # A slave copies its master: it changes no topic or group and ends no transaction
         # (RocketMQ's answers). In controller mode the role changes at run time.
         changes = (

@@ -41,13 +41,17 @@ from common.message import (
     decode_offset_msg_id,
 )
 from common.pull import PULL_FLAG_SUBSCRIPTION
-from remoting.codes import ResponseCode
+from remoting import RemotingCommand
+from remoting.codes import RequestCode, ResponseCode
 from remoting.errors import RemoteError
 from remoting.protocol import bodies
 from remoting.protocol.headers import PullMessageRequestHeader
-from remoting.protocol.route import MASTER_ID, ClusterInfo, TopicRouteData
+from remoting.protocol.route import MASTER_ID, ClusterInfo, TopicRouteData, loads_tolerant
 
 log = structlog.get_logger()
+
+# The group RocketMQ's tools pull as (nothing is committed for it).
+TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
 
 
 @dataclass(slots=True, frozen=True)
@@ -536,6 +540,250 @@ class Admin:
             async with Producer(DLQ_RESEND_GROUP, self.config, instance=self.instance) as p:
                 return m, await p.send(copy)
         raise MQClientError(f"message {msg_id} not found in {DLQ_GROUP_TOPIC_PREFIX}{group}")
+
+    # -- raw calls ---------------------------------------------------------------------
+    async def call(
+        self,
+        addr: str,
+        code: int,
+        fields: dict[str, str] | None = None,
+        body: bytes | None = None,
+        timeout_ms: int | None = None,
+    ) -> RemotingCommand:
+        """One request to a broker (or NameServer) at `addr`; the response when SUCCESS.
+
+        Raises:
+            RemoteError: any other response code (with the server's remark).
+        """
+        cmd = RemotingCommand.request(code, fields, body)
+        api = self.instance.api
+        resp = await api.transport.invoke(addr, cmd, timeout_ms or api.timeout_ms)
+        return resp.raise_for_code()
+
+    def namesrv_addrs(self) -> list[str]:
+        return list(self.instance.api.namesrv_addrs)
+
+    # -- subscription groups -----------------------------------------------------------
+    async def update_subscription_group(
+        self, addr: str, cfg: bodies.SubscriptionGroupConfig
+    ) -> None:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200) on one broker."""
+        await self.call(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=cfg.to_json())
+
+    async def delete_subscription_group(
+        self, addr: str, group: str, *, remove_offset: bool = False
+    ) -> None:
+        """DELETE_SUBSCRIPTIONGROUP (207) on one broker."""
+        fields = {"groupName": group, "removeOffset": str(remove_offset).lower()}
+        await self.call(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP, fields)
+
+    # -- configuration -----------------------------------------------------------------
+    async def get_broker_config(self, addr: str) -> dict[str, str]:
+        """GET_BROKER_CONFIG (26): the broker's settings by RocketMQ-style name."""
+        resp = await self.call(addr, RequestCode.GET_BROKER_CONFIG)
+        return parse_properties(resp.body_bytes().decode("utf-8", "replace"))
+
+    async def update_broker_config(self, addr: str, key: str, value: str) -> str | None:
+        """UPDATE_BROKER_CONFIG (25). Returns the broker's remark (set when it could not
+        persist the change)."""
+        check_config_pair(key, value)
+        resp = await self.call(
+            addr, RequestCode.UPDATE_BROKER_CONFIG, body=f"{key}={value}\n".encode()
+        )
+        return resp.remark
+
+    async def get_namesrv_config(self, addr: str) -> dict[str, str]:
+        """GET_NAMESRV_CONFIG (319) of one NameServer."""
+        resp = await self.call(addr, RequestCode.GET_NAMESRV_CONFIG)
+        return parse_properties(resp.body_bytes().decode("utf-8", "replace"))
+
+    async def update_namesrv_config(self, addr: str, key: str, value: str) -> None:
+        """UPDATE_NAMESRV_CONFIG (318) on one NameServer."""
+        check_config_pair(key, value)
+        await self.call(addr, RequestCode.UPDATE_NAMESRV_CONFIG, body=f"{key}={value}\n".encode())
+
+    # -- write permission (NameServer) ---------------------------------------------------
+    async def wipe_write_perm(self, ns_addr: str, broker_name: str) -> int:
+        """WIPE_WRITE_PERM_OF_BROKER (205) on one NameServer: the number of topics changed."""
+        resp = await self.call(
+            ns_addr, RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": broker_name}
+        )
+        return int(resp.field("wipeTopicCount") or 0)
+
+    async def add_write_perm(self, ns_addr: str, broker_name: str) -> int:
+        """ADD_WRITE_PERM_OF_BROKER (327) on one NameServer: the number of topics changed."""
+        resp = await self.call(
+            ns_addr, RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": broker_name}
+        )
+        return int(resp.field("addTopicCount") or 0)
+
+    # -- KV config (NameServer) ------------------------------------------------------------
+    async def put_kv(self, namespace: str, key: str, value: str) -> None:
+        """PUT_KV_CONFIG (100) on every NameServer."""
+        for ns in self.namesrv_addrs():
+            await self.call(
+                ns, RequestCode.PUT_KV_CONFIG, {"namespace": namespace, "key": key, "value": value}
+            )
+
+    async def get_kv(self, namespace: str, key: str) -> str | None:
+        """GET_KV_CONFIG (101) from the NameServers (the first that has it), or None."""
+        for ns in self.namesrv_addrs():
+            try:
+                resp = await self.call(
+                    ns, RequestCode.GET_KV_CONFIG, {"namespace": namespace, "key": key}
+                )
+            except RemoteError as exc:
+                if exc.code == ResponseCode.QUERY_NOT_FOUND:
+                    continue
+                raise
+            return resp.field("value")
+        return None
+
+    async def delete_kv(self, namespace: str, key: str) -> None:
+        """DELETE_KV_CONFIG (102) on every NameServer."""
+        for ns in self.namesrv_addrs():
+            await self.call(ns, RequestCode.DELETE_KV_CONFIG, {"namespace": namespace, "key": key})
+
+    # -- files ---------------------------------------------------------------------------
+    async def clean_expired_consume_queue(self, addr: str) -> None:
+        """CLEAN_EXPIRED_CONSUMEQUEUE (306) on one broker."""
+        await self.call(addr, RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE, timeout_ms=30_000)
+
+    async def delete_expired_commitlog(self, addr: str) -> int:
+        """DELETE_EXPIRED_COMMITLOG (329) on one broker: commitlog files deleted."""
+        resp = await self.call(addr, RequestCode.DELETE_EXPIRED_COMMITLOG, timeout_ms=30_000)
+        return int(resp.field("deletedFiles") or 0)
+
+    # -- clients -------------------------------------------------------------------------
+    async def producer_connection(self, addr: str, group: str) -> bodies.ProducerConnection:
+        """GET_PRODUCER_CONNECTION_LIST (204) of one broker."""
+        resp = await self.call(
+            addr, RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group}
+        )
+        return bodies.ProducerConnection.from_json(resp.body_bytes())
+
+    async def consumer_running_info(
+        self, addr: str, group: str, client_id: str, *, jstack: bool = False
+    ) -> dict[str, Any]:
+        """GET_CONSUMER_RUNNING_INFO (307): the client's ConsumerRunningInfo, asked through
+        the broker at `addr` (which forwards it over the client's connection)."""
+        fields = {
+            "consumerGroup": group,
+            "clientId": client_id,
+            "jstackEnable": str(jstack).lower(),
+        }
+        resp = await self.call(
+            addr, RequestCode.GET_CONSUMER_RUNNING_INFO, fields, timeout_ms=15_000
+        )
+        raw = loads_tolerant(resp.body_bytes())
+        if not isinstance(raw, dict):
+            raise MQClientError(f"bad ConsumerRunningInfo from {addr}")
+        return raw
+
+    async def topic_consumed_by(self, addr: str, topic: str) -> list[str]:
+        """QUERY_TOPIC_CONSUME_BY_WHO (300) of one broker: the groups of the topic."""
+        resp = await self.call(addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic})
+        raw = loads_tolerant(resp.body_bytes())
+        groups = raw.get("groupList") if isinstance(raw, dict) else None
+        return sorted(str(g) for g in groups or [])
+
+    # -- messages by position --------------------------------------------------------------
+    async def pull_range(
+        self,
+        mq: MessageQueue,
+        begin: int,
+        end: int,
+        *,
+        max_num: int,
+        group: str = TOOLS_CONSUMER_GROUP,
+        subscription: str = "*",
+    ) -> list[MessageExt]:
+        """The messages of `mq` from offset `begin` up to (not including) `end`, at most
+        `max_num`, read with pulls that commit nothing."""
+        route = await self.topic_route(mq.topic)
+        bd = next((b for b in route.broker_datas if b.broker_name == mq.broker_name), None)
+        addr = master_addr(bd) if bd is not None else None
+        if addr is None:
+            raise MQClientError(f"broker {mq.broker_name} has no master serving {mq.topic}")
+        out: list[MessageExt] = []
+        offset = begin
+        # Bounded: each round either moves `offset` on or stops.
+        while offset < end and len(out) < max_num:
+            header = PullMessageRequestHeader(
+                consumer_group=group,
+                topic=mq.topic,
+                queue_id=mq.queue_id,
+                queue_offset=offset,
+                max_msg_nums=min(32, max_num - len(out), end - offset),
+                sys_flag=PULL_FLAG_SUBSCRIPTION,
+                commit_offset=0,
+                suspend_timeout_millis=0,
+                subscription=subscription,
+                sub_version=0,
+            )
+            res = await self.instance.api.pull_message(
+                addr, mq.broker_name, header, self.config.mq_client_api_timeout_ms
+            )
+            if res.status is PullStatus.FOUND:
+                out.extend(m for m in res.messages if m.queue_offset < end)
+            elif res.status is not PullStatus.NO_MATCHED_MSG:
+                break
+            if res.next_begin_offset <= offset:
+                break
+            offset = res.next_begin_offset
+        return out[:max_num]
+
+    async def queue_offsets(self, mq: MessageQueue) -> tuple[int, int]:
+        """(min offset, max offset) of a queue."""
+        addr = await self._master_of(mq)
+        api = self.instance.api
+        return await api.get_min_offset(addr, mq), await api.get_max_offset(addr, mq)
+
+    async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        return await self.instance.api.search_offset(await self._master_of(mq), mq, timestamp_ms)
+
+    async def _master_of(self, mq: MessageQueue) -> str:
+        route = await self.topic_route(mq.topic)
+        bd = next((b for b in route.broker_datas if b.broker_name == mq.broker_name), None)
+        addr = master_addr(bd) if bd is not None else None
+        if addr is None:
+            raise MQClientError(f"the topic {mq.topic} has no broker named {mq.broker_name}")
+        return addr
+
+    async def message_queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's readable queues (as consumers see them)."""
+        return sorted(subscribe_queues(topic, await self.topic_route(topic)))
+
+
+MAX_CONFIG_TEXT = 4096
+
+
+def check_config_pair(key: str, value: str) -> None:
+    """A setting name and value that fit one `key=value` line.
+
+    Raises:
+        MQClientError: empty key, a separator or line break in it, a line break in the value,
+            or too long.
+    """
+    if not key.strip() or any(c in key for c in "=:\r\n#!") or key != key.strip():
+        raise MQClientError(f"bad setting name {key!r}")
+    if "\n" in value or "\r" in value:
+        raise MQClientError("a setting value cannot hold a line break")
+    if len(key) + len(value) > MAX_CONFIG_TEXT:
+        raise MQClientError("the setting is too long")
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """`key=value` lines as a dict (blank and `#` lines skipped)."""
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
 
 
 DLQ_READER_GROUP = "mqadmin_dlq_reader"

@@ -28,6 +28,7 @@ from client.errors import ClientClosedError, MQClientError, NoRouteError
 from client.message import MessageQueue
 from client.request_reply import PendingRequests
 from client.route import TopicPublishInfo, broker_addr_table, subscribe_queues
+from client.running_info import running_info
 from common.message import PROPERTY_PRODUCER_GROUP
 from remoting import RemotingClient, RemotingCommand
 from remoting.codes import RequestCode, ResponseCode, SerializeType
@@ -240,6 +241,9 @@ class ClientInstance:
             )
             self.remoting.processors.register(
                 RequestCode.CHECK_TRANSACTION_STATE, self._on_check_transaction_state
+            )
+            self.remoting.processors.register(
+                RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_get_consumer_running_info
             )
             self.remoting.processors.register(
                 RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, self.requests.on_push_reply
@@ -676,3 +680,17 @@ class ClientInstance:
         self, conn: object, cmd: RemotingCommand
     ) -> RemotingCommand | None:
         return cmd.make_response(ResponseCode.SUCCESS)
+
+    async def _on_get_consumer_running_info(
+        self, conn: object, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        """GET_CONSUMER_RUNNING_INFO (307, sent on by a broker for `mqadmin consumerStatus`)."""
+        group = cmd.field("consumerGroup") or ""
+        consumer = self.consumers.get(group)
+        if consumer is None:
+            return cmd.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"The Consumer Group <{group}> not exist in this consumer",
+            )
+        jstack = (cmd.field("jstackEnable") or "").lower() == "true"
+        return cmd.make_response(body=running_info(consumer, self.config, jstack=jstack))

@@ -131,3 +131,50 @@ def load_config(
             environment, flags").
     """
     return load_settings(NamesrvConfig, "namesrv", config_file, flags=flags, environ=environ)
+
+
+# Settings the NameServer reads on every use, so UPDATE_NAMESRV_CONFIG (318) may change them at
+# run time (`namesrv.processors`); every other setting needs a restart.
+RUNTIME_KEYS: frozenset[str] = frozenset({"order_message_enable", "broker_channel_expired_time_ms"})
+
+
+def camel(name: str) -> str:
+    """`order_message_enable` -> `orderMessageEnable` (RocketMQ's spelling on the wire)."""
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def snake(name: str) -> str:
+    """`orderMessageEnable` -> `order_message_enable`."""
+    return "".join("_" + c.lower() if c.isupper() else c for c in name.strip())
+
+
+def runtime_changes(config: NamesrvConfig, pairs: Mapping[str, str]) -> dict[str, Any]:
+    """Check `key -> value text` pairs (camelCase or snake_case) and return `field -> new
+    value`, validated as the model validates a setting. Nothing is changed.
+
+    Raises:
+        KeyError: an unknown setting.
+        PermissionError: a setting that cannot change at run time.
+        ValueError: a value the setting refuses.
+    """
+    probe = config.model_copy()
+    out: dict[str, Any] = {}
+    for key, text in pairs.items():
+        name = snake(key)
+        if name not in NamesrvConfig.model_fields:
+            raise KeyError(f"unknown NameServer setting {key!r}")
+        if name not in RUNTIME_KEYS:
+            raise PermissionError(
+                f"the NameServer setting {key!r} cannot be changed at run time (restart the "
+                "NameServer with it); changeable: "
+                + ", ".join(sorted(camel(k) for k in RUNTIME_KEYS))
+            )
+        try:
+            setattr(probe, name, text.strip())
+        except ValueError as exc:
+            errors = getattr(exc, "errors", None)
+            msg = errors()[0]["msg"] if callable(errors) else str(exc)
+            raise ValueError(f"{key}={text!r}: {msg}") from None
+        out[name] = getattr(probe, name)
+    return out

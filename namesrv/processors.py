@@ -18,6 +18,7 @@ import structlog
 import trio
 
 from common.acl import Account, AclChecker, AclError
+from namesrv.config import NamesrvConfig, camel, runtime_changes
 from namesrv.kv_config import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfig
 from namesrv.route_table import RouteTable
 from remoting import Connection, Processor, RemotingCommand
@@ -117,8 +118,11 @@ class NamesrvProcessors:
         *,
         order_message_enable: bool = False,
         now_ms: Callable[[], int] = monotonic_ms,
+        config: NamesrvConfig | None = None,
     ) -> None:
         self.route_table = route_table
+        # The server's settings, for GET/UPDATE_NAMESRV_CONFIG (None: those answer an error).
+        self.config = config
         self.kv = kv
         self.order_message_enable = order_message_enable
         self._now_ms = now_ms
@@ -143,6 +147,8 @@ class NamesrvProcessors:
             RequestCode.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
             RequestCode.WIPE_WRITE_PERM_OF_BROKER: self.wipe_write_perm_of_broker,
             RequestCode.ADD_WRITE_PERM_OF_BROKER: self.add_write_perm_of_broker,
+            RequestCode.GET_NAMESRV_CONFIG: self.get_namesrv_config,
+            RequestCode.UPDATE_NAMESRV_CONFIG: self.update_namesrv_config,
         }
         return {code: self._wrap(fn) for code, fn in table.items()}
 
@@ -407,3 +413,60 @@ class NamesrvProcessors:
         count = self.route_table.add_write_perm(broker_name)
         log.info("namesrv_write_perm_added", broker_name=broker_name, topics=count)
         return cmd.make_response(ext_fields={"addTopicCount": str(count)})
+
+    # -- configuration ----------------------------------------------------------------
+    def get_namesrv_config(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_NAMESRV_CONFIG (319): the settings as `key=value` lines (camelCase names)."""
+        if self.config is None:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, "no configuration to show")
+        values = self.config.model_dump()
+        lines = [f"{camel(k)}={'' if v is None else v}" for k, v in sorted(values.items())]
+        return cmd.make_response(body=("\n".join(lines) + "\n").encode())
+
+    def update_namesrv_config(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        """UPDATE_NAMESRV_CONFIG (318): body `key=value` lines; all are checked before any is
+        applied. Only the settings read on every use change (`namesrv.config.RUNTIME_KEYS`);
+        the change lasts until the NameServer stops (it has no file of its own to write)."""
+        if self.config is None:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, "no configuration to change")
+        body = cmd.body_bytes()
+        if len(body) > MAX_CONFIG_BODY:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, "the config body is too large")
+        try:
+            pairs = _properties(body.decode("utf-8"))
+            changes = runtime_changes(self.config, pairs)
+        except KeyError as exc:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, str(exc.args[0]))
+        except PermissionError as exc:
+            return cmd.make_response(ResponseCode.NO_PERMISSION, str(exc))
+        except (UnicodeDecodeError, ValueError) as exc:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"bad config: {exc}")
+        if not changes:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, "no key=value in the request body")
+        for name, value in changes.items():
+            setattr(self.config, name, value)
+            if name == "order_message_enable":
+                self.order_message_enable = value
+        log.info("namesrv_config_updated", changes=changes)
+        return cmd.make_response()
+
+
+MAX_CONFIG_BODY = 64 * 1024
+
+
+def _properties(text: str) -> dict[str, str]:
+    """`key=value` lines (Java properties text: `#`/`!` comments, `=` or `:`).
+
+    Raises:
+        ValueError: a line without a separator or with an empty key.
+    """
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut <= 0:
+            raise ValueError(f"not a key=value line: {line!r}")
+        out[line[:cut].strip()] = line[cut + 1 :].strip()
+    return out

@@ -50,7 +50,10 @@ class NameServer:
             tls=server_settings(config),
         )
         self.processors = NamesrvProcessors(
-            self.route_table, self.kv, order_message_enable=config.order_message_enable
+            self.route_table,
+            self.kv,
+            order_message_enable=config.order_message_enable,
+            config=config,
         )
         for code, handler in self.processors.handlers().items():
             self._server.processors.register(code, handler, inline=True)

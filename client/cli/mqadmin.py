@@ -44,11 +44,15 @@ from client.cli._options import (
     tls,
     tls_options,
 )
+from client.consumer.rebalance import AllocateMessageQueueAveragely
 from client.controller_admin import ControllerAdmin
 from client.errors import MQClientError
+from client.message import check_topic
+from client.route import master_addr, publish_queues
+from common.filter import parse_tag_expression
 from remoting.errors import RemoteError, RemotingError
 from remoting.logs import configure_logging
-from remoting.protocol.bodies import HARuntimeInfo
+from remoting.protocol.bodies import HARuntimeInfo, SubscriptionGroupConfig
 
 T = TypeVar("T")
 
@@ -896,6 +900,1045 @@ def consume_message(
     click.echo(f"consumed {n} message(s)", err=True)
 
 
+# -- subscription groups ------------------------------------------------------------------------
+def _broker_addrs(a: Admin, broker: str | None, cluster: str | None) -> Awaitable[list[str]]:
+    """`-b ADDR` (checked against the NameServer's brokers) or the masters of `-c CLUSTER`."""
+
+    async def find() -> list[str]:
+        info = await a.cluster_info()
+        if broker:
+            known = {
+                addr for bd in info.broker_addr_table.values() for addr in bd.broker_addrs.values()
+            }
+            if broker not in known:
+                raise MQClientError(
+                    f"no broker at {broker} is registered with the NameServer; known: "
+                    + (", ".join(sorted(known)) or "none")
+                )
+            return [broker]
+        addrs = list((await a.master_addrs(cluster)).values())
+        if not addrs:
+            raise MQClientError(f"no master broker in cluster {cluster}")
+        return addrs
+
+    return find()
+
+
+def _need_target(broker: str | None, cluster: str | None) -> None:
+    if not broker and not cluster:
+        raise click.UsageError("give -b BROKER_ADDR or -c CLUSTER")
+
+
+@cli.command("updateSubGroup")
+@namesrv_option
+@click.option("-b", "--brokerAddr", "broker", help="Create on this broker only.")
+@click.option("-c", "--clusterName", "cluster", help="Create on every master of this cluster.")
+@click.option("-g", "--groupName", "group", required=True, help="Consumer group name.")
+@click.option("-s", "--consumeEnable", "consume_enable", help="true/false (default true).")
+@click.option("-m", "--consumeFromMinEnable", "from_min", help="true/false (default true).")
+@click.option("-d", "--consumeBroadcastEnable", "broadcast", help="true/false (default true).")
+@click.option("-q", "--retryQueueNums", "retry_queues", type=int, help="Retry queues (1).")
+@click.option("-r", "--retryMaxTimes", "retry_max", type=int, help="Max retries (16).")
+@click.option("-i", "--brokerId", "broker_id", type=int, help="Consume from this broker id (0).")
+@click.option("-w", "--whichBrokerWhenConsumeSlowly", "slow_id", type=int, help="Broker id (1).")
+@click.option("-a", "--notifyConsumerIdsChanged", "notify", help="true/false (default true).")
+@click.option("-o", "--consumeMessageOrderly", "orderly", help="true/false (default false).")
+@json_option
+def update_sub_group(
+    namesrv: str | None,
+    broker: str | None,
+    cluster: str | None,
+    group: str,
+    consume_enable: str | None,
+    from_min: str | None,
+    broadcast: str | None,
+    retry_queues: int | None,
+    retry_max: int | None,
+    broker_id: int | None,
+    slow_id: int | None,
+    notify: str | None,
+    orderly: str | None,
+    as_json: bool,
+) -> None:
+    """Create or update a subscription (consumer) group."""
+    _need_target(broker, cluster)
+    cfg = SubscriptionGroupConfig(group_name=group)
+    for attr, text in (
+        ("consume_enable", consume_enable),
+        ("consume_from_min_enable", from_min),
+        ("consume_broadcast_enable", broadcast),
+        ("notify_consumer_ids_changed_enable", notify),
+        ("consume_message_orderly", orderly),
+    ):
+        if text is not None:
+            setattr(cfg, attr, _bool(text))
+    for attr, num in (
+        ("retry_queue_nums", retry_queues),
+        ("retry_max_times", retry_max),
+        ("broker_id", broker_id),
+        ("which_broker_when_consume_slowly", slow_id),
+    ):
+        if num is not None:
+            if num < 0:
+                raise click.BadParameter(f"{attr} must not be negative, got {num}")
+            setattr(cfg, attr, num)
+
+    async def body(a: Admin) -> list[str]:
+        addrs = await _broker_addrs(a, broker, cluster)
+        for addr in addrs:
+            await a.update_subscription_group(addr, cfg)
+        return addrs
+
+    addrs = _with_admin(namesrv, body)
+    if as_json:
+        _emit_json({"brokers": addrs, "config": cfg.to_dict()})
+        return
+    for addr in addrs:
+        click.echo(f"create subscription group to {addr} success.")
+    click.echo(_java_like("SubscriptionGroupConfig", cfg.to_dict()))
+
+
+def _java_like(name: str, values: dict[str, Any]) -> str:
+    inner = ", ".join(f"{k}={v}" for k, v in values.items() if not isinstance(v, dict | list))
+    return f"{name} [{inner}]"
+
+
+@cli.command("deleteSubGroup")
+@namesrv_option
+@click.option("-b", "--brokerAddr", "broker", help="Delete on this broker only.")
+@click.option("-c", "--clusterName", "cluster", help="Delete on every master of this cluster.")
+@click.option("-g", "--groupName", "group", required=True, help="Consumer group name.")
+@click.option("-r", "--removeOffset", "remove_offset", default="false", help="Not supported.")
+@json_option
+def delete_sub_group(
+    namesrv: str | None,
+    broker: str | None,
+    cluster: str | None,
+    group: str,
+    remove_offset: str,
+    as_json: bool,
+) -> None:
+    """Delete a subscription group (with -c also its %RETRY% and %DLQ% topics)."""
+    _need_target(broker, cluster)
+    remove = _bool(remove_offset)
+
+    async def body(a: Admin) -> list[str]:
+        addrs = await _broker_addrs(a, broker, cluster)
+        for addr in addrs:
+            await a.delete_subscription_group(addr, group, remove_offset=remove)
+        if cluster:
+            for prefix in ("%RETRY%", "%DLQ%"):
+                await a.delete_topic(prefix + group, cluster=cluster)
+        return addrs
+
+    addrs = _with_admin(namesrv, body)
+    if as_json:
+        _emit_json({"group": group, "brokers": addrs})
+        return
+    for addr in addrs:
+        click.echo(f"delete subscription group [{group}] from broker [{addr}] success.")
+    if cluster:
+        click.echo(f"delete topic [%RETRY%{group}] and [%DLQ%{group}] from cluster [{cluster}]")
+
+
+# -- configuration ------------------------------------------------------------------------------
+def _print_config(addr: str, table: dict[str, str]) -> None:
+    click.echo(f"============{addr}============")
+    for k, v in sorted(table.items()):
+        click.echo(f"{k:<50}=  {v}")
+
+
+@cli.command("getBrokerConfig")
+@namesrv_option
+@click.option("-b", "--brokerAddr", "broker", help="Broker address HOST:PORT.")
+@click.option("-c", "--clusterName", "cluster", help="Every master of this cluster.")
+@json_option
+def get_broker_config(
+    namesrv: str | None, broker: str | None, cluster: str | None, as_json: bool
+) -> None:
+    """A broker's settings."""
+    _need_target(broker, cluster)
+
+    async def body(a: Admin) -> dict[str, dict[str, str]]:
+        return {
+            addr: await a.get_broker_config(addr)
+            for addr in await _broker_addrs(a, broker, cluster)
+        }
+
+    result = _with_admin(namesrv, body)
+    if as_json:
+        _emit_json(result)
+        return
+    for addr, table in result.items():
+        _print_config(addr, table)
+
+
+@cli.command("updateBrokerConfig")
+@namesrv_option
+@click.option("-b", "--brokerAddr", "broker", help="Broker address HOST:PORT.")
+@click.option("-c", "--clusterName", "cluster", help="Every master of this cluster.")
+@click.option("-k", "--key", required=True, help="Setting name (e.g. maxMessageSize).")
+@click.option("-v", "--value", required=True, help="New value.")
+@json_option
+def update_broker_config(
+    namesrv: str | None,
+    broker: str | None,
+    cluster: str | None,
+    key: str,
+    value: str,
+    as_json: bool,
+) -> None:
+    """Change a broker setting at run time (only those that take effect at once).
+
+    The broker writes the change to the config file it was started with (--config); without
+    one the change lasts until it stops. Other settings are refused: they need a restart.
+    """
+    _need_target(broker, cluster)
+
+    async def body(a: Admin) -> dict[str, str | None]:
+        return {
+            addr: await a.update_broker_config(addr, key, value)
+            for addr in await _broker_addrs(a, broker, cluster)
+        }
+
+    result = _with_admin(namesrv, body)
+    if as_json:
+        _emit_json({addr: {"key": key, "value": value, "remark": r} for addr, r in result.items()})
+        return
+    for addr, remark in result.items():
+        click.echo(f"update broker config success, {addr}")
+        if remark:
+            click.echo(f"mqadmin: warning: {addr}: {remark}", err=True)
+
+
+@cli.command("getNamesrvConfig")
+@namesrv_option
+@json_option
+def get_namesrv_config(namesrv: str | None, as_json: bool) -> None:
+    """Every NameServer's settings."""
+
+    async def body(a: Admin) -> dict[str, dict[str, str]]:
+        return {ns: await a.get_namesrv_config(ns) for ns in a.namesrv_addrs()}
+
+    result = _with_admin(namesrv, body)
+    if as_json:
+        _emit_json(result)
+        return
+    for ns, table in result.items():
+        _print_config(ns, table)
+
+
+@cli.command("updateNamesrvConfig")
+@namesrv_option
+@click.option("-k", "--key", required=True, help="Setting name (e.g. orderMessageEnable).")
+@click.option("-v", "--value", required=True, help="New value.")
+@json_option
+def update_namesrv_config(namesrv: str | None, key: str, value: str, as_json: bool) -> None:
+    """Change a setting of every NameServer at run time (until it stops)."""
+
+    async def body(a: Admin) -> list[str]:
+        addrs = a.namesrv_addrs()
+        for ns in addrs:
+            await a.update_namesrv_config(ns, key, value)
+        return addrs
+
+    addrs = _with_admin(namesrv, body)
+    if as_json:
+        _emit_json({"namesrv": addrs, "key": key, "value": value})
+        return
+    click.echo(f"update name server config success!{addrs}\n{key} : {value}")
+
+
+# -- write permission ---------------------------------------------------------------------------
+def _write_perm(namesrv: str | None, broker_name: str, wipe: bool, as_json: bool) -> None:
+    async def body(a: Admin) -> dict[str, int | str]:
+        info = await a.cluster_info()
+        if broker_name not in info.broker_addr_table:
+            raise MQClientError(
+                f"no broker named {broker_name} is registered; known: "
+                + (", ".join(sorted(info.broker_addr_table)) or "none")
+            )
+        out: dict[str, int | str] = {}
+        for ns in a.namesrv_addrs():
+            try:
+                if wipe:
+                    out[ns] = await a.wipe_write_perm(ns, broker_name)
+                else:
+                    out[ns] = await a.add_write_perm(ns, broker_name)
+            except (RemotingError, MQClientError) as exc:
+                out[ns] = f"Failed: {_describe(exc)}"
+        return out
+
+    result = _with_admin(namesrv, body)
+    verb = "wipe" if wipe else "add"
+    if as_json:
+        _emit_json({"broker_name": broker_name, "namesrv": result})
+    else:
+        for ns, count in result.items():
+            state = f"OK, {count}" if isinstance(count, int) else count
+            click.echo(f"{verb} write perm of broker[{broker_name}] in name server[{ns}] {state}")
+    if any(not isinstance(c, int) for c in result.values()):
+        sys.exit(1)
+
+
+@cli.command("wipeWritePerm")
+@namesrv_option
+@click.option("-b", "--brokerName", "broker_name", required=True, help="Broker name.")
+@json_option
+def wipe_write_perm(namesrv: str | None, broker_name: str, as_json: bool) -> None:
+    """Stop producers writing to a broker: clear its topics' write perm in the NameServers."""
+    _write_perm(namesrv, broker_name, True, as_json)
+
+
+@cli.command("addWritePerm")
+@namesrv_option
+@click.option("-b", "--brokerName", "broker_name", required=True, help="Broker name.")
+@json_option
+def add_write_perm(namesrv: str | None, broker_name: str, as_json: bool) -> None:
+    """Give a broker's topics read-write perm again in the NameServers."""
+    _write_perm(namesrv, broker_name, False, as_json)
+
+
+# -- files --------------------------------------------------------------------------------------
+def _all_masters(a: Admin, broker: str | None, cluster: str | None) -> Awaitable[list[str]]:
+    async def find() -> list[str]:
+        if broker or cluster:
+            return await _broker_addrs(a, broker, cluster)
+        return list((await a.master_addrs()).values())
+
+    return find()
+
+
+@cli.command("cleanExpiredCQ")
+@namesrv_option
+@click.option("-b", "--brokerAddr", "broker", help="Broker address HOST:PORT.")
+@click.option("-c", "--cluster", "cluster", help="Every master of this cluster (none: all).")
+@json_option
+def clean_expired_cq(
+    namesrv: str | None, broker: str | None, cluster: str | None, as_json: bool
+) -> None:
+    """Delete consume-queue files that point only at deleted commitlog files."""
+
+    async def body(a: Admin) -> list[str]:
+        addrs = await _all_masters(a, broker, cluster)
+        for addr in addrs:
+            await a.clean_expired_consume_queue(addr)
+        return addrs
+
+    addrs = _with_admin(namesrv, body)
+    if as_json:
+        _emit_json({"brokers": addrs, "result": True})
+        return
+    click.echo("success")
+
+
+@cli.command("deleteExpiredCommitLog")
+@namesrv_option
+@click.option("-b", "--brokerAddr", "broker", help="Broker address HOST:PORT.")
+@click.option("-c", "--cluster", "cluster", help="Every master of this cluster (none: all).")
+@json_option
+def delete_expired_commit_log(
+    namesrv: str | None, broker: str | None, cluster: str | None, as_json: bool
+) -> None:
+    """Delete commitlog files past their reserved time now (whatever the delete hour)."""
+
+    async def body(a: Admin) -> dict[str, int]:
+        return {
+            addr: await a.delete_expired_commitlog(addr)
+            for addr in await _all_masters(a, broker, cluster)
+        }
+
+    result = _with_admin(namesrv, body)
+    if as_json:
+        _emit_json({"deleted_files": result, "result": True})
+        return
+    click.echo("success")
+
+
+# -- order config -------------------------------------------------------------------------------
+ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"  # the NameServer's KV namespace of ordered topics
+_ORDER_CONF = re.compile(r"^[A-Za-z0-9_.%|-]+:[0-9]+(;[A-Za-z0-9_.%|-]+:[0-9]+)*;?$")
+
+
+@cli.command("updateOrderConf")
+@namesrv_option
+@click.option("-t", "--topic", required=True)
+@click.option(
+    "-m", "--method", required=True, type=click.Choice(["put", "get", "delete"]), help="Action."
+)
+@click.option("-v", "--orderConf", "conf", help="brokerName:queueNums;... (put).")
+@json_option
+def update_order_conf(
+    namesrv: str | None, topic: str, method: str, conf: str | None, as_json: bool
+) -> None:
+    """Put, get or delete an ordered topic's queue layout (NameServer KV ORDER_TOPIC_CONFIG)."""
+    check_topic(topic)
+    if method == "put":
+        if not conf or not _ORDER_CONF.match(conf):
+            raise click.BadParameter(
+                f"expected brokerName:queueNums;brokerName:queueNums, got {conf!r}",
+                param_hint="-v",
+            )
+        if any(int(part.split(":")[1]) <= 0 for part in conf.rstrip(";").split(";")):
+            raise click.BadParameter("queue numbers must be positive", param_hint="-v")
+
+    async def body(a: Admin) -> str | None:
+        if method == "put":
+            assert conf is not None
+            await a.put_kv(ORDER_TOPIC_CONFIG, topic, conf)
+            return conf
+        if method == "get":
+            value = await a.get_kv(ORDER_TOPIC_CONFIG, topic)
+            if value is None:
+                raise MQClientError(f"no order config for topic {topic}")
+            return value
+        await a.delete_kv(ORDER_TOPIC_CONFIG, topic)
+        return None
+
+    value = _with_admin(namesrv, body)
+    if as_json:
+        _emit_json({"topic": topic, "method": method, "orderConf": value})
+        return
+    if method == "put":
+        click.echo(f"update orderConf success. topic=[{topic}], orderConf=[{value}]")
+    elif method == "get":
+        click.echo(f"get orderConf success. topic=[{topic}], orderConf=[{value}]")
+    else:
+        click.echo(f"delete orderConf success. topic=[{topic}]")
+
+
+# -- topics and clusters ------------------------------------------------------------------------
+@cli.command("topicClusterList")
+@namesrv_option
+@click.option("-t", "--topic", required=True)
+@json_option
+def topic_cluster_list(namesrv: str | None, topic: str, as_json: bool) -> None:
+    """The clusters a topic lives in."""
+
+    async def body(a: Admin) -> list[str]:
+        route = await a.topic_route(topic)
+        info = await a.cluster_info()
+        names = {b.broker_name for b in route.broker_datas}
+        return sorted(c for c, brokers in info.cluster_addr_table.items() if names & set(brokers))
+
+    clusters = _with_admin(namesrv, body)
+    if as_json:
+        _emit_json({"topic": topic, "clusters": clusters})
+        return
+    for c in clusters:
+        click.echo(c)
+
+
+@cli.command("allocateMQ")
+@namesrv_option
+@click.option("-t", "--topic", required=True)
+@click.option("-i", "--ipList", "ips", required=True, help="Client ids, comma-separated.")
+def allocate_mq(namesrv: str | None, topic: str, ips: str) -> None:
+    """How AllocateMessageQueueAveragely spreads the topic's queues over these clients (JSON)."""
+    cids = [ip.strip() for ip in ips.split(",") if ip.strip()]
+    if not cids:
+        raise click.BadParameter("no client id given", param_hint="-i")
+    if len(set(cids)) != len(cids):
+        raise click.BadParameter("a client id is given twice", param_hint="-i")
+    mqs = _with_admin(namesrv, lambda a: a.message_queues(topic))
+    strategy = AllocateMessageQueueAveragely()
+    result = {
+        cid: [
+            {"brokerName": mq.broker_name, "queueId": mq.queue_id, "topic": mq.topic}
+            for mq in strategy.allocate("aa", cid, mqs, cids)
+        ]
+        for cid in cids
+    }
+    click.echo(json.dumps({"result": result}))
+
+
+# -- sending round trips ------------------------------------------------------------------------
+def _check_amount(amount: int, size: int) -> None:
+    if not 0 < amount <= 100_000:
+        raise click.BadParameter(f"amount must be 1..100000, got {amount}", param_hint="-a")
+    if not 0 < size <= 4 * 1024 * 1024:
+        raise click.BadParameter(f"size must be 1..4194304 bytes, got {size}", param_hint="-s")
+
+
+@cli.command("checkMsgSendRT")
+@namesrv_option
+@click.option("-t", "--topic", required=True)
+@click.option("-a", "--amount", type=int, default=100, show_default=True, help="Messages.")
+@click.option("-s", "--size", type=int, default=128, show_default=True, help="Body bytes.")
+@json_option
+def check_msg_send_rt(
+    namesrv: str | None, topic: str, amount: int, size: int, as_json: bool
+) -> None:
+    """Send messages round the topic's queues and print each send's round trip time."""
+    _check_amount(amount, size)
+    check_topic(topic)
+    cfg = _config(namesrv)
+    body = b"a" * size
+
+    async def main() -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        async with Admin(cfg) as a:
+            route = await a.topic_route(topic)
+            queues = sorted(publish_queues(topic, route))
+            if not queues:
+                raise MQClientError(f"topic {topic} has no writable queue")
+            async with Producer("PID_SMSC", cfg, instance=a.instance) as p:
+                for i in range(amount):
+                    mq = queues[i % len(queues)]
+                    start = time.perf_counter()
+                    try:
+                        r = await p.send(Message(topic, body), queue=mq)
+                        status = r.status.value
+                    except (MQClientError, RemotingError) as exc:
+                        status = f"FAILED: {_describe(exc)}"
+                    rt = (time.perf_counter() - start) * 1000
+                    rows.append(
+                        {"broker_name": mq.broker_name, "queue_id": mq.queue_id,
+                         "status": status, "rt_ms": round(rt, 3)}
+                    )  # fmt: skip
+        return rows
+
+    rows = _run(main)
+    avg = sum(r["rt_ms"] for r in rows) / len(rows)
+    if as_json:
+        _emit_json({"sends": rows, "avg_rt_ms": round(avg, 3)})
+    else:
+        _table(
+            None,
+            ["#Broker Name", "#QID", "#Send Result", "#RT"],
+            [[r["broker_name"], r["queue_id"], r["status"], f"{r['rt_ms']:.2f}"] for r in rows],
+        )
+        click.echo(f"Avg RT: {avg:.2f}")
+    if any(r["status"] != "SEND_OK" for r in rows):
+        sys.exit(1)
+
+
+@cli.command("clusterRT")
+@namesrv_option
+@click.option("-a", "--amount", type=int, default=100, show_default=True, help="Per broker.")
+@click.option("-s", "--size", type=int, default=128, show_default=True, help="Body bytes.")
+@click.option("-c", "--cluster", help="Only this cluster.")
+@click.option("-p", "--print log", "print_log", default="false", help="Accepted, ignored.")
+@click.option("-m", "--machine room", "room", default="noname", help="Shown in each row.")
+@click.option("-i", "--interval", type=int, default=10, show_default=True, help="Seconds.")
+@click.option("--rounds", type=int, default=0, help="Stop after N rounds (0: run until ^C).")
+@json_option
+def cluster_rt(
+    namesrv: str | None,
+    amount: int,
+    size: int,
+    cluster: str | None,
+    print_log: str,
+    room: str,
+    interval: int,
+    rounds: int,
+    as_json: bool,
+) -> None:
+    """Send to each broker's own topic (its broker name) and print the mean round trip time,
+    every interval seconds."""
+    _check_amount(amount, size)
+    if interval < 0 or rounds < 0:
+        raise click.BadParameter("interval and rounds must not be negative")
+    cfg = _config(namesrv)
+    payload = b"a" * size
+
+    async def main() -> None:
+        async with Admin(cfg) as a:
+            info = await a.cluster_info()
+            if cluster is not None and cluster not in info.cluster_addr_table:
+                raise MQClientError(
+                    f"cluster {cluster!r} not found; known: {sorted(info.cluster_addr_table)}"
+                )
+            targets = [
+                (c, name)
+                for c, names in sorted(info.cluster_addr_table.items())
+                if cluster is None or c == cluster
+                for name in sorted(names)
+            ]
+            done = 0
+            async with Producer("PID_ClusterRTCommand", cfg, instance=a.instance) as p:
+                while True:
+                    rows = []
+                    for c, name in targets:
+                        ok = failed = 0
+                        total = 0.0
+                        for _ in range(amount):
+                            start = time.perf_counter()
+                            try:
+                                await p.send(Message(name, payload))
+                            except (MQClientError, RemotingError):
+                                failed += 1
+                                continue
+                            total += time.perf_counter() - start
+                            ok += 1
+                        rt = total * 1000 / ok if ok else 0.0
+                        rows.append({"cluster": c, "broker_name": name, "rt_ms": round(rt, 3),
+                                     "success": ok, "failed": failed, "room": room})  # fmt: skip
+                    if as_json:
+                        click.echo(json.dumps(rows, sort_keys=True))
+                    else:
+                        _table(
+                            None,
+                            ["#Cluster Name", "#Broker Name", "#RT", "#successCount",
+                             "#failCount"],
+                            [[r["cluster"], r["broker_name"], f"{r['rt_ms']:.2f}", r["success"],
+                              r["failed"]] for r in rows],
+                        )  # fmt: skip
+                    done += 1
+                    if rounds and done >= rounds:
+                        return
+                    await trio.sleep(interval)
+
+    _run(main)
+
+
+# -- messages by position ------------------------------------------------------------------------
+@cli.command("queryMsgByOffset")
+@namesrv_option
+@click.option("-t", "--topic", required=True)
+@click.option("-b", "--brokerName", "broker_name", required=True)
+@click.option("-i", "--queueId", "queue_id", type=int, required=True)
+@click.option("-o", "--offset", type=int, required=True)
+@json_option
+def query_msg_by_offset(
+    namesrv: str | None, topic: str, broker_name: str, queue_id: int, offset: int, as_json: bool
+) -> None:
+    """The message at an offset of one queue."""
+    if queue_id < 0:
+        raise click.BadParameter(f"queue id must not be negative, got {queue_id}", param_hint="-i")
+    if offset < 0:
+        raise click.BadParameter(f"offset must not be negative, got {offset}", param_hint="-o")
+    mq = MessageQueue(topic, broker_name, queue_id)
+
+    async def body(a: Admin) -> list[MessageExt]:
+        await _check_queue(a, mq)
+        lo, hi = await a.queue_offsets(mq)
+        if not lo <= offset < hi:
+            raise MQClientError(
+                f"no message at offset {offset} of {mq}: its messages are at offsets {lo}..{hi - 1}"
+                if hi > lo
+                else f"no message at offset {offset}: {mq} is empty"
+            )
+        msgs = await a.pull_range(mq, offset, offset + 1, max_num=1)
+        if not msgs:
+            raise MQClientError(f"no message at offset {offset} of {mq}")
+        for m in msgs:
+            m.broker_name = broker_name
+        return msgs
+
+    _print_messages(_with_admin(namesrv, body), as_json)
+
+
+async def _check_queue(a: Admin, mq: MessageQueue) -> None:
+    queues = await a.message_queues(mq.topic)
+    if mq not in queues:
+        names = sorted({q.broker_name for q in queues})
+        top = max((q.queue_id for q in queues), default=-1)
+        raise MQClientError(
+            f"topic {mq.topic} has no queue {mq.queue_id} on broker {mq.broker_name} (brokers: "
+            f"{', '.join(names) or 'none'}; queue ids 0..{top})"
+        )
+
+
+@cli.command("queryMsgByUniqueKey")
+@namesrv_option
+@click.option("-i", "--msgId", "msg_id", required=True, help="The message's unique id (UNIQ_KEY).")
+@click.option("-t", "--topic", required=True)
+@click.option("-g", "--groupName", "group", help="Not supported (consume directly).")
+@click.option("-d", "--clientId", "client_id", help="Not supported (consume directly).")
+@click.option("-a", "--showAll", "show_all", is_flag=True, help="Every copy, not the earliest.")
+@json_option
+def query_msg_by_unique_key(
+    namesrv: str | None,
+    msg_id: str,
+    topic: str,
+    group: str | None,
+    client_id: str | None,
+    show_all: bool,
+    as_json: bool,
+) -> None:
+    """A message by its unique id (the earliest stored copy, or all with -a)."""
+    if group or client_id:
+        _fail("-g/-d (CONSUME_MESSAGE_DIRECTLY) is not supported by trimq's mqadmin")
+
+    async def body(a: Admin) -> list[MessageExt]:
+        found = await a.query_msg_by_key(topic, msg_id, max_num=32, unique_key=True)
+        return sorted((m for m in found if m.msg_id == msg_id), key=lambda m: m.store_timestamp)
+
+    msgs = _with_admin(namesrv, body)
+    if not msgs:
+        _fail(f"no message with unique id {msg_id} in topic {topic}")
+    _print_messages(msgs if show_all else msgs[:1], as_json)
+
+
+def _decode_body(body: bytes, charset: str) -> str:
+    return body.decode(charset, errors="replace")
+
+
+def _check_charset(charset: str) -> None:
+    import codecs
+
+    try:
+        codecs.lookup(charset)
+    except LookupError:
+        raise click.BadParameter(f"unknown charset {charset!r}", param_hint="-c") from None
+
+
+async def _print_queue(
+    a: Admin,
+    mq: MessageQueue,
+    begin: int | None,
+    end: int | None,
+    sub: str,
+) -> tuple[int, int, list[MessageExt]]:
+    lo, hi = await a.queue_offsets(mq)
+    start = max(lo, await a.search_offset(mq, begin)) if begin is not None else lo
+    stop = min(hi, await a.search_offset(mq, end)) if end is not None else hi
+    expr = parse_tag_expression(sub)
+    msgs = await a.pull_range(mq, start, stop, max_num=max(0, stop - start), subscription=sub)
+    if not expr.matches_all:
+        msgs = [m for m in msgs if (m.tags or "") in expr.tags]
+    for m in msgs:
+        m.broker_name = mq.broker_name
+    return lo, hi, msgs
+
+
+def _time_range(begin: str | None, end: str | None) -> tuple[int | None, int | None]:
+    b = _parse_time(begin) if begin else None
+    e = _parse_time(end) if end else None
+    if b is not None and e is not None and e < b:
+        raise click.BadParameter("the end (-e) is before the begin (-b)")
+    return b, e
+
+
+def _message_line(m: MessageExt, charset: str, print_body: bool) -> str:
+    body = _decode_body(m.body, charset) if print_body else "NOT PRINT BODY"
+    return (
+        f"MSGID: {m.msg_id} MessageExt [brokerName={m.broker_name}, queueId={m.queue_id}, "
+        f"storeSize={len(m.body)}, queueOffset={m.queue_offset}, bornTimestamp="
+        f"{m.born_timestamp}, storeTimestamp={m.store_timestamp}, msgId={m.offset_msg_id}, "
+        f"reconsumeTimes={m.reconsume_times}, topic={m.topic}, tags={m.tags}, keys={m.keys}, "
+        f"properties={dict(m.properties)}] BODY: {body}"
+    )
+
+
+@cli.command("printMsg")
+@namesrv_option
+@click.option("-t", "--topic", required=True)
+@click.option("-c", "--charsetName", "charset", default="UTF-8", show_default=True)
+@click.option("-s", "--subExpression", "sub", default="*", show_default=True)
+@click.option("-b", "--beginTimestamp", "begin", help="Epoch ms or yyyy-MM-dd#HH:mm:ss:SSS.")
+@click.option("-e", "--endTimestamp", "end", help="Epoch ms or yyyy-MM-dd#HH:mm:ss:SSS.")
+@click.option("-d", "--printBody", "print_body", default="true", show_default=True)
+@json_option
+def print_msg(
+    namesrv: str | None,
+    topic: str,
+    charset: str,
+    sub: str,
+    begin: str | None,
+    end: str | None,
+    print_body: str,
+    as_json: bool,
+) -> None:
+    """Print every message of a topic (in a time range), queue by queue."""
+    _check_charset(charset)
+    show_body = _bool(print_body)
+    b, e = _time_range(begin, end)
+
+    async def body(a: Admin) -> list[tuple[MessageQueue, int, int, list[MessageExt]]]:
+        out = []
+        for mq in await a.message_queues(topic):
+            lo, hi, msgs = await _print_queue(a, mq, b, e, sub)
+            out.append((mq, lo, hi, msgs))
+        return out
+
+    result = _with_admin(namesrv, body)
+    if as_json:
+        _emit_json(
+            [
+                {"broker_name": mq.broker_name, "queue_id": mq.queue_id, "min_offset": lo,
+                 "max_offset": hi, "messages": [message_to_dict(m) for m in msgs]}
+                for mq, lo, hi, msgs in result
+            ]
+        )  # fmt: skip
+        return
+    for mq, lo, hi, msgs in result:
+        click.echo(f"minOffset={lo}, maxOffset={hi}, {_mq_text(mq)}")
+        for m in msgs:
+            click.echo(_message_line(m, charset, show_body))
+        click.echo("--------------------------------------------------------")
+
+
+def _mq_text(mq: MessageQueue) -> str:
+    return f"MessageQueue [topic={mq.topic}, brokerName={mq.broker_name}, queueId={mq.queue_id}]"
+
+
+@cli.command("printMsgByQueue")
+@namesrv_option
+@click.option("-t", "--topic", required=True)
+@click.option("-a", "--brokerName", "broker_name", required=True)
+@click.option("-i", "--queueId", "queue_id", type=int, required=True)
+@click.option("-c", "--charsetName", "charset", default="UTF-8", show_default=True)
+@click.option("-s", "--subExpression", "sub", default="*", show_default=True)
+@click.option("-b", "--beginTimestamp", "begin", help="Epoch ms or yyyy-MM-dd#HH:mm:ss:SSS.")
+@click.option("-e", "--endTimestamp", "end", help="Epoch ms or yyyy-MM-dd#HH:mm:ss:SSS.")
+@click.option("-p", "--print", "print_msgs", default="false", show_default=True)
+@click.option("-d", "--printBody", "print_body", default="false", show_default=True)
+@click.option("-f", "--calculate", "count_tags", default="false", show_default=True)
+@json_option
+def print_msg_by_queue(
+    namesrv: str | None,
+    topic: str,
+    broker_name: str,
+    queue_id: int,
+    charset: str,
+    sub: str,
+    begin: str | None,
+    end: str | None,
+    print_msgs: str,
+    print_body: str,
+    count_tags: str,
+    as_json: bool,
+) -> None:
+    """Print one queue's messages (-p), or count them by tag (-f)."""
+    _check_charset(charset)
+    show, show_body, by_tag = _bool(print_msgs), _bool(print_body), _bool(count_tags)
+    b, e = _time_range(begin, end)
+    if queue_id < 0:
+        raise click.BadParameter(f"queue id must not be negative, got {queue_id}", param_hint="-i")
+    mq = MessageQueue(topic, broker_name, queue_id)
+
+    async def body(a: Admin) -> tuple[int, int, list[MessageExt]]:
+        await _check_queue(a, mq)
+        return await _print_queue(a, mq, b, e, sub)
+
+    lo, hi, msgs = _with_admin(namesrv, body)
+    tags: dict[str, int] = {}
+    for m in msgs:
+        tags[m.tags or ""] = tags.get(m.tags or "", 0) + 1
+    if as_json:
+        _emit_json(
+            {"broker_name": broker_name, "queue_id": queue_id, "min_offset": lo,
+             "max_offset": hi, "count": len(msgs),
+             "tags": dict(sorted(tags.items(), key=lambda kv: -kv[1])) if by_tag else None,
+             "messages": [message_to_dict(m) for m in msgs] if show else None}
+        )  # fmt: skip
+        return
+    click.echo(f"minOffset={lo}, maxOffset={hi}, {_mq_text(mq)}")
+    if show:
+        for m in msgs:
+            click.echo(_message_line(m, charset, show_body))
+    if by_tag:
+        for tag, n in sorted(tags.items(), key=lambda kv: -kv[1]):
+            click.echo(f"Tag: {tag:<30} Count: {n}")
+    click.echo(f"messages: {len(msgs)}")
+
+
+# -- clients ------------------------------------------------------------------------------------
+@cli.command("producerConnection")
+@namesrv_option
+@click.option("-g", "--producerGroup", "group", required=True)
+@click.option("-t", "--topic", required=True)
+@json_option
+def producer_connection(namesrv: str | None, group: str, topic: str, as_json: bool) -> None:
+    """The online producers of a group (asked of a broker of the topic)."""
+
+    async def body(a: Admin) -> Any:
+        route = await a.topic_route(topic)
+        last: Exception | None = None
+        for bd in sorted(route.broker_datas, key=lambda b: b.broker_name):
+            addr = master_addr(bd)
+            if addr is None:
+                continue
+            try:
+                return await a.producer_connection(addr, group)
+            except RemoteError as exc:
+                last = exc
+        raise MQClientError(
+            f"the producer group {group} is not online on the brokers of {topic}"
+            + (f" ({last.remark})" if isinstance(last, RemoteError) else "")
+        )
+
+    conn = _with_admin(namesrv, body)
+    rows = sorted(conn.connection_set, key=lambda c: c.client_id)
+    if as_json:
+        _emit_json(conn.to_dict())
+        return
+    for i, c in enumerate(rows, 1):
+        click.echo(f"{i:04d}  {c.client_id:<32} {c.client_addr:<32} {c.language:<16} {c.version}")
+
+
+@cli.command("consumerStatus")
+@namesrv_option
+@click.option("-g", "--consumerGroup", "group", required=True)
+@click.option("-i", "--clientId", "client_id", help="One client (default: every client).")
+@click.option("-b", "--brokerAddr", "broker", help="Ask through this broker.")
+@click.option("-s", "--jstack", "jstack", is_flag=True, help="Ask for a thread dump too.")
+@json_option
+def consumer_status(
+    namesrv: str | None,
+    group: str,
+    client_id: str | None,
+    broker: str | None,
+    jstack: bool,
+    as_json: bool,
+) -> None:
+    """Consumers' runtime info (subscriptions, queues and offsets), asked through a broker."""
+
+    async def body(a: Admin) -> tuple[Any, dict[str, dict[str, Any]]]:
+        addrs = [broker] if broker else list((await a.master_addrs()).values())
+        conn = None
+        via = ""
+        for addr in addrs:
+            try:
+                conn = await a.instance.api.get_consumer_connection_list(addr, group)
+            except RemoteError:
+                continue
+            if conn.connection_set:
+                via = addr
+                break
+        if conn is None or not via:
+            raise MQClientError(f"the consumer group {group} is not online")
+        ids = [c.client_id for c in conn.connection_set]
+        if client_id is not None and client_id not in ids:
+            raise MQClientError(f"client {client_id} is not online in group {group}; online: {ids}")
+        wanted = [client_id] if client_id else sorted(ids)
+        infos = {
+            cid: await a.consumer_running_info(via, group, cid, jstack=jstack) for cid in wanted
+        }
+        return conn, infos
+
+    conn, infos = _with_admin(namesrv, body)
+    same = len({json.dumps(i.get("subscriptionSet"), sort_keys=True) for i in infos.values()}) <= 1
+    owners: dict[str, int] = {}
+    for info in infos.values():
+        for key in info.get("mqTable") or {}:
+            owners[str(key)] = owners.get(str(key), 0) + 1
+    rebalance_ok = all(n == 1 for n in owners.values())
+    if as_json:
+        _emit_json({"group": group, "clients": infos, "same_subscription": same,
+                    "rebalance_ok": rebalance_ok if client_id is None else None})  # fmt: skip
+        return
+    if client_id is None:
+        versions = {c.client_id: c.version for c in conn.connection_set}
+        _table(
+            None,
+            ["#Index", "#ClientId", "#Version", "#Queues"],
+            [[i, cid, versions.get(cid, "-"), len(info.get("mqTable") or {})]
+             for i, (cid, info) in enumerate(infos.items(), 1)],
+        )  # fmt: skip
+        click.echo(
+            "\nSame subscription in the same group of consumer"
+            if same
+            else "\nWARN: Different subscription in the same group of consumer!!!"
+        )
+        click.echo(
+            "\nRebalance OK" if rebalance_ok else "\nWARN: Rebalance Failed: a queue is held twice"
+        )
+        return
+    info = infos[client_id]
+    click.echo("#Consumer Properties#")
+    for k, v in sorted((info.get("properties") or {}).items()):
+        click.echo(f"{k:<40}: {v}")
+    click.echo("\n#Consumer Subscription#")
+    for i, s in enumerate(info.get("subscriptionSet") or [], 1):
+        click.echo(f"{i:03d} Topic: {s.get('topic'):<40} SubExpression: {s.get('subString')}")
+    click.echo("\n#Consumer Offset#")
+    click.echo(f"{'#Topic':<32} {'#Broker Name':<32} {'#QID':<4} {'#Consumer Offset':<20}")
+    for key, pq in (info.get("mqTable") or {}).items():
+        mq = key if isinstance(key, dict) else _mq_from_text(str(key))
+        click.echo(
+            f"{mq.get('topic', ''):<32} {mq.get('brokerName', ''):<32} {mq.get('queueId', ''):<4} "
+            f"{pq.get('commitOffset')}"
+        )
+    click.echo("\n#Consumer MQ Detail#")
+    for key, pq in (info.get("mqTable") or {}).items():
+        click.echo(f"{key}: {json.dumps(pq, sort_keys=True)}")
+    click.echo("\n#Consumer RT&TPS#")
+    status = info.get("statusTable") or {}
+    if not status:
+        click.echo("(not kept by this client)")
+    for topic, st in status.items():
+        click.echo(f"{topic}: {st}")
+    if info.get("jstack"):
+        click.echo(f"\n#Consumer jstack#\n{info['jstack']}")
+
+
+def _mq_from_text(text: str) -> dict[str, Any]:
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        return {"topic": text}
+    return raw if isinstance(raw, dict) else {"topic": text}
+
+
+@cli.command("statsAll")
+@namesrv_option
+@click.option("-a", "--activeTopic", "active", is_flag=True, help="Only topics with consumers.")
+@click.option("-t", "--topic", help="Only this topic.")
+@json_option
+def stats_all(namesrv: str | None, active: bool, topic: str | None, as_json: bool) -> None:
+    """Per topic and consumer group: messages not consumed yet, messages stored, consumed.
+
+    RocketMQ's TPS and 24-hour columns need per-topic rate statistics the broker does not keep
+    (VIEW_BROKER_STATS_DATA); this shows offsets instead: #Messages is the sum of the queues'
+    max offsets, #Consumed the group's committed offsets.
+    """
+
+    async def body(a: Admin) -> list[dict[str, Any]]:
+        topics = [topic] if topic else await a.topic_list()
+        rows: list[dict[str, Any]] = []
+        for t in topics:
+            if t.startswith(("%RETRY%", "%DLQ%")):
+                continue
+            try:
+                route = await a.topic_route(t)
+            except MQClientError:
+                if topic:
+                    raise
+                continue
+            addrs = [x for x in (master_addr(b) for b in route.broker_datas) if x]
+            stored = 0
+            groups: set[str] = set()
+            for addr in addrs:
+                try:
+                    stats = await a.instance.api.get_topic_stats_info(addr, t)
+                except RemoteError:
+                    continue
+                stored += sum(o.max_offset for o in stats.offset_table.values())
+                groups.update(await a.topic_consumed_by(addr, t))
+            if not groups:
+                if not active:
+                    rows.append({"topic": t, "group": "NO_CONSUMER", "accumulation": 0,
+                                 "messages": stored, "consumed": 0})  # fmt: skip
+                continue
+            for g in sorted(groups):
+                acc = consumed = 0
+                for addr in addrs:
+                    try:
+                        cs = await a.instance.api.get_consume_stats(addr, g, t)
+                    except RemoteError:
+                        continue
+                    acc += sum(
+                        w.broker_offset - w.consumer_offset for w in cs.offset_table.values()
+                    )
+                    consumed += sum(w.consumer_offset for w in cs.offset_table.values())
+                rows.append({"topic": t, "group": g, "accumulation": acc, "messages": stored,
+                             "consumed": consumed})  # fmt: skip
+        return rows
+
+    rows = _with_admin(namesrv, body)
+    if as_json:
+        _emit_json(rows)
+        return
+    _table(
+        None,
+        ["#Topic", "#Consumer Group", "#Accumulation", "#Messages", "#Consumed"],
+        [[r["topic"], r["group"], r["accumulation"], r["messages"], r["consumed"]] for r in rows],
+    )
+
+
 def main() -> None:
     cli(prog_name="mqadmin")
 
@@ -995,4 +2038,6 @@ def elect_master(addr: str, cluster: str, broker_name: str, broker_id: int, as_j
         f"elected {broker_name} master: id {result['masterBrokerId']} at "
         f"{result['masterAddress']}, master epoch {result['masterEpoch']}"
     )
+
+
 from client.cli import mqadmin_trace as _mqadmin_trace  # noqa: E402,F401

@@ -1,0 +1,221 @@
+"""More admin requests: subscription group deletion, runtime configuration, file cleanup on
+demand, which groups consume a topic, and a consumer's runtime info through its connection."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+import trio
+
+from broker._persist import write_atomically
+from broker.config import runtime_changes, update_toml_text
+from broker.processors._common import error, guarded
+from broker.processors.client_manage import ATTR_SERIALIZE_TYPE
+from remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+from remoting.codes import SerializeType
+from remoting.errors import RemotingError
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+log = structlog.get_logger()
+
+# How long the broker waits for a client's GET_CONSUMER_RUNNING_INFO answer (RocketMQ: 5 s).
+RUNNING_INFO_TIMEOUT_MS = 5000
+# Largest UPDATE_BROKER_CONFIG body read (a few `key=value` lines).
+MAX_CONFIG_BODY = 64 * 1024
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """`key=value` lines (Java properties text: `#`/`!` comments, `=` or `:`), in order.
+
+    Raises:
+        ValueError: a line without a separator or with an empty key.
+    """
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut <= 0:
+            raise ValueError(f"not a key=value line: {line!r}")
+        out[line[:cut].strip()] = line[cut + 1 :].strip()
+    return out
+
+
+class AdminMoreProcessor:
+    """Handlers of DELETE_SUBSCRIPTIONGROUP (207), UPDATE_BROKER_CONFIG (25),
+    CLEAN_EXPIRED_CONSUMEQUEUE (306), DELETE_EXPIRED_COMMITLOG (329),
+    QUERY_TOPIC_CONSUME_BY_WHO (300) and GET_CONSUMER_RUNNING_INFO (307)."""
+
+    def __init__(self, ctrl: BrokerController) -> None:
+        self.ctrl = ctrl
+        # One runtime change (and its file rewrite) at a time.
+        self._config_lock = trio.Lock()
+
+    # -- subscription groups ---------------------------------------------------------------
+    @guarded()
+    async def delete_subscription_group(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        group = cmd.field("groupName")
+        if not group:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, "the groupName field is missing")
+        if (cmd.field("removeOffset") or "false").lower() == "true":
+            return error(
+                cmd,
+                ResponseCode.SYSTEM_ERROR,
+                "removeOffset=true is not supported: the group's offsets are kept",
+            )
+        ctrl = self.ctrl
+        if ctrl.subscriptions.delete(group):
+            await ctrl.persist_subscriptions()
+            log.info("subscription_group_deleted", group=group)
+        return cmd.make_response(ResponseCode.SUCCESS)
+
+    # -- runtime configuration -------------------------------------------------------------
+    @guarded()
+    async def update_broker_config(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        """UPDATE_BROKER_CONFIG (25): body `key=value` lines. Every pair is checked before any
+        is applied (an unknown key, one that needs a restart or a bad value refuses the whole
+        request); then the settings change at once and are written to `broker_config_path`."""
+        body = cmd.body_bytes()
+        if len(body) > MAX_CONFIG_BODY:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, "the config body is too large")
+        try:
+            pairs = parse_properties(body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, f"bad config body: {exc}")
+        if not pairs:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, "no key=value in the request body")
+        ctrl = self.ctrl
+        async with self._config_lock:
+            try:
+                changes = runtime_changes(ctrl.config, pairs)
+            except KeyError as exc:
+                return error(cmd, ResponseCode.SYSTEM_ERROR, str(exc.args[0]))
+            except PermissionError as exc:
+                return error(cmd, ResponseCode.NO_PERMISSION, str(exc))
+            except ValueError as exc:
+                return error(cmd, ResponseCode.SYSTEM_ERROR, f"bad value: {exc}")
+            path = ctrl.config.broker_config_path
+            if path is not None:
+                try:
+                    # File read, rewrite and fsync: a worker thread.
+                    await trio.to_thread.run_sync(_persist_changes, Path(path), changes)
+                except (OSError, ValueError) as exc:
+                    return error(
+                        cmd,
+                        ResponseCode.SYSTEM_ERROR,
+                        f"not changed: cannot write the config file {path}: {exc}",
+                    )
+            self._apply(changes)
+        log.info("broker_config_updated", changes=changes, persisted_to=path)
+        remark = None if path is not None else "not persisted: the broker has no config file"
+        return cmd.make_response(ResponseCode.SUCCESS, remark)
+
+    def _apply(self, changes: dict[str, Any]) -> None:
+        ctrl = self.ctrl
+        store_fields = type(ctrl.store.config).model_fields
+        for name, value in changes.items():
+            setattr(ctrl.config, name, value)
+            # Components that keep their own copy of a setting get the new value too.
+            if name == "auto_create_topic_enable":
+                ctrl.topics.auto_create_topic_enable = value
+            elif name == "auto_create_subscription_group":
+                ctrl.subscriptions.auto_create = value
+            if name in store_fields:
+                setattr(ctrl.store.config, name, value)
+
+    # -- files -------------------------------------------------------------------------------
+    @guarded()
+    async def clean_expired_consumequeue(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        """CLEAN_EXPIRED_CONSUMEQUEUE (306): delete the consume-queue and index files that only
+        point below the commitlog's first offset (what the store's cleanup does after it
+        deleted commitlog files), now."""
+        svc = self.ctrl.store.cleanup_service
+        # The store's own step (file unlinks in worker threads inside).
+        await svc._follow_commitlog()
+        log.info("expired_consume_queues_cleaned")
+        return cmd.make_response(ResponseCode.SUCCESS)
+
+    @guarded()
+    async def delete_expired_commitlog(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        """DELETE_EXPIRED_COMMITLOG (329): delete the commitlog files older than the reserved
+        time now, whatever the hour (`delete_when`), then the consume-queue and index files
+        that pointed into them. Never the newest file, never a file still in its reserved
+        time (RocketMQ's manual delete)."""
+        svc = self.ctrl.store.cleanup_service
+        now = svc._clock()
+        deleted = await svc._delete_commitlog_files(now, False)
+        if deleted:
+            await svc._follow_commitlog()
+        log.info("expired_commitlog_deleted", files=deleted)
+        return cmd.make_response(ResponseCode.SUCCESS, ext_fields={"deletedFiles": str(deleted)})
+
+    # -- consumers ---------------------------------------------------------------------------
+    @guarded()
+    async def query_topic_consume_by_who(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        """QUERY_TOPIC_CONSUME_BY_WHO (300): the groups online for the topic or with offsets
+        of it, as GroupList `{"groupList":[...]}`."""
+        topic = cmd.field("topic")
+        if not topic:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, "the topic field is missing")
+        ctrl = self.ctrl
+        groups = set(ctrl.consumers.groups_of_topic(topic)) | ctrl.offsets.groups_of_topic(topic)
+        body = json.dumps({"groupList": sorted(groups)}).encode()
+        return cmd.make_response(ResponseCode.SUCCESS, body=body)
+
+    @guarded()
+    async def get_consumer_running_info(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        """GET_CONSUMER_RUNNING_INFO (307): the same request sent on to the client over its
+        connection; the client's answer (a ConsumerRunningInfo body) is handed back."""
+        group = cmd.field("consumerGroup")
+        client_id = cmd.field("clientId")
+        if not group or not client_id:
+            return error(
+                cmd, ResponseCode.SYSTEM_ERROR, "the consumerGroup and clientId fields are needed"
+            )
+        info = self.ctrl.consumers.get(group)
+        member = info.channels.get(client_id) if info is not None else None
+        channel = member.channel if member is not None else None
+        if not isinstance(channel, Connection) or channel.closed:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, f"The Consumer <{client_id}> Not Online")
+        st = channel.attributes.get(ATTR_SERIALIZE_TYPE, SerializeType.JSON)
+        fields = {"consumerGroup": group, "clientId": client_id}
+        if cmd.field("jstackEnable") is not None:
+            fields["jstackEnable"] = cmd.field("jstackEnable") or "false"
+        req = RemotingCommand.request(
+            RequestCode.GET_CONSUMER_RUNNING_INFO,
+            fields,
+            serialize_type=int(st) if isinstance(st, int) else SerializeType.JSON,
+        )
+        try:
+            answer = await channel.invoke(req, RUNNING_INFO_TIMEOUT_MS)
+        except RemotingError as exc:
+            return error(
+                cmd,
+                ResponseCode.SYSTEM_ERROR,
+                f"invoke consumer <{client_id}> of group {group} failed: {exc}",
+            )
+        return cmd.make_response(answer.code, answer.remark, body=answer.body_bytes() or None)
+
+
+def _persist_changes(path: Path, changes: dict[str, Any]) -> None:
+    """Rewrite the broker's TOML config file with `changes` (blocking: a worker thread)."""
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    write_atomically(path, update_toml_text(text, changes).encode("utf-8"))

@@ -1,0 +1,63 @@
+"""A consumer's ConsumerRunningInfo (GET_CONSUMER_RUNNING_INFO, 307): what `mqadmin
+consumerStatus` shows of a running client, asked through the broker it is connected to.
+
+Only what the client knows is reported: its settings and subscriptions, and per assigned queue
+the committed offset and cache figures. RocketMQ's per-topic RT/TPS table (`statusTable`) is
+left empty: the client keeps no such counters."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from client.config import ClientConfig
+from client.message import MessageQueue
+from remoting.protocol import bodies
+
+CLIENT_VERSION = "V4_9_8"
+
+
+def running_info(consumer: object, config: ClientConfig, *, jstack: bool = False) -> bytes:
+    """The ConsumerRunningInfo JSON body of `consumer` (a registered consumer)."""
+    data: bodies.ConsumerData = consumer.consumer_data()  # type: ignore[attr-defined]
+    props: dict[str, str] = {
+        "PROP_NAMESERVER_ADDR": config.namesrv_addr or "",
+        "PROP_CONSUME_TYPE": data.consume_type,
+        "PROP_CONSUMEORDERLY": str(getattr(consumer, "orderly_listener", None) is not None).lower(),
+        "PROP_CLIENT_VERSION": CLIENT_VERSION,
+        "messageModel": data.message_model,
+        "consumeFromWhere": data.consume_from_where,
+        "consumerGroup": data.group_name,
+        "instanceName": config.instance_name,
+        "language": "PYTHON",
+    }
+    mq_table: dict[MessageQueue, dict[str, Any]] = {}
+    queues = getattr(consumer, "queues", None)
+    store = getattr(consumer, "_offset_store", None)
+    committed = store.table() if store is not None else {}
+    now_wall, now_mono = time.time(), time.monotonic()
+
+    def wall_ms(mono: float) -> int:
+        return int((now_wall - (now_mono - mono)) * 1000)
+
+    if isinstance(queues, dict):
+        for mq, st in sorted(queues.items()):
+            pq = st.pq
+            mq_table[mq] = {
+                "commitOffset": committed.get(mq, -1),
+                "cachedMsgCount": pq.msg_count,
+                "cachedMsgSizeInMiB": pq.msg_size // (1024 * 1024),
+                "cachedMsgMaxOffset": pq.queue_offset_max,
+                "droped": pq.dropped,
+                "lastPullTimestamp": wall_ms(pq.last_pull_timestamp),
+                "lastConsumeTimestamp": wall_ms(pq.last_consume_timestamp),
+            }
+    body: dict[str, Any] = {
+        "properties": props,
+        "subscriptionSet": [s.to_dict() for s in data.subscription_data_set],
+        "mqTable": mq_table,
+        "statusTable": {},
+    }
+    if jstack:
+        body["jstack"] = "not available: a Python client has no Java thread dump"
+    return bodies.dumps(body)
