@@ -633,6 +633,7 @@ class TraceDispatcher:
         )
         self._stack = AsyncExitStack()
         self._producer: Producer | None = None
+        self._nursery: trio.Nursery | None = None
         self._closed = True
         self._run_done = trio.Event()
         self._stop_producer = trio.Event()
@@ -673,7 +674,7 @@ class TraceDispatcher:
         )
         producer = Producer(self.group_name, cfg, instance=self._instance)
         try:
-            nursery = await self._stack.enter_async_context(trio.open_nursery())
+            nursery = self._nursery = await self._stack.enter_async_context(trio.open_nursery())
 
             async def host(task_status: trio.TaskStatus[None]) -> None:
                 # A producer's nursery must be left by the task that entered it.
@@ -704,6 +705,8 @@ class TraceDispatcher:
                 await self._run_done.wait()
             if scope.cancelled_caught:
                 log.warning("trace_flush_timeout", group=self.group_name)
+                if self._nursery is not None:
+                    self._nursery.cancel_scope.cancel()  # the sends still under way
         self._stop_producer.set()
         # Outside the scopes above: the stack's nursery was opened outside them.
         return await self._stack.__aexit__(exc_type, exc, tb)
@@ -717,23 +720,31 @@ class TraceDispatcher:
                 chars = key_chars = 0
                 deadline = float("inf")
                 while True:
+                    ctx: TraceContext | None = None
                     ended = False
+                    # Only the wait is bounded by the batch's deadline: a record taken is
+                    # always added (the flush below may wait for a free send slot).
                     with trio.move_on_at(deadline):
                         try:
                             ctx = await self._recv_ch.receive()
                         except trio.EndOfChannel:
                             ended = True
-                        else:
+                    if ctx is not None:
+                        try:
                             transfer = encode_context(ctx)
-                            n_key_chars = sum(len(k) + 1 for k in transfer.keys)
-                            if batch and key_chars + n_key_chars > MAX_BATCH_KEY_CHARS:
-                                await self._flush(sends, limiter, batch)
-                                batch, chars, key_chars = [], 0, 0
-                            if not batch:
-                                deadline = trio.current_time() + self.flush_interval_s
-                            batch.append(transfer)
-                            chars += len(transfer.data)
-                            key_chars += n_key_chars
+                        except Exception as exc:  # a bad record must not stop the writer
+                            self.failed_records += 1
+                            log.warning("trace_encode_failed", error=repr(exc))
+                            continue
+                        n_key_chars = sum(len(k) + 1 for k in transfer.keys)
+                        if batch and key_chars + n_key_chars > MAX_BATCH_KEY_CHARS:
+                            await self._flush(sends, limiter, batch)
+                            batch, chars, key_chars = [], 0, 0
+                        if not batch:
+                            deadline = trio.current_time() + self.flush_interval_s
+                        batch.append(transfer)
+                        chars += len(transfer.data)
+                        key_chars += n_key_chars
                     if batch and (
                         ended or chars >= self.max_batch_chars or trio.current_time() >= deadline
                     ):

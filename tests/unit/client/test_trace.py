@@ -370,3 +370,22 @@ def test_trace_group_names_stay_valid_group_names() -> None:
     long = trace_group_name("g" * 255, "CONSUMER", 12345)
     assert len(long) == MAX_TRACE_GROUP_LENGTH
     assert long.endswith("g-CONSUMER-12345")
+
+
+def test_a_record_that_cannot_be_encoded_does_not_stop_the_writer() -> None:
+    class Unprintable:
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+    rec = _Recorder()
+    d = _dispatcher()
+
+    async def feed(d: TraceDispatcher) -> None:
+        bad = pub()
+        bad.beans[0].topic = Unprintable()  # type: ignore[assignment]
+        d.append(bad)
+        d.append(pub())
+
+    _run_dispatcher(d, rec, feed)
+    assert (d.failed_records, d.sent_records) == (1, 1)
+    assert [m.body for m in rec.sent] == [PUB_TEXT.encode()]
