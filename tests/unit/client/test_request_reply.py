@@ -55,11 +55,14 @@ async def test_expired_requests_fail_with_a_timeout_at_the_next_scan(
         assert not short.done.is_set()  # not due yet
         await trio.sleep(2.0)  # past 2 s: the scan at 3 s expired it
         assert short.done.is_set()
-        assert "short" not in table and "long" in table
+        assert "short" not in table
+        assert "long" in table
         nursery.cancel_scope.cancel()
     assert isinstance(short.cause, RequestTimeoutError)
     assert str(short.cause) == "request timeout, no reply message."
-    assert len(seen) == 1 and seen[0][0] is None and seen[0][1] is short.cause
+    assert len(seen) == 1
+    assert seen[0][0] is None
+    assert seen[0][1] is short.cause
     with pytest.raises(RequestTimeoutError):
         await short
     assert not long.done.is_set()
@@ -72,18 +75,23 @@ async def test_a_reply_completes_only_its_own_request(
     a = table.add("a", 5.0)
     b = table.add("b", 5.0)
     resp = await table.on_push_reply(None, _reply("b", b"for-b"))
-    assert resp is not None and resp.code == ResponseCode.SUCCESS
-    assert b.done.is_set() and not a.done.is_set()
+    assert resp is not None
+    assert resp.code == ResponseCode.SUCCESS
+    assert b.done.is_set()
+    assert not a.done.is_set()
     got = await b
     assert got.body == b"for-b"
     assert got.properties["ARRIVE_TIME"].isdigit()
     assert got.store_host == "127.0.0.1:10911"
-    assert "b" not in table and "a" in table
+    assert "b" not in table
+    assert "a" in table
     # The same reply again, and one for an id nobody waits for: dropped, still answered OK.
     for cid in ("b", "nobody"):
         resp = await table.on_push_reply(None, _reply(cid))
-        assert resp is not None and resp.code == ResponseCode.SUCCESS
-    assert not a.done.is_set() and len(table) == 1
+        assert resp is not None
+        assert resp.code == ResponseCode.SUCCESS
+    assert not a.done.is_set()
+    assert len(table) == 1
 
 
 async def test_a_reply_that_cannot_be_decoded_is_refused() -> None:
@@ -96,15 +104,18 @@ async def test_a_reply_that_cannot_be_decoded_is_refused() -> None:
     corrupt = _reply("x", b"not zlib", sysFlag=str(COMPRESSED_FLAG))
     for cmd in (no_topic, bad_number, corrupt):
         resp = await table.on_push_reply(None, cmd)
-        assert resp is not None and resp.code == ResponseCode.SYSTEM_ERROR
-        assert resp.remark and resp.remark.startswith("process reply message fail")
+        assert resp is not None
+        assert resp.code == ResponseCode.SYSTEM_ERROR
+        assert resp.remark
+        assert resp.remark.startswith("process reply message fail")
     assert not fut.done.is_set()
 
 
 def test_a_compressed_reply_is_inflated() -> None:
     body = b"x" * 5000
     msg = decode_reply(_reply("c", zlib.compress(body), sysFlag=str(COMPRESSED_FLAG)))
-    assert isinstance(msg, MessageExt) and msg.body == body
+    assert isinstance(msg, MessageExt)
+    assert msg.body == body
 
 
 async def test_owner_close_and_instance_close_end_the_waits() -> None:
@@ -113,9 +124,11 @@ async def test_owner_close_and_instance_close_end_the_waits() -> None:
     a = table.add("a", 5.0, owner=mine)
     b = table.add("b", 5.0, owner=other)
     assert table.cancel_owner(mine, "producer closed") == 1
-    assert isinstance(a.cause, ClientClosedError) and not b.done.is_set()
+    assert isinstance(a.cause, ClientClosedError)
+    assert not b.done.is_set()
     table.close("gone")
-    assert isinstance(b.cause, ClientClosedError) and str(b.cause) == "gone"
+    assert isinstance(b.cause, ClientClosedError)
+    assert str(b.cause) == "gone"
     assert len(table) == 0
     with pytest.raises(ClientClosedError):
         table.add("c", 1.0)
@@ -136,7 +149,8 @@ async def test_a_failing_callback_does_not_break_the_table() -> None:
 
     fut = table.add("a", 1.0, callback=boom)
     assert table.complete("a", decode_reply(_reply("a")))
-    assert fut.reply is not None and "a" not in table
+    assert fut.reply is not None
+    assert "a" not in table
 
 
 def test_create_reply_message_copies_the_request_properties() -> None:
