@@ -212,6 +212,23 @@ class Producer(_Facade[AsyncProducer]):
     def send_batch(self, msgs: Sequence[Message], timeout: float | None = None) -> list[SendResult]:
         return self._run(self.inner.send_batch, msgs, timeout=timeout)
 
+    def request(self, msg: Message, timeout_ms: int = 3000) -> MessageExt:
+        """Send `msg` as a request and wait for its reply (`client.Producer.request`).
+
+        Raises:
+            client.request_reply.RequestTimeoutError: no reply within `timeout_ms`.
+        """
+
+        async def call() -> MessageExt:
+            return await self.inner.request(msg, timeout_ms)
+
+        # The request bounds itself; the margin lets its own error come back first.
+        return self._run(call, timeout=timeout_ms / 1000 + 5)
+
+    def send_reply(self, reply: Message, timeout: float | None = None) -> SendResult:
+        """Send a reply built with `client.request_reply.create_reply_message`."""
+        return self._run(self.inner.send_reply, reply, timeout=timeout)
+
     def send_async(
         self,
         msg: Message,

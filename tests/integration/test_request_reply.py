@@ -22,6 +22,7 @@ from client import (
     PullConsumer,
     PushConsumer,
     SendFailedError,
+    sync,
 )
 from client.errors import MessageValidationError
 from client.request_reply import RequestTimeoutError, create_reply_message
@@ -266,3 +267,35 @@ async def test_bad_reply_requests_are_refused(
     async with Producer("pg", fast_config(namesrv.addr)) as producer:
         with pytest.raises(MessageValidationError, match="not a reply message"):
             await producer.send_reply(Message(REPLY_TOPIC, b"r"))
+
+
+@pytest.mark.slow
+async def test_blocking_requester_and_responder(
+    namesrv: NamesrvProc, start_broker: StartBroker
+) -> None:
+    start_broker(namesrv.addr)
+    ns = namesrv.addr
+    await create_topic(ns, "SyncReqT", queues=1)
+    cfg = fast_config(ns)
+
+    def run() -> tuple[bytes, str]:
+        with sync.Producer("sync-resp-pg", cfg) as responder:
+
+            def listener(msgs: list[MessageExt]) -> sync.ConsumeStatus:
+                for m in msgs:
+                    responder.send_reply(create_reply_message(m, m.body.upper()), timeout=10)
+                return sync.ConsumeStatus.CONSUME_SUCCESS
+
+            consumer = sync.PushConsumer(
+                "sync-resp-cg", cfg, listener=listener, consume_from_where=FIRST
+            )
+            consumer.subscribe("SyncReqT", "*")
+            with consumer, sync.Producer("sync-req-pg", cfg) as requester:
+                reply = requester.request(Message("SyncReqT", b"hello"), timeout_ms=20_000)
+                with pytest.raises(RequestTimeoutError):
+                    requester.request(Message("NobodyListens", b"x"), timeout_ms=1000)
+        return reply.body, reply.topic
+
+    body, topic = await trio.to_thread.run_sync(run)
+    assert body == b"HELLO"
+    assert topic == REPLY_TOPIC
