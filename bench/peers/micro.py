@@ -48,6 +48,8 @@ running the peers harness. Cases:
                       way (1 KiB each, TAGS/UNIQ_KEY as trimq's producer sends, WAIT=true in
                       the header; CPU per message)
   send_run16_acl      send_run16 with ACL on: signed requests, each checked before its send
+  send_run16_metrics  send_run16 with Prometheus metrics on: each put counted (`Traffic`), the
+                      run's answers told to the RPC latency observer as the connection does
 """
 
 from __future__ import annotations
@@ -597,7 +599,7 @@ async def _send_processor(root: Path, n: int) -> float:
         return best / n * 1e6
 
 
-async def _send_run16(root: Path, n: int, acl: bool = False) -> float:
+async def _send_run16(root: Path, n: int, acl: bool = False, metrics: bool = False) -> float:
     """A reader's run of 16 sends as the broker handles one read (ASYNC_FLUSH): the frames
     decoded from bytes, the controller's run begun, each `send_message` called and its answer
     encoded, the run ended (staged records written, index entries built). `acl`: the broker
@@ -606,10 +608,11 @@ async def _send_run16(root: Path, n: int, acl: bool = False) -> float:
     from broker.controller import BrokerController
     from common.acl import RequestSigner
     from remoting._frame import encode_frame_parts
+    from remoting._processor import rpc_clock
 
     from . import secure
 
-    name = "send_run16_acl" if acl else "send_run16"
+    name = "send_run16_acl" if acl else "send_run16_metrics" if metrics else "send_run16"
     cfg = _broker_config(root, name)
     signer: RequestSigner | None = None
     if acl:
@@ -620,6 +623,10 @@ async def _send_run16(root: Path, n: int, acl: bool = False) -> float:
     conn: Any = _FakeConn()
     async with BrokerController(cfg) as ctrl:
         send = ctrl.send.send_message
+        # Metrics on: what `run` sets once the endpoint is bound (no endpoint here).
+        observe = ctrl.metrics.rpc.observe if metrics else None
+        if metrics:
+            ctrl.traffic = ctrl.metrics.traffic
         if acl:
             entry = ctrl.server.processors.get(RequestCode.SEND_MESSAGE_V2)
             assert entry is not None
@@ -648,15 +655,23 @@ async def _send_run16(root: Path, n: int, acl: bool = False) -> float:
             ]
             dec = FrameDecoder()
             t0 = time.process_time()
+            answered: list[int] = []
             for chunk in chunks:
+                read_at = rpc_clock() if observe is not None else 0.0
                 commits.begin()
                 out = []
                 for cmd in dec.feed(chunk):
                     resp = run_inline(send, conn, cmd)
                     assert isinstance(resp, RemotingCommand)  # ASYNC_FLUSH: answered at once
+                    if observe is not None:
+                        answered.append(cmd.code)
+                        answered.append(resp.code)
                     resp.opaque = cmd.opaque
                     out.append(encode_frame_parts(resp))
                 commits.end()
+                if observe is not None:
+                    observe(answered, rpc_clock() - read_at)
+                    answered.clear()
                 # The loop switches tasks between reads: the flush service's timer reserves
                 # the commitlog's blocks ahead (without it every append is written at once).
                 await trio.lowlevel.checkpoint()
@@ -760,6 +775,7 @@ def main() -> None:
             "send_batch_processor": lambda: trio.run(_send_batch_processor, root, n),
             "send_run16": lambda: trio.run(_send_run16, root, n),
             "send_run16_acl": lambda: trio.run(_send_run16, root, n, True),
+            "send_run16_metrics": lambda: trio.run(_send_run16, root, n, False, True),
         }
         for name, fn in cases.items():
             if only and name not in only:
