@@ -41,7 +41,7 @@ from client.request_reply import (
     request_async,
 )
 from client.route import TopicPublishInfo
-from client.trace import DEFAULT_REGION, TraceDispatcher, pub_contexts
+from client.trace import DEFAULT_REGION, TraceDispatcher, end_transaction_context, pub_contexts
 from common.message import (
     COMPRESSED_FLAG,
     COMPRESSION_ZLIB,
@@ -581,6 +581,29 @@ class Producer:
         except Exception as exc:  # a trace is never worth a failed send
             log.warning("trace_pub_failed", topic=req.topic, error=repr(exc))
         return result
+
+    def _trace_end_transaction(
+        self,
+        msg: Message,
+        msg_id: str,
+        broker_addr: str | None,
+        transaction_id: str | None,
+        state: str,
+        from_check: bool,
+    ) -> None:
+        """Write the EndTransaction trace record of a transaction's end (trace on; for
+        `TransactionProducer`, after each END_TRANSACTION). Never raises."""
+        tracer = self._tracer
+        if tracer is None or msg.topic.startswith(tracer.topic):
+            return
+        try:
+            tracer.append(
+                end_transaction_context(
+                    self.group, msg, msg_id, broker_addr, transaction_id, state, from_check
+                )
+            )
+        except Exception as exc:
+            log.warning("trace_end_transaction_failed", topic=msg.topic, error=repr(exc))
 
     def _single(self, msg: Message, timeout_ms: int | None, retries: int) -> _Send:
         """One message validated and encoded for sending, to any queue (set `fixed` after);

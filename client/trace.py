@@ -443,6 +443,33 @@ def pub_contexts(
     return out
 
 
+def end_transaction_context(
+    group: str,
+    msg: Message,
+    msg_id: str,
+    store_host: str | None,
+    transaction_id: str | None,
+    state: str,
+    from_transaction_check: bool,
+) -> TraceContext:
+    """The EndTransaction record of a transaction's end (RocketMQ's
+    EndTransactionTraceHookImpl): msgType is always Trans_msg_Commit there, whatever the state;
+    `state` is COMMIT_MESSAGE, ROLLBACK_MESSAGE or UNKNOW."""
+    bean = TraceBean(
+        topic=msg.topic,
+        msg_id=msg_id,
+        tags=msg.tags,
+        keys=msg.keys,
+        store_host=store_host,
+        msg_type=TraceMessageType.Trans_msg_Commit,
+        transaction_id=transaction_id,
+        transaction_state=state,
+        from_transaction_check=from_transaction_check,
+    )
+    region = msg.properties.get(PROPERTY_MSG_REGION) or DEFAULT_REGION
+    return TraceContext(TraceType.EndTransaction, region_id=region, group_name=group, beans=[bean])
+
+
 def sub_before(group: str, msgs: Iterable[MessageExt], trace_topic: str) -> TraceContext | None:
     """The SubBefore context of a batch handed to a listener (RocketMQ's
     ConsumeMessageTraceHookImpl): the messages not sent with TRACE_ON=false, and not trace

@@ -389,3 +389,29 @@ def test_a_record_that_cannot_be_encoded_does_not_stop_the_writer() -> None:
     _run_dispatcher(d, rec, feed)
     assert (d.failed_records, d.sent_records) == (1, 1)
     assert [m.body for m in rec.sent] == [PUB_TEXT.encode()]
+
+
+def test_end_transaction_record_from_a_producer() -> None:
+    from client.producer import Producer
+
+    p = Producer("TPG", ClientConfig(namesrv_addr="127.0.0.1:1", enable_trace=True))
+    d = _dispatcher()
+    d._closed = False
+    msg = Message("TxTopic", b"x", tags="TagT", keys="order-9")
+    p._trace_end_transaction(msg, "M9", None, "TX9", "ROLLBACK_MESSAGE", False)  # not started
+    assert d.appended == 0
+    p._tracer = d
+    p._trace_end_transaction(msg, "M9", "127.0.0.1:10911", "TX9", "ROLLBACK_MESSAGE", True)
+    p._trace_end_transaction(Message("RMQ_SYS_TRACE_TOPIC", b"x"), "M", None, None, "UNKNOW", False)
+    assert d.appended == 1
+    ctx = d._recv_ch.receive_nowait()
+    text = encode_context(ctx).data
+    assert text == (
+        "EndTransaction" + A + str(ctx.time_stamp) + A + "DefaultRegion" + A + "TPG" + A
+        + "TxTopic" + A + "M9" + A + "TagT" + A + "order-9" + A + "127.0.0.1:10911" + A + "2"
+        + A + "TX9" + A + "ROLLBACK_MESSAGE" + A + "true" + B
+    )  # fmt: skip
+    [back], bad = decode_trace_data(text)
+    assert bad == 0
+    assert back.beans[0].transaction_state == "ROLLBACK_MESSAGE"
+    assert back.beans[0].from_transaction_check is True
