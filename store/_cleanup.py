@@ -89,6 +89,8 @@ class CleanupService:
         self.needed = needed
         self.blocked = ""
         self._blocked_logged: tuple[str, float] = ("", 0.0)
+        # One round at a time: the periodic one and those an admin asks for.
+        self._round = trio.Lock()
 
     @property
     def disk_ratio(self) -> float:
@@ -114,6 +116,26 @@ class CleanupService:
 
     async def clean_once(self) -> int:
         """One cleanup round. Returns how many commitlog files were deleted."""
+        async with self._round:
+            return await self._clean_once()
+
+    async def delete_expired_now(self) -> int:
+        """Delete the commitlog files past their reserved time now, whatever the hour
+        (`delete_when`), then the consume-queue and index files that pointed into them: an
+        admin's request (RocketMQ's manual delete). Returns how many commitlog files went."""
+        async with self._round:
+            deleted = await self._delete_commitlog_files(self._clock(), False)
+            if deleted:
+                await self._follow_commitlog()
+            return deleted
+
+    async def clean_expired_consume_queues(self) -> None:
+        """Delete the consume-queue and index files that point only below the commitlog's first
+        offset (as after a round that deleted commitlog files): an admin's request."""
+        async with self._round:
+            await self._follow_commitlog()
+
+    async def _clean_once(self) -> int:
         ratio = await self._measure()
         force = ratio > self._cfg.disk_max_used_ratio
         now = self._clock()

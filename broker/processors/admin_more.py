@@ -141,9 +141,8 @@ class AdminMoreProcessor:
         """CLEAN_EXPIRED_CONSUMEQUEUE (306): delete the consume-queue and index files that only
         point below the commitlog's first offset (what the store's cleanup does after it
         deleted commitlog files), now."""
-        svc = self.ctrl.store.cleanup_service
         # The store's own step (file unlinks in worker threads inside).
-        await svc._follow_commitlog()
+        await self.ctrl.store.cleanup_service.clean_expired_consume_queues()
         log.info("expired_consume_queues_cleaned")
         return cmd.make_response(ResponseCode.SUCCESS)
 
@@ -155,11 +154,8 @@ class AdminMoreProcessor:
         time now, whatever the hour (`delete_when`), then the consume-queue and index files
         that pointed into them. Never the newest file, never a file still in its reserved
         time (RocketMQ's manual delete)."""
-        svc = self.ctrl.store.cleanup_service
-        now = svc._clock()
-        deleted = await svc._delete_commitlog_files(now, False)
-        if deleted:
-            await svc._follow_commitlog()
+        # The store's own cleanup (munmap and unlink in worker threads inside).
+        deleted = await self.ctrl.store.cleanup_service.delete_expired_now()
         log.info("expired_commitlog_deleted", files=deleted)
         return cmd.make_response(ResponseCode.SUCCESS, ext_fields={"deletedFiles": str(deleted)})
 
