@@ -507,6 +507,21 @@ RUNTIME_KEYS: frozenset[str] = frozenset(
     }
 )
 
+# Ranges a runtime change must stay in (the start-up checks are looser): a value outside would
+# refuse every send or pull, or make no sense (a permission, a disk ratio).
+_RUNTIME_RANGES: dict[str, tuple[float, float]] = {
+    "max_message_size": (1, 1024 * 1024 * 1024),
+    "max_properties_size": (1, 32767),
+    "max_pull_msgs": (1, 65536),
+    "max_pull_bytes": (1, 2**31 - 1),
+    "short_polling_time_ms": (0, 3_600_000),
+    "max_suspend_ms": (0, 3_600_000),
+    "broker_permission": (0, 7),
+    "file_reserved_hours": (0, 24 * 365 * 10),
+    "disk_max_used_ratio": (0.01, 1.0),
+    "disk_hard_ratio": (0.01, 1.0),
+}
+
 # RocketMQ's names where trimq's differ: name -> (field, convert RocketMQ's value text).
 _ROCKETMQ_ALIASES: dict[str, tuple[str, Any]] = {
     "fileReservedTime": ("file_reserved_hours", str),
@@ -561,7 +576,16 @@ def runtime_changes(config: BrokerConfig, pairs: Mapping[str, str]) -> dict[str,
         except ValueError as exc:
             first = exc.errors()[0]["msg"] if hasattr(exc, "errors") else str(exc)
             raise ValueError(f"{key}={text!r}: {first}") from None
-        out[name] = getattr(probe, name)
+        value = getattr(probe, name)
+        lo, hi = _RUNTIME_RANGES.get(name, (None, None))
+        if lo is not None and hi is not None and not lo <= value <= hi:
+            raise ValueError(f"{key}={text!r}: must be between {lo:g} and {hi:g}")
+        if name == "max_message_size" and value >= config.mapped_file_size_commitlog:
+            raise ValueError(
+                f"{key}={text!r}: must be below the commitlog file size "
+                f"({config.mapped_file_size_commitlog})"
+            )
+        out[name] = value
     return out
 
 

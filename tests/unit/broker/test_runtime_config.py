@@ -48,6 +48,22 @@ def test_runtime_changes_take_known_runtime_settings_only() -> None:
         runtime_changes(cfg, {"maxMessageSize": "big"})
     with pytest.raises(ValueError, match="diskMaxUsedSpaceRatio"):
         runtime_changes(cfg, {"diskMaxUsedSpaceRatio": "most"})
+    for key, value in (
+        ("maxMessageSize", "0"),
+        ("maxMessageSize", str(2 * 1024**3)),
+        ("maxPullMsgs", "0"),
+        ("brokerPermission", "99"),
+        ("diskMaxUsedRatio", "5"),
+        ("diskMaxUsedSpaceRatio", "0"),
+        ("fileReservedHours", "-1"),
+        ("maxSuspendMs", "-1"),
+        ("maxPropertiesSize", "40000"),
+    ):
+        with pytest.raises(ValueError, match="must be"):
+            runtime_changes(cfg, {key: value})
+    small = BrokerConfig(mapped_file_size_commitlog=65536)
+    with pytest.raises(ValueError, match="below the commitlog file size"):
+        runtime_changes(small, {"maxMessageSize": "65536"})
     # One bad pair refuses the lot (the caller applies nothing).
     with pytest.raises(KeyError):
         runtime_changes(cfg, {"maxMessageSize": "10", "nope": "1"})
