@@ -43,11 +43,14 @@ def running_info(consumer: object, config: ClientConfig, *, jstack: bool = False
     if isinstance(queues, dict):
         for mq, st in sorted(queues.items()):
             pq = st.pq
+            cached = len(pq)
+            low = pq.commit_offset() if cached else 0
             mq_table[mq] = {
                 "commitOffset": committed.get(mq, -1),
-                "cachedMsgCount": pq.msg_count,
+                "cachedMsgCount": cached,
                 "cachedMsgSizeInMiB": pq.msg_size // (1024 * 1024),
-                "cachedMsgMaxOffset": pq.queue_offset_max,
+                "cachedMsgMinOffset": low,
+                "cachedMsgMaxOffset": low + pq.max_span() if cached else 0,
                 "droped": pq.dropped,
                 "lastPullTimestamp": wall_ms(pq.last_pull_timestamp),
                 "lastConsumeTimestamp": wall_ms(pq.last_consume_timestamp),
