@@ -1418,8 +1418,8 @@ def check_msg_send_rt(
 @click.option("-a", "--amount", type=int, default=100, show_default=True, help="Per broker.")
 @click.option("-s", "--size", type=int, default=128, show_default=True, help="Body bytes.")
 @click.option("-c", "--cluster", help="Only this cluster.")
-@click.option("-p", "--print log", "print_log", default="false", help="Accepted, ignored.")
-@click.option("-m", "--machine room", "room", default="noname", help="Shown in each row.")
+@click.option("-p", "--printLog", "print_log", default="false", help="Accepted, ignored.")
+@click.option("-m", "--machineRoom", "room", default="noname", help="Machine room (JSON rows).")
 @click.option("-i", "--interval", type=int, default=10, show_default=True, help="Seconds.")
 @click.option("--rounds", type=int, default=0, help="Stop after N rounds (0: run until ^C).")
 @json_option
