@@ -180,6 +180,8 @@ class ClientInstance:
         self.publish_info: dict[str, TopicPublishInfo] = {}
         self.producers: dict[str, object] = {}
         self.consumers: dict[str, ConsumerInner] = {}
+        # When each consumer registered (ms): ConsumerRunningInfo's start timestamp.
+        self.consumer_start_ms: dict[str, int] = {}
         self._rebalance_wakeup = trio.Event()
         self._stack = AsyncExitStack()
         self._nursery: trio.Nursery | None = None
@@ -321,8 +323,10 @@ class ClientInstance:
                 "(use another instance_name for a second consumer of the same group)"
             )
         self.consumers[consumer.group] = consumer
+        self.consumer_start_ms[consumer.group] = int(time.time() * 1000)
 
     async def unregister_consumer(self, group: str) -> None:
+        self.consumer_start_ms.pop(group, None)
         if self.consumers.pop(group, None) is not None and self._api is not None:
             for addr in self.all_broker_addrs():
                 await self._unregister_one(addr, consumer_group=group)
@@ -693,4 +697,7 @@ class ClientInstance:
                 f"The Consumer Group <{group}> not exist in this consumer",
             )
         jstack = (cmd.field("jstackEnable") or "").lower() == "true"
-        return cmd.make_response(body=running_info(consumer, self.config, jstack=jstack))
+        start = self.consumer_start_ms.get(group, 0)
+        return cmd.make_response(
+            body=running_info(consumer, self.config, start_ms=start, jstack=jstack)
+        )

@@ -17,14 +17,18 @@ from remoting.protocol import bodies
 CLIENT_VERSION = "V4_9_8"
 
 
-def running_info(consumer: object, config: ClientConfig, *, jstack: bool = False) -> bytes:
-    """The ConsumerRunningInfo JSON body of `consumer` (a registered consumer)."""
+def running_info(
+    consumer: object, config: ClientConfig, *, start_ms: int, jstack: bool = False
+) -> bytes:
+    """The ConsumerRunningInfo JSON body of `consumer` (a registered consumer that started at
+    `start_ms`: Java's mqadmin compares the clients' start times)."""
     data: bodies.ConsumerData = consumer.consumer_data()  # type: ignore[attr-defined]
     props: dict[str, str] = {
         "PROP_NAMESERVER_ADDR": config.namesrv_addr or "",
         "PROP_CONSUME_TYPE": data.consume_type,
         "PROP_CONSUMEORDERLY": str(getattr(consumer, "orderly_listener", None) is not None).lower(),
         "PROP_CLIENT_VERSION": CLIENT_VERSION,
+        "PROP_CONSUMER_START_TIMESTAMP": str(start_ms),
         "messageModel": data.message_model,
         "consumeFromWhere": data.consume_from_where,
         "consumerGroup": data.group_name,

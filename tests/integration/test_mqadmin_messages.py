@@ -214,6 +214,7 @@ async def test_clients_and_stats(namesrv: NamesrvProc, start_broker: StartBroker
         doc = json.loads(out)
         ((client_id, info),) = doc["clients"].items()
         assert info["properties"]["PROP_CONSUME_TYPE"] == "CONSUME_PASSIVELY"
+        assert int(info["properties"]["PROP_CONSUMER_START_TIMESTAMP"]) > 0
         subs = {s["topic"]: s["subString"] for s in info["subscriptionSet"]}
         assert subs["CliT"] == "TagA || TagB"
         cli_queues = [json.loads(k) for k in info["mqTable"] if json.loads(k)["topic"] == "CliT"]
