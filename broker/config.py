@@ -196,6 +196,9 @@ class BrokerConfig(TlsServerFields, TlsClientFields):
     trace_topic_enable: bool = False
     """Create the message trace topic RMQ_SYS_TRACE_TOPIC at start (RocketMQ's traceTopicEnable;
     docs/trace.md); off, traced clients' first trace send auto-creates it (if allowed)."""
+    store_reply_message_enable: bool = True
+    """Store request-reply replies in the cluster's reply topic as well as pushing them to the
+    requester (RocketMQ's storeReplyMessageEnable; docs/request-reply.md)."""
     broker_permission: int = 6
 
     # -- messages ------------------------------------------------------------------------

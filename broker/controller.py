@@ -40,7 +40,7 @@ from broker.processors.consumer_manage import ConsumerManageProcessor
 from broker.processors.end_transaction import EndTransactionProcessor
 from broker.processors.pull import PullProcessor
 from broker.processors.query import QueryProcessor
-from broker.processors.reply import ReplyProcessor, reply_topic
+from broker.processors.reply import ReplyProcessor
 from broker.processors.send import SendProcessor
 from broker.processors.send_back import SendBackProcessor
 from broker.producer_manager import ProducerManager
@@ -73,7 +73,6 @@ from remoting import (
     SerializeType,
 )
 from remoting.codes import RequestCode as R
-from remoting.protocol.route import TopicConfig
 from remoting.tls import client_settings, server_settings
 from store import MessageStore, StoreClosedError
 from store.epoch_file import EpochFile
@@ -146,10 +145,8 @@ class BrokerController:
             cluster_topic_enable=config.cluster_topic_enable,
             broker_topic_enable=config.broker_topic_enable,
             max_queue_nums=config.max_topic_queue_nums,
+            trace_topic_enable=config.trace_topic_enable,
         )
-        # Request-reply: every broker has its cluster's reply topic from the start (1 queue,
-        # a system topic, as RocketMQ's TopicConfigManager).
-        self.topics._add_system(TopicConfig(reply_topic(config.broker_cluster_name), 1, 1))
         self.offsets = OffsetManager(store_dir)
         self.subscriptions = SubscriptionManager(
             store_dir,
@@ -222,9 +219,7 @@ class BrokerController:
         self.admin_more = AdminMoreProcessor(self)
         self.query = QueryProcessor(self)
         # storeReplyMessageEnable (default on, as RocketMQ) when the config has the setting.
-        self.reply = ReplyProcessor(
-            self, store_reply=bool(getattr(config, "store_reply_message_enable", True))
-        )
+        self.reply = ReplyProcessor(self, store_reply=config.store_reply_message_enable)
         self._store: MessageStore | None = None
         # Replication (`broker.ha`): a master serves its slaves, a slave follows its master.
         self.ha_master: HAMaster | AutoSwitchHAMaster | None = None

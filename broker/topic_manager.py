@@ -19,6 +19,14 @@ from common.schedule import SCHEDULE_TOPIC
 from remoting.protocol.bodies import dumps
 from remoting.protocol.route import DataVersion, TopicConfig
 
+REPLY_TOPIC_POSTFIX = "REPLY_TOPIC"
+
+
+def reply_topic(cluster: str) -> str:
+    """The cluster's reply topic (request-reply), created by every broker at start."""
+    return f"{cluster}_{REPLY_TOPIC_POSTFIX}"
+
+
 log = structlog.get_logger()
 
 # PermName bits.
@@ -173,6 +181,9 @@ class TopicManager:
         self._add_system(TopicConfig(TRANS_OP_HALF_TOPIC, 1, 1, PERM_WRITE))
         self._add_system(TopicConfig(TIMER_TOPIC, 1, 1, PERM_WRITE))
         self._add_system(TopicConfig(TRANS_CHECK_MAX_TIME_TOPIC, 1, 1))
+        # Request-reply: the cluster's reply topic (RocketMQ's TopicConfigManager creates it
+        # on every broker; broker.processors.reply stores replies there).
+        self._add_system(TopicConfig(reply_topic(cluster_name), 1, 1))
         if trace_topic_enable:
             # RocketMQ's traceTopicEnable: the trace topic exists from the start (1 queue,
             # readable and writable), so traced clients need no auto-create.

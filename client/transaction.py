@@ -135,13 +135,18 @@ class TransactionProducer(Producer):
         else:
             state = LocalTransactionState.ROLLBACK_MESSAGE
         try:
-            await self._end_transaction(result, state)
+            addr = await self._end_transaction(result, state)
         except Exception as exc:
             # The broker's check-back settles it.
             log.warning("end_transaction_failed", msg_id=result.msg_id, error=str(exc))
+        else:
+            self._trace_end_transaction(
+                msg, result.msg_id, addr, result.transaction_id or result.msg_id, state.value, False
+            )
         return TransactionSendResult(result, state)
 
-    async def _end_transaction(self, result: SendResult, state: LocalTransactionState) -> None:
+    async def _end_transaction(self, result: SendResult, state: LocalTransactionState) -> str:
+        """Send END_TRANSACTION (oneway) to the master that took the half message; its address."""
         oid = result.offset_msg_id.split(",")[0]
         _, phy = decode_offset_msg_id(oid)
         header = EndTransactionRequestHeader(
@@ -157,6 +162,7 @@ class TransactionProducer(Producer):
             result.message_queue.broker_name, result.message_queue.topic
         )
         await self.instance.api.end_transaction_oneway(addr, header)
+        return addr
 
     async def check_transaction_state(
         self, conn: object, msg: MessageExt, req: CheckTransactionStateRequestHeader
@@ -188,3 +194,7 @@ class TransactionProducer(Producer):
             await invoke_oneway(cmd)
         except Exception as exc:
             log.warning("end_transaction_on_check_failed", msg_id=msg.msg_id, error=str(exc))
+            return
+        self._trace_end_transaction(
+            msg, header.msg_id, msg.store_host, req.transaction_id, state.value, True
+        )

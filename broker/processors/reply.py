@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger()
 
-REPLY_TOPIC_POSTFIX = "REPLY_TOPIC"
 # How long the broker waits for the requester to acknowledge a push. RocketMQ waits 10 s;
 # a responder's send gives up after 3 s by default, so a longer wait would answer nobody.
 PUSH_TIMEOUT_MS = 3000
@@ -50,11 +49,6 @@ _STORED = frozenset(
         PutMessageStatus.SLAVE_NOT_AVAILABLE,
     }
 )
-
-
-def reply_topic(cluster: str) -> str:
-    """The cluster's reply topic, created by every broker at start."""
-    return f"{cluster}_{REPLY_TOPIC_POSTFIX}"
 
 
 def _host_text(host: tuple[str, int]) -> str:

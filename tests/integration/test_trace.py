@@ -276,3 +276,16 @@ async def test_orderly_consumer_traces(namesrv: NamesrvProc, start_broker: Start
     assert got is not None
     assert got["pub"][0]["msg_type"] == "Trans_Msg_Half"
     assert got["pub"][0]["group_name"] == "trace-tx-pg"
+    # Its end: an EndTransaction record with the state the local transaction gave.
+
+    async def end_traced() -> bool:
+        got = await _trace(ns, half_id)
+        return got is not None and any(r["trace_type"] == "EndTransaction" for r in got["records"])
+
+    await wait_until(end_traced, total=30, interval=0.5, what="the transaction's end trace")
+    got = await _trace(ns, half_id)
+    assert got is not None
+    [end] = [r for r in got["records"] if r["trace_type"] == "EndTransaction"]
+    assert end["transaction_state"] == "COMMIT_MESSAGE"
+    assert end["group_name"] == "trace-tx-pg"
+    assert end["store_host"]
