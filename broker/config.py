@@ -620,7 +620,7 @@ def update_toml_text(text: str, changes: Mapping[str, Any], table: str = "broker
     import tomllib
 
     try:
-        tomllib.loads(text)
+        before = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"the config file is not valid TOML: {exc}") from exc
     lines = text.splitlines()
@@ -651,9 +651,19 @@ def update_toml_text(text: str, changes: Mapping[str, Any], table: str = "broker
                 top_end -= 1
             lines.insert(top_end, new_line)
     out = "\n".join(lines) + "\n"
-    data = tomllib.loads(out)
-    merged = {**data, **data[table]} if isinstance(data.get(table), dict) else data
+
+    def settings(data: dict[str, Any]) -> dict[str, Any]:
+        if isinstance(data.get(table), dict):
+            return {**{k: v for k, v in data.items() if k != table}, **data[table]}
+        return data
+
+    old, new = settings(before), settings(tomllib.loads(out))
     for name, value in changes.items():
-        if merged.get(name) != value:
+        if new.get(name) != value:
             raise ValueError(f"rewriting the config file did not set {name} to {value!r}")
+    # Line edits must not touch anything else (a look-alike line inside a multi-line string).
+    if {k: v for k, v in new.items() if k not in changes} != {
+        k: v for k, v in old.items() if k not in changes
+    }:
+        raise ValueError("rewriting the config file would change other settings")
     return out

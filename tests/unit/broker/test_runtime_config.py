@@ -86,6 +86,12 @@ def test_update_toml_text_keeps_the_rest_of_the_file() -> None:
     assert data["delete_when"] == 'a"b\\c'
     assert data["broker"] == {"max_pull_msgs": 7}
     assert update_toml_text("", {"disk_max_used_ratio": 0.8}) == "disk_max_used_ratio = 0.8\n"
+    tricky = 'delete_when = """\nmax_message_size = 5\n"""\n'
+    with pytest.raises(ValueError, match=r"did not set|other settings"):
+        update_toml_text(tricky, {"max_message_size": 6})
+    dotted = "broker.max_message_size = 5\n"
+    with pytest.raises(ValueError, match="did not set max_message_size"):
+        update_toml_text(dotted, {"max_message_size": 6})
     with pytest.raises(ValueError, match="not valid TOML"):
         update_toml_text("a = = 1\n", {"max_message_size": 1})
 
