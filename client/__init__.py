@@ -26,6 +26,7 @@ from client.filter import MessageSelector
 from client.instance import ClientInstance
 from client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
 from client.producer import Producer
+from client.request_reply import RequestTimeoutError, create_reply_message
 from client.transaction import LocalTransactionState, TransactionProducer, TransactionSendResult
 
 __all__ = [
@@ -50,9 +51,11 @@ __all__ = [
     "Producer",
     "PullConsumer",
     "PushConsumer",
+    "RequestTimeoutError",
     "SendFailedError",
     "SendResult",
     "SendStatus",
     "TransactionProducer",
     "TransactionSendResult",
+    "create_reply_message",
 ]

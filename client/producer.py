@@ -229,11 +229,9 @@ class Producer:
             await self._idle.wait()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
-        # Requests still waiting for replies end now (ClientClosedError). Read leniently:
-        # stand-in instances (tests' fakes) may have no request table.
-        requests = getattr(self._instance, "requests", None)
-        if requests is not None:
-            requests.cancel_owner(self, f"producer {self.group} closed")
+        # Requests still waiting for replies end now (ClientClosedError).
+        if self._instance is not None:
+            self._instance.requests.cancel_owner(self, f"producer {self.group} closed")
         if self._instance is not None and self._instance.running:
             with trio.CancelScope(shield=True):
                 await self._instance.unregister_producer(self.group)

@@ -8,6 +8,7 @@ from client.config import ClientConfig
 from client.consumer._base import ConsumeFromWhere, MessageModel
 from client.consumer.push import ConsumeStatus
 from client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
+from client.request_reply import RequestTimeoutError, create_reply_message
 
 __all__ = [
     "Admin",
@@ -21,6 +22,8 @@ __all__ = [
     "Producer",
     "PullConsumer",
     "PushConsumer",
+    "RequestTimeoutError",
     "SendResult",
     "SendStatus",
+    "create_reply_message",
 ]

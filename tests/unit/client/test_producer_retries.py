@@ -13,6 +13,7 @@ from client.errors import SendFailedError
 from client.fault import FaultStrategy
 from client.message import Message, MessageQueue
 from client.producer import Producer
+from client.request_reply import PendingRequests
 from client.route import TopicPublishInfo
 from remoting import RemotingCommand
 from remoting.codes import ResponseCode
@@ -61,6 +62,7 @@ class FakeInstance:
         queues = [MessageQueue("T", b, i) for b in ADDRS for i in range(2)]
         self.publish_info = {"T": TopicPublishInfo("T", queues)}
         self.running = True
+        self.requests = PendingRequests()  # request-reply's table (none pending here)
 
     async def get_publish_info(self, topic: str) -> TopicPublishInfo:
         return self.publish_info[topic]
