@@ -49,6 +49,7 @@ from broker.registration import RegistrationService
 from broker.replicas_manager import ReplicasManager
 from broker.schedule import ScheduleService
 from broker.slave_sync import SlaveSynchronize
+from broker.stats import StatsManager
 from broker.subscription_manager import SubscriptionManager
 from broker.topic_manager import TopicManager
 from broker.transaction import TransactionService
@@ -158,6 +159,8 @@ class BrokerController:
         self.long_polling = LongPollingService(config.max_parked_pulls)
         self.queue_locks = QueueLockManager()
         self.stats = BrokerStats()
+        # Per-topic/group counts over the last minute/hour/day (VIEW_BROKER_STATS_DATA).
+        self.table_stats = StatsManager(config.broker_cluster_name, self.stats, time.monotonic)
         # Prometheus metrics (broker.metrics): `traffic` is what the send and pull processors
         # count into, None until the endpoint is bound (metrics off: no counting at all).
         self.metrics = BrokerMetrics(self)
@@ -330,6 +333,7 @@ class BrokerController:
         reg(R.DELETE_EXPIRED_COMMITLOG, more.delete_expired_commitlog)
         reg(R.QUERY_TOPIC_CONSUME_BY_WHO, more.query_topic_consume_by_who)
         reg(R.GET_CONSUMER_RUNNING_INFO, more.get_consumer_running_info)
+        reg(R.VIEW_BROKER_STATS_DATA, more.view_broker_stats_data)
         # A slave copies its master: it changes no topic or group and ends no transaction
         # (RocketMQ's answers). In controller mode the role changes at run time.
         changes = (
@@ -908,4 +912,5 @@ class BrokerController:
     async def _stats_loop(self) -> None:
         while True:
             self.stats.sample(trio.current_time())
+            self.table_stats.tick(time.monotonic())
             await trio.sleep(1)

@@ -119,6 +119,19 @@ class OffsetManager:
                 del self._table[key]
                 self.dirty = True
 
+    def remove_group(self, group: str) -> list[str]:
+        """Drop every topic's offsets of `group` (RocketMQ's `removeOffset`); the topics whose
+        offsets went, sorted. The file is rewritten by the next persist (`dirty`)."""
+        gone = []
+        for key in list(self._table):
+            topic, _, g = key.rpartition(TOPIC_GROUP_SEPARATOR)
+            if g == group:
+                del self._table[key]
+                gone.append(topic)
+        if gone:
+            self.dirty = True
+        return sorted(gone)
+
     def keys(self) -> list[str]:
         return list(self._table)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
@@ -52,6 +53,55 @@ log = structlog.get_logger()
 
 # The group RocketMQ's tools pull as (nothing is committed for it).
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStatsItem:
+    """One window of a BrokerStatsData: the counter's `sum`, per second (`tps`), per call
+    (`avgpt`)."""
+
+    sum: int
+    tps: float
+    avgpt: float
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> BrokerStatsItem:
+        if not isinstance(raw, dict):
+            return cls(0, 0.0, 0.0)
+        return cls(
+            int(raw.get("sum") or 0), float(raw.get("tps") or 0), float(raw.get("avgpt") or 0)
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sum": self.sum, "tps": self.tps, "avgpt": self.avgpt}
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStatsData:
+    """VIEW_BROKER_STATS_DATA's answer: the last minute, hour and day."""
+
+    minute: BrokerStatsItem
+    hour: BrokerStatsItem
+    day: BrokerStatsItem
+
+    @classmethod
+    def from_json(cls, body: bytes) -> BrokerStatsData:
+        raw = json.loads(body.decode("utf-8")) if body else {}
+        if not isinstance(raw, dict):
+            raw = {}
+        return cls(
+            BrokerStatsItem.from_dict(raw.get("statsMinute")),
+            BrokerStatsItem.from_dict(raw.get("statsHour")),
+            BrokerStatsItem.from_dict(raw.get("statsDay")),
+        )
+
+    def sum_24h(self) -> int:
+        """RocketMQ's statsAll 24-hour figure: the day's sum, else the hour's, else the
+        minute's (a young broker's day ring may hold nothing yet)."""
+        for item in (self.day, self.hour, self.minute):
+            if item.sum != 0:
+                return item.sum
+        return 0
 
 
 @dataclass(slots=True, frozen=True)
@@ -576,6 +626,19 @@ class Admin:
         """DELETE_SUBSCRIPTIONGROUP (207) on one broker."""
         fields = {"groupName": group, "removeOffset": str(remove_offset).lower()}
         await self.call(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP, fields)
+
+    # -- statistics --------------------------------------------------------------------
+    async def view_broker_stats_data(self, addr: str, name: str, key: str) -> BrokerStatsData:
+        """VIEW_BROKER_STATS_DATA (315): one broker's figures of stats `name` (TOPIC_PUT_NUMS,
+        GROUP_GET_NUMS, ...) for `key` (a topic, `topic@group`, the cluster name).
+
+        Raises:
+            RemoteError: the broker has no such stats (SYSTEM_ERROR, its remark says which).
+        """
+        resp = await self.call(
+            addr, RequestCode.VIEW_BROKER_STATS_DATA, {"statsName": name, "statsKey": key}
+        )
+        return BrokerStatsData.from_json(resp.body_bytes())
 
     # -- configuration -----------------------------------------------------------------
     async def get_broker_config(self, addr: str) -> dict[str, str]:

@@ -17,6 +17,7 @@ from broker.processors.client_manage import ATTR_SERIALIZE_TYPE
 from remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from remoting.codes import SerializeType
 from remoting.errors import RemotingError
+from remoting.protocol.bodies import dumps
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -50,7 +51,8 @@ def parse_properties(text: str) -> dict[str, str]:
 class AdminMoreProcessor:
     """Handlers of DELETE_SUBSCRIPTIONGROUP (207), UPDATE_BROKER_CONFIG (25),
     CLEAN_EXPIRED_CONSUMEQUEUE (306), DELETE_EXPIRED_COMMITLOG (329),
-    QUERY_TOPIC_CONSUME_BY_WHO (300) and GET_CONSUMER_RUNNING_INFO (307)."""
+    QUERY_TOPIC_CONSUME_BY_WHO (300), GET_CONSUMER_RUNNING_INFO (307) and
+    VIEW_BROKER_STATS_DATA (315)."""
 
     def __init__(self, ctrl: BrokerController) -> None:
         self.ctrl = ctrl
@@ -65,17 +67,46 @@ class AdminMoreProcessor:
         group = cmd.field("groupName")
         if not group:
             return error(cmd, ResponseCode.SYSTEM_ERROR, "the groupName field is missing")
-        if (cmd.field("removeOffset") or "false").lower() == "true":
-            return error(
-                cmd,
-                ResponseCode.SYSTEM_ERROR,
-                "removeOffset=true is not supported: the group's offsets are kept",
-            )
+        raw = (cmd.field("removeOffset") or "false").lower()
+        if raw not in ("true", "false"):
+            return error(cmd, ResponseCode.SYSTEM_ERROR, f"bad removeOffset: {raw!r}")
         ctrl = self.ctrl
         if ctrl.subscriptions.delete(group):
             await ctrl.persist_subscriptions()
             log.info("subscription_group_deleted", group=group)
+        if raw == "true":
+            # RocketMQ's removeOffset: every topic's offsets of the group go too; the offset
+            # file is rewritten now (a worker thread), like any other dirty config file.
+            removed = ctrl.offsets.remove_group(group)
+            if removed:
+                await ctrl.persist_all()
+                log.info("consumer_offsets_removed", group=group, topics=removed)
         return cmd.make_response(ResponseCode.SUCCESS)
+
+    # -- statistics ------------------------------------------------------------------------
+    @guarded()
+    async def view_broker_stats_data(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        """VIEW_BROKER_STATS_DATA (315): header `statsName`, `statsKey`; body BrokerStatsData
+        (`statsMinute`, `statsHour`, `statsDay`: `sum`, `tps`, `avgpt`)."""
+        name = cmd.field("statsName")
+        key = cmd.field("statsKey")
+        if not name or key is None:
+            return error(
+                cmd, ResponseCode.SYSTEM_ERROR, "the statsName and statsKey fields are required"
+            )
+        windows = self.ctrl.table_stats.view(name, key)
+        if windows is None:
+            # RocketMQ's answer for an unknown name or a key never counted.
+            return error(cmd, ResponseCode.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
+        minute, hour, day = windows
+        body = {
+            "statsDay": day.to_json(),
+            "statsHour": hour.to_json(),
+            "statsMinute": minute.to_json(),
+        }
+        return cmd.make_response(ResponseCode.SUCCESS, body=dumps(body))
 
     # -- runtime configuration -------------------------------------------------------------
     @guarded()

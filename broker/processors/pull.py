@@ -374,7 +374,8 @@ class PullProcessor:
         hdr: PullMessageRequestHeader,
     ) -> RemotingCommand:
         """The answer of the pull `hdr` from `result`; records served are counted (stats and,
-        with metrics on, `broker.metrics.Traffic`: one call per answer)."""
+        with metrics on, `broker.metrics.Traffic`; always `broker.stats`: one call each per
+        answer)."""
         fields = PullMessageResponseHeader(
             suggest_which_broker_id=self._suggest(hdr.consumer_group, result),
             next_begin_offset=result.next_begin_offset,
@@ -384,6 +385,9 @@ class PullProcessor:
         body = b"".join(result.buffers) if code == ResponseCode.SUCCESS else None
         if body is not None:
             self.ctrl.stats.get_count += result.message_count
+            self.ctrl.table_stats.count_get(
+                hdr.topic, hdr.consumer_group, result.message_count, len(body)
+            )
             traffic = self.ctrl.traffic
             if traffic is not None:
                 traffic.count_out(

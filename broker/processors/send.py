@@ -588,13 +588,15 @@ class SendProcessor:
         self, cmd: RemotingCommand, result: PutMessageResult, queue_id: int, topic: str
     ) -> RemotingCommand:
         """The answer to a put of `topic`'s records; a stored put is counted (stats and, with
-        metrics on, `broker.metrics.Traffic`: one call per put, a batch's records together)."""
+        metrics on, `broker.metrics.Traffic`; always `broker.stats`: one call each per put, a
+        batch's records together)."""
         append = result.append
         if result.status is PutMessageStatus.PUT_OK and append is not None:
             # The common case in one dict literal (no status table lookup: an Enum member's
             # hash is a Python-level call).
             cfg = self.ctrl.config
             self.ctrl.stats.put_count += append.msg_num
+            self.ctrl.table_stats.count_put(topic, append.msg_num, append.wrote_bytes)
             traffic = self.ctrl.traffic
             if traffic is not None:
                 traffic.count_in(topic, append.msg_num, append.wrote_bytes)
@@ -624,6 +626,7 @@ class SendProcessor:
         resp.ext_fields["queueId"] = str(queue_id)
         resp.ext_fields["queueOffset"] = str(append.queue_offset)
         self.ctrl.stats.put_count += append.msg_num
+        self.ctrl.table_stats.count_put(topic, append.msg_num, append.wrote_bytes)
         traffic = self.ctrl.traffic
         if traffic is not None:
             traffic.count_in(topic, append.msg_num, append.wrote_bytes)

@@ -1008,7 +1008,13 @@ def _java_like(name: str, values: dict[str, Any]) -> str:
 @click.option("-b", "--brokerAddr", "broker", help="Delete on this broker only.")
 @click.option("-c", "--clusterName", "cluster", help="Delete on every master of this cluster.")
 @click.option("-g", "--groupName", "group", required=True, help="Consumer group name.")
-@click.option("-r", "--removeOffset", "remove_offset", default="false", help="Not supported.")
+@click.option(
+    "-r",
+    "--removeOffset",
+    "remove_offset",
+    default="false",
+    help="true: also remove the group's consumer offsets (default false).",
+)
 @json_option
 def delete_sub_group(
     namesrv: str | None,
@@ -1875,16 +1881,30 @@ def _mq_from_text(text: str) -> dict[str, Any]:
 
 @cli.command("statsAll")
 @namesrv_option
-@click.option("-a", "--activeTopic", "active", is_flag=True, help="Only topics with consumers.")
-@click.option("-t", "--topic", help="Only this topic.")
+@click.option("-a", "--activeTopic", "active", is_flag=True, help="Print active topics only.")
+@click.option("-t", "--topic", help="Print this topic only.")
 @json_option
 def stats_all(namesrv: str | None, active: bool, topic: str | None, as_json: bool) -> None:
-    """Per topic and consumer group: messages not consumed yet, messages stored, consumed.
+    """Topic and consumer TPS stats (RocketMQ's statsAll).
 
-    RocketMQ's TPS and 24-hour columns need per-topic rate statistics the broker does not keep
-    (VIEW_BROKER_STATS_DATA); this shows offsets instead: #Messages is the sum of the queues'
-    max offsets, #Consumed the group's committed offsets.
+    Per topic and consumer group over the topic's masters: messages not consumed yet
+    (#Accumulation), messages put and pulled per second over the last minute (#InTPS,
+    #OutTPS, VIEW_BROKER_STATS_DATA TOPIC_PUT_NUMS and GROUP_GET_NUMS) and over the last day
+    (#InMsg24Hour, #OutMsg24Hour: the day's sum, else the hour's, else the minute's). Retry
+    and DLQ topics are skipped; -a leaves out rows with nothing put or pulled in the day; a
+    topic without consumers shows NO_CONSUMER. A broker that cannot answer counts 0.
     """
+
+    async def stats(a: Admin, addrs: list[str], name: str, key: str) -> tuple[float, int]:
+        tps, day = 0.0, 0
+        for addr in addrs:
+            try:
+                data = await a.view_broker_stats_data(addr, name, key)
+            except (RemoteError, MQClientError, ValueError):
+                continue  # RocketMQ: a key never counted (or a broker down) counts 0
+            tps += data.minute.tps
+            day += data.sum_24h()
+        return tps, day
 
     async def body(a: Admin) -> list[dict[str, Any]]:
         topics = [topic] if topic else await a.topic_list()
@@ -1899,44 +1919,59 @@ def stats_all(namesrv: str | None, active: bool, topic: str | None, as_json: boo
                     raise
                 continue
             addrs = [x for x in (master_addr(b) for b in route.broker_datas) if x]
-            stored = 0
             groups: set[str] = set()
             for addr in addrs:
                 try:
-                    stats = await a.instance.api.get_topic_stats_info(addr, t)
-                except RemoteError:
+                    groups.update(await a.topic_consumed_by(addr, t))
+                except (RemoteError, MQClientError):
                     continue
-                stored += sum(o.max_offset for o in stats.offset_table.values())
-                groups.update(await a.topic_consumed_by(addr, t))
+            in_tps, in_day = await stats(a, addrs, "TOPIC_PUT_NUMS", t)
             if not groups:
-                if not active:
-                    rows.append({"topic": t, "group": "NO_CONSUMER", "accumulation": 0,
-                                 "messages": stored, "consumed": 0})  # fmt: skip
+                if not active or in_day > 0:
+                    rows.append({"topic": t, "group": None, "accumulation": 0, "inTps": in_tps,
+                                 "outTps": None, "inMsg24Hour": in_day,
+                                 "outMsg24Hour": None})  # fmt: skip
                 continue
             for g in sorted(groups):
-                acc = consumed = 0
+                out_tps, out_day = await stats(a, addrs, "GROUP_GET_NUMS", f"{t}@{g}")
+                acc = 0
                 for addr in addrs:
                     try:
                         cs = await a.instance.api.get_consume_stats(addr, g, t)
-                    except RemoteError:
+                    except (RemoteError, MQClientError):
                         continue
                     acc += sum(
                         w.broker_offset - w.consumer_offset for w in cs.offset_table.values()
                     )
-                    consumed += sum(w.consumer_offset for w in cs.offset_table.values())
-                rows.append({"topic": t, "group": g, "accumulation": acc, "messages": stored,
-                             "consumed": consumed})  # fmt: skip
+                if active and in_day <= 0 and out_day <= 0:
+                    continue
+                rows.append({"topic": t, "group": g, "accumulation": max(acc, 0),
+                             "inTps": in_tps, "outTps": out_tps, "inMsg24Hour": in_day,
+                             "outMsg24Hour": out_day})  # fmt: skip
         return rows
 
     rows = _with_admin(namesrv, body)
     if as_json:
         _emit_json(rows)
         return
-    _table(
-        None,
-        ["#Topic", "#Consumer Group", "#Accumulation", "#Messages", "#Consumed"],
-        [[r["topic"], r["group"], r["accumulation"], r["messages"], r["consumed"]] for r in rows],
+    # RocketMQ's layout: names cut to 64 characters, TPS with two decimals.
+    click.echo(
+        f"{'#Topic':<32}  {'#Consumer Group':<32} {'#Accumulation':>12} {'#InTPS':>11} "
+        f"{'#OutTPS':>11} {'#InMsg24Hour':>14} {'#OutMsg24Hour':>14}"
     )
+    for r in rows:
+        name = r["topic"][:64]
+        if r["group"] is None:
+            click.echo(
+                f"{name:<64}  {'':<32} {0:>12} {r['inTps']:>11.2f} {'':>11} "
+                f"{r['inMsg24Hour']:>14} {'NO_CONSUMER':>14}"
+            )
+        else:
+            click.echo(
+                f"{name:<64}  {r['group'][:64]:<64} {r['accumulation']:>12} "
+                f"{r['inTps']:>11.2f} {r['outTps']:>11.2f} {r['inMsg24Hour']:>14} "
+                f"{r['outMsg24Hour']:>14}"
+            )
 
 
 def main() -> None:
