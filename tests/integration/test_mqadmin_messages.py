@@ -238,7 +238,7 @@ async def test_clients_and_stats(namesrv: NamesrvProc, start_broker: StartBroker
         async def caught_up() -> bool:
             rc, out, _ = await _mqadmin_async("statsAll", "-n", ns, "-t", "CliT", "--json")
             rows = json.loads(out) if rc == 0 else []
-            return [(r["group"], r["accumulation"], r["messages"]) for r in rows] == [
+            return [(r["group"], r["accumulation"], r["inMsg24Hour"]) for r in rows] == [
                 ("CliG", 0, 10)
             ]
 
@@ -246,9 +246,10 @@ async def test_clients_and_stats(namesrv: NamesrvProc, start_broker: StartBroker
         rc, out, _ = await _mqadmin_async("statsAll", "-n", ns)
         assert rc == 0
         assert "#Accumulation" in out
-        rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[1:] if line.strip()}
-        assert rows["CliT"] == "CliG"
-        assert rows["IdleT"] == "NO_CONSUMER"
+        rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[1:] if line.strip()}
+        assert rows["CliT"][0] == "CliG"
+        assert rows["CliT"][-2] == "10"  # #InMsg24Hour
+        assert rows["IdleT"][-1] == "NO_CONSUMER"
         assert not any(t.startswith("%RETRY%") for t in rows)
         rc, out, _ = await _mqadmin_async("stats-all", "-n", ns, "-a", "--json")
         assert "IdleT" not in {r["topic"] for r in json.loads(out)}
