@@ -16,7 +16,7 @@ day step.
 
 from __future__ import annotations
 
-import collections
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -43,9 +43,6 @@ _DAY_DEPTH = 25
 
 MAX_KEYS = 4096
 
-# A snapshot: (time in seconds, counter values...).
-Snap = tuple[float, ...]
-
 
 class BrokerTotals(Protocol):
     """The broker-wide message counters (broker.controller.BrokerStats)."""
@@ -67,15 +64,27 @@ class Window:
         return {"sum": self.sum, "tps": self.tps, "avgpt": self.avgpt}
 
 
+def _ms(t: float) -> int:
+    return round(t * 1000)
+
+
 class _Series:
-    """The three rings of one key."""
+    """The three rings of one key. A ring is a flat int64 array of snapshots, `stride` ints
+    each: time in ms, then the counter values (about 1.3 KB a key with full rings, no Python
+    object per value)."""
 
     __slots__ = ("day", "hour", "minute")
 
-    def __init__(self, first: Snap) -> None:
-        self.minute: collections.deque[Snap] = collections.deque((first,), _MINUTE_DEPTH)
-        self.hour: collections.deque[Snap] = collections.deque((first,), _HOUR_DEPTH)
-        self.day: collections.deque[Snap] = collections.deque((first,), _DAY_DEPTH)
+    def __init__(self, first: list[int]) -> None:
+        self.minute = array("q", first)
+        self.hour = array("q", first)
+        self.day = array("q", first)
+
+
+def _push(ring: array[int], snap: list[int], depth: int) -> None:
+    ring.extend(snap)
+    if len(ring) > depth * len(snap):
+        del ring[: len(snap)]
 
 
 class _Table:
@@ -93,45 +102,50 @@ class _Table:
         if len(self.rows) >= self.max_keys:
             return None
         row = self.rows[key] = [0] * self.width
-        self.series[key] = _Series((now, *row))
+        self.series[key] = _Series([_ms(now), *row])
         return row
 
     def sample(self, now: float, minute: bool, hour: bool, day: bool) -> None:
+        t = _ms(now)
         for key, row in self.rows.items():
-            snap = (now, *row)
+            snap = [t, *row]
             s = self.series[key]
             if minute:
-                s.minute.append(snap)
+                _push(s.minute, snap, _MINUTE_DEPTH)
             if hour:
-                s.hour.append(snap)
+                _push(s.hour, snap, _HOUR_DEPTH)
             if day:
-                s.day.append(snap)
+                _push(s.day, snap, _DAY_DEPTH)
 
     def drop_idle(self) -> None:
         """Drop keys whose counters did not move over a full day ring."""
+        stride = self.width + 1
         idle = [
             key
             for key, s in self.series.items()
-            if len(s.day) == _DAY_DEPTH and s.day[0][1:] == s.day[-1][1:]
+            if len(s.day) == _DAY_DEPTH * stride and s.day[1:stride] == s.day[-stride + 1 :]
         ]
         for key in idle:
             del self.rows[key]
             del self.series[key]
 
 
-def _window(ring: collections.deque[Snap], live: Snap, span: float, vi: int, ti: int) -> Window:
-    """Figures from the oldest snapshot of `ring` inside `span` (else its newest) to `live`;
-    `vi` is the value's index in a snapshot, `ti` the calls' index (0: no calls counted)."""
+def _window(ring: array[int], live: list[int], span: float, vi: int, ti: int) -> Window:
+    """Figures from the oldest snapshot of `ring` inside `span` seconds (else its newest) to
+    `live` ([time in ms, values...]); `vi` is the value's index in a snapshot, `ti` the calls'
+    index (0: no calls counted)."""
+    stride = len(live)
     now = live[0]
-    first = ring[-1]
-    for snap in ring:
-        if snap[0] >= now - span:
-            first = snap
+    first = len(ring) - stride
+    oldest = now - _ms(span)
+    for i in range(0, len(ring), stride):
+        if ring[i] >= oldest:
+            first = i
             break
-    total = int(live[vi] - first[vi])
-    dt = now - first[0]
+    total = live[vi] - ring[first + vi]
+    dt = (now - ring[first]) / 1000.0
     tps = total / dt if dt > 0 else 0.0
-    calls = int(live[ti] - first[ti]) if ti else 0
+    calls = live[ti] - ring[first + ti] if ti else 0
     avgpt = total / calls if calls > 0 else 0.0
     return Window(total, tps, avgpt)
 
@@ -245,7 +259,7 @@ class StatsManager:
         if row is None:
             return None
         s = table.series[key]
-        live: Snap = (self._clock(), *row)
+        live = [_ms(self._clock()), *row]
         return (
             _window(s.minute, live, MINUTE_S, vi, ti),
             _window(s.hour, live, HOUR_S, vi, ti),

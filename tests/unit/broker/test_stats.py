@@ -169,4 +169,5 @@ def test_rings_are_bounded() -> None:
         mgr.count_put("T", 1, 1)
         _run(mgr, clock, clock.now + 3600, step=10.0)
     s = mgr.topic_put.series["T"]
-    assert (len(s.minute), len(s.hour), len(s.day)) == (7, 7, 25)
+    # Snapshots of 4 ints: time, messages, bytes, puts.
+    assert (len(s.minute), len(s.hour), len(s.day)) == (7 * 4, 7 * 4, 25 * 4)
