@@ -235,6 +235,7 @@ class ReplyProcessor:
             log.warning("reply_store_failed", topic=hdr.topic, status=result.status.name)
             return
         ctrl.stats.put_count += append.msg_num
+        ctrl.table_stats.count_put(hdr.topic, append.msg_num, append.wrote_bytes)
         traffic = ctrl.traffic
         if traffic is not None:
             traffic.count_in(hdr.topic, append.msg_num, append.wrote_bytes)

@@ -126,6 +126,8 @@ class SendBackProcessor:
                 f"{result.status.name}{': ' + result.remark if result.remark else ''}",
             )
         ctrl.stats.put_count += 1
+        # SNDBCK_PUT_NUMS under the message's original topic, as RocketMQ counts it.
+        ctrl.table_stats.count_send_back(props[PROPERTY_RETRY_TOPIC], hdr.group)
         log.debug(
             "message_sent_back",
             group=hdr.group,
