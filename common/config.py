@@ -38,6 +38,25 @@ class ConfigError(Exception):
     """The configuration is invalid; the message says which setting and why."""
 
 
+def parse_properties(text: str) -> dict[str, str]:
+    """`key=value` lines (Java properties text: `#`/`!` comments, `=` or `:`), in order: the
+    bodies of UPDATE_BROKER_CONFIG and UPDATE_NAMESRV_CONFIG.
+
+    Raises:
+        ValueError: a line without a separator or with an empty key.
+    """
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut <= 0:
+            raise ValueError(f"not a key=value line: {line!r}")
+        out[line[:cut].strip()] = line[cut + 1 :].strip()
+    return out
+
+
 def env_overrides(model: type[BaseModel], environ: Mapping[str, str]) -> dict[str, str]:
     """Settings from `TRIMQ_*` variables that name a field of `model` (others are ignored).
 

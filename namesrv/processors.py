@@ -18,6 +18,7 @@ import structlog
 import trio
 
 from common.acl import Account, AclChecker, AclError
+from common.config import parse_properties
 from namesrv.config import NamesrvConfig, camel, runtime_changes
 from namesrv.kv_config import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfig
 from namesrv.route_table import RouteTable
@@ -433,7 +434,7 @@ class NamesrvProcessors:
         if len(body) > MAX_CONFIG_BODY:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, "the config body is too large")
         try:
-            pairs = _properties(body.decode("utf-8"))
+            pairs = parse_properties(body.decode("utf-8"))
             changes = runtime_changes(self.config, pairs)
         except KeyError as exc:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, str(exc.args[0]))
@@ -452,21 +453,3 @@ class NamesrvProcessors:
 
 
 MAX_CONFIG_BODY = 64 * 1024
-
-
-def _properties(text: str) -> dict[str, str]:
-    """`key=value` lines (Java properties text: `#`/`!` comments, `=` or `:`).
-
-    Raises:
-        ValueError: a line without a separator or with an empty key.
-    """
-    out: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith(("#", "!")):
-            continue
-        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if cut <= 0:
-            raise ValueError(f"not a key=value line: {line!r}")
-        out[line[:cut].strip()] = line[cut + 1 :].strip()
-    return out

@@ -14,6 +14,7 @@ from broker._persist import write_atomically
 from broker.config import runtime_changes, update_toml_text
 from broker.processors._common import error, guarded
 from broker.processors.client_manage import ATTR_SERIALIZE_TYPE
+from common.config import parse_properties
 from remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from remoting.codes import SerializeType
 from remoting.errors import RemotingError
@@ -28,24 +29,6 @@ log = structlog.get_logger()
 RUNNING_INFO_TIMEOUT_MS = 5000
 # Largest UPDATE_BROKER_CONFIG body read (a few `key=value` lines).
 MAX_CONFIG_BODY = 64 * 1024
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """`key=value` lines (Java properties text: `#`/`!` comments, `=` or `:`), in order.
-
-    Raises:
-        ValueError: a line without a separator or with an empty key.
-    """
-    out: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith(("#", "!")):
-            continue
-        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if cut <= 0:
-            raise ValueError(f"not a key=value line: {line!r}")
-        out[line[:cut].strip()] = line[cut + 1 :].strip()
-    return out
 
 
 class AdminMoreProcessor:

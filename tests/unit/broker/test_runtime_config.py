@@ -8,8 +8,8 @@ import tomllib
 import pytest
 
 from broker.config import BrokerConfig, runtime_changes, update_toml_text
-from broker.processors.admin_more import parse_properties
 from common.acl import Access, code_rule
+from common.config import parse_properties
 from namesrv.config import NamesrvConfig
 from namesrv.config import runtime_changes as namesrv_changes
 from namesrv.kv_config import KVConfig
