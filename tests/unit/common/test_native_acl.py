@@ -81,7 +81,8 @@ def test_bad_arguments_raise_type_errors() -> None:
 
 def test_a_native_signed_request_verifies_and_a_changed_one_does_not() -> None:
     rules = parse_acl(
-        "accounts:\n  - accessKey: app-user\n    secretKey: app-secret-123\n    topicPerms: ['T=PUB']\n"
+        "accounts:\n  - accessKey: app-user\n    secretKey: app-secret-123\n"
+        "    topicPerms: ['T=PUB']\n"
     )
     checker = AclChecker(rules)
     signed = RequestSigner("app-user", "app-secret-123").sign_fields({"b": "T", "a": "PG"}, b"body")
