@@ -50,9 +50,12 @@ class AdminMoreProcessor:
         group = cmd.field("groupName")
         if not group:
             return error(cmd, ResponseCode.SYSTEM_ERROR, "the groupName field is missing")
-        raw = (cmd.field("removeOffset") or "false").lower()
-        if raw not in ("true", "false"):
-            return error(cmd, ResponseCode.SYSTEM_ERROR, f"bad removeOffset: {raw!r}")
+        # 4.9's `removeOffset`, or 5.x's name for the same flag, `cleanOffset`.
+        flags = {k: (cmd.field(k) or "false").lower() for k in ("removeOffset", "cleanOffset")}
+        for key, value in flags.items():
+            if value not in ("true", "false"):
+                return error(cmd, ResponseCode.SYSTEM_ERROR, f"bad {key}: {value!r}")
+        raw = "true" if "true" in flags.values() else "false"
         ctrl = self.ctrl
         if ctrl.subscriptions.delete(group):
             await ctrl.persist_subscriptions()

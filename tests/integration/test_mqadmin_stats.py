@@ -158,3 +158,11 @@ async def test_delete_sub_group_remove_offset(
         assert rc != 0
         assert "Traceback" not in err
         assert "DgT@KeepG" in await _all_offsets(admin, addr)
+
+        # 5.x names the flag cleanOffset (the dashboard sends it): the same removal.
+        await admin.call(
+            addr,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP,
+            {"groupName": "KeepG", "cleanOffset": "true"},
+        )
+        assert "DgT@KeepG" not in await _all_offsets(admin, addr)
