@@ -166,3 +166,27 @@ async def test_delete_sub_group_remove_offset(
             {"groupName": "KeepG", "cleanOffset": "true"},
         )
         assert "DgT@KeepG" not in await _all_offsets(admin, addr)
+
+
+async def test_dashboard_group_delete_removes_the_group_and_its_offsets(
+    namesrv: NamesrvProc, start_broker: StartBroker
+) -> None:
+    """mqdashboard's group delete (207 with 5.x's cleanOffset) on a live broker."""
+    from dashboard import service
+
+    start_broker(namesrv.addr, name="broker-a")
+    ns = namesrv.addr
+    await create_topic(ns, "DashDel", queues=1)
+    async with Admin(fast_config(ns)) as admin:
+        (addr,) = (await admin.master_addrs()).values()
+        await admin.call(
+            addr,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+            body=json.dumps({"groupName": "DashG"}).encode(),
+        )
+        mq = MessageQueue("DashDel", "broker-a", 0)
+        await admin.instance.api.update_consumer_offset(addr, "DashG", mq, 3)
+        assert "DashG" in await service.group_names(admin)
+        assert await service.delete_group(admin, "DashG") == [addr]
+        assert "DashG" not in await service.group_names(admin)
+        assert "DashDel@DashG" not in await _all_offsets(admin, addr)
