@@ -252,10 +252,10 @@ def test_namesrv_config_write_perm_and_order_conf(
         "topicClusterList", "-n", ns, "-t", "NoSuchTopic"
     )
     doc = json.loads(
-        mqadmin("allocateMQ", "-n", ns, "-t", "OrdT", "-i", "10.0.0.1,10.0.0.2").stdout
+        mqadmin("allocateMQ", "-n", ns, "-t", "OrdT", "-i", "192.0.2.1,192.0.2.2").stdout
     )
-    assert [q["queueId"] for q in doc["result"]["10.0.0.1"]] == [0, 1]
-    assert [q["queueId"] for q in doc["result"]["10.0.0.2"]] == [2, 3]
+    assert [q["queueId"] for q in doc["result"]["192.0.2.1"]] == [0, 1]
+    assert [q["queueId"] for q in doc["result"]["192.0.2.2"]] == [2, 3]
     assert "twice" in _fails("allocateMQ", "-n", ns, "-t", "OrdT", "-i", "a,a")
     assert "no client id" in _fails("allocateMQ", "-n", ns, "-t", "OrdT", "-i", ",")
 

@@ -174,7 +174,7 @@ def test_older_and_newer_layouts_and_bad_records() -> None:
     # 13 fields (no offset id), 15 (a client host), a SubAfter without time and group.
     old = "Pub" + A + "1" + A + "R" + A + "G" + A + "T" + A + "M" + A + "t" + A + "k" + A + "h"
     old += A + "3" + A + "4" + A + "3" + A + "false" + B
-    new = PUB_TEXT[:-1] + A + "10.0.0.9" + B
+    new = PUB_TEXT[:-1] + A + "192.0.2.9" + B
     short_after = "SubAfter" + A + "REQ" + A + "M" + A + "9" + A + "true" + A + "k" + B
     junk = "Pub" + A + "notanumber" + B + "Nothing" + A + "x" + B + "SubBefore" + A + "1" + B
     contexts, bad = decode_trace_data(old + new + short_after + junk)
@@ -183,7 +183,7 @@ def test_older_and_newer_layouts_and_bad_records() -> None:
     assert c_old.success is False
     assert c_old.beans[0].msg_type is TraceMessageType.Delay_Msg
     assert c_old.beans[0].offset_msg_id == ""
-    assert c_new.beans[0].client_host == "10.0.0.9"
+    assert c_new.beans[0].client_host == "192.0.2.9"
     assert c_after.cost_time == 9
     assert c_after.group_name is None
     assert decode_trace_data("") == ([], 0)
@@ -218,7 +218,7 @@ def test_message_types_and_batch_pub_records() -> None:
     assert all(c.success and c.cost_time == 8 for c in ctxs)
 
 
-def _ext(topic: str, props: dict[str, str], born: str = "10.1.1.1:5000") -> MessageExt:
+def _ext(topic: str, props: dict[str, str], born: str = "192.0.2.11:5000") -> MessageExt:
     return MessageExt(topic, b"x", properties=props, born_host=born, reconsume_times=1)
 
 
@@ -247,16 +247,16 @@ def test_trace_views_keep_the_message_and_pair_retries() -> None:
     after = sub_after(before, 1, False, ConsumeReturnType.EXCEPTION)
     other = TraceContext(TraceType.SubBefore, 11, "R", "CG", beans=[TraceBean(msg_id="OTHER")])
     body = "".join(encode_context(c).data for c in (pub(), before, other, after)).encode()
-    views, bad = trace_views(MSG_ID, [_ext("RMQ_SYS_TRACE_TOPIC", {}, "10.9.9.9:1234")])
+    views, bad = trace_views(MSG_ID, [_ext("RMQ_SYS_TRACE_TOPIC", {}, "198.51.100.9:1234")])
     assert views == []
     assert bad == 0
-    tm = MessageExt("RMQ_SYS_TRACE_TOPIC", body, properties={}, born_host="10.9.9.9:1234")
+    tm = MessageExt("RMQ_SYS_TRACE_TOPIC", body, properties={}, born_host="198.51.100.9:1234")
     views, bad = trace_views(MSG_ID, [tm, MessageExt("X", b"\xff", properties={})])
     assert bad == 1  # not UTF-8
     assert [v.trace_type for v in views] == ["Pub", "SubBefore", "SubAfter"]  # by time
     sub = views[2]
     assert (sub.group_name, sub.status, sub.retry_times, sub.context_code) == ("CG", "failed", 2, 2)
-    assert all(v.client_host == "10.9.9.9:1234" for v in views)
+    assert all(v.client_host == "198.51.100.9:1234" for v in views)
     assert [v.msg_type for v in views] == ["Normal_Msg", None, None]
 
 
