@@ -673,6 +673,20 @@ def _native_hmac() -> _NativeHmac | None:
 _NATIVE_HMAC = _native_hmac()
 
 
+def _native_fast_paths() -> tuple[
+    Callable[..., bool] | None, Callable[..., dict[str, str] | None] | None
+]:
+    """common.acl_native's whole-request check and signing, on the signature's switch."""
+    if _NATIVE_HMAC is None:
+        return None, None
+    from common.acl_native import check_signed, sign_fields
+
+    return check_signed, sign_fields
+
+
+_NATIVE_CHECK, _NATIVE_SIGN = _native_fast_paths()
+
+
 def _signed_text(fields: Mapping[str, str] | None, skip: Iterable[str] = ()) -> bytes:
     """The part of `content_to_sign` before the body."""
     values = fields or {}
@@ -807,6 +821,14 @@ class RequestSigner:
 
     def sign_fields(self, fields: Mapping[str, str] | None, body: Body | None) -> dict[str, str]:
         """`fields` plus `AccessKey` (`SecurityToken`) and the `Signature` over them and body."""
+        if _NATIVE_SIGN is not None and (fields is None or type(fields) is dict):
+            # One native call; None (an order not cached yet, a value without strict UTF-8):
+            # the Python path below, which caches the order.
+            signed = _NATIVE_SIGN(
+                self._state.key, self.access_key, self.security_token, fields, body, _ORDERS
+            )
+            if signed is not None:
+                return signed
         out = dict(fields) if fields else {}
         out.pop(SIGNATURE, None)
         out[ACCESS_KEY] = self.access_key
@@ -1096,6 +1118,22 @@ def _what(code: int, rule: CodeRule) -> str:
 _WHATS: Mapping[int, str] = {code: _what(code, rule) for code, rule in _CODE_RULES.items()}
 # Grants an AclChecker remembers at most (the set is emptied when full).
 _GRANTS_MAX = 4096
+# The codes whose needs one extField decides, and that field (the grants the native path reads).
+_FIELD_CODES: dict[int, str] = {
+    code: rule.field for code, rule in _CODE_RULES.items() if rule.field is not None
+}
+
+
+def _secrets(rules: AclRules) -> dict[str, bytes]:
+    """Access key -> secret key as UTF-8, for the accounts whose secret has a UTF-8 form (the
+    others are checked in Python only, where the signature check raises as before)."""
+    out: dict[str, bytes] = {}
+    for key, account in rules.accounts.items():
+        try:
+            out[key] = account.secret_key.encode("utf-8")
+        except UnicodeEncodeError:
+            continue
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1119,6 +1157,8 @@ class AclChecker:
         # (accessKey, code, needs), or (accessKey, code, value of the code's `field`).
         self._granted: set[tuple[str, int, object]] = set()
         self._granted_rules = rules
+        # The secret keys (UTF-8) of `_granted_rules`' accounts, for the native fast path.
+        self._secrets = _secrets(rules)
 
     @property
     def rules(self) -> AclRules:
@@ -1150,6 +1190,21 @@ class AclChecker:
             AclError: refused; `remark` names the account, the resource and the permission.
         """
         rules = self._rules
+        if self._granted_rules is not rules:
+            self._granted = set()
+            self._granted_rules = rules
+            self._secrets = _secrets(rules)
+        # A request granted before under these rules, whose signature verifies, passes in one
+        # native call; it only ever accepts what the steps below accept. Anything else
+        # (refusals too, with their remarks) takes the steps below.
+        if (
+            _NATIVE_CHECK is not None
+            and type(ext_fields) is dict
+            and _NATIVE_CHECK(
+                ext_fields, body, code, self._secrets, self._granted, _FIELD_CODES, _ORDERS
+            )
+        ):
+            return
         # The address is parsed only when a white list may need it (most requests: never).
         addr: IPAddress | None = None
         parsed = False
@@ -1178,9 +1233,6 @@ class AclChecker:
             if account.white_remote_address.match(addr):
                 return
         self._verify_signature(account, fields, body, what)
-        if self._granted_rules is not rules:
-            self._granted = set()
-            self._granted_rules = rules
         # The code fixes the kind of account needed: with the account and the resources, the
         # whole of what `_authorise` decides on, under rules that never change in place. A code
         # whose needs one field decides is remembered by that field's value (no extraction).
@@ -1401,6 +1453,23 @@ def server_check(checker: AclChecker) -> Callable[[Any, Any], Any]:
     remark (it names account, resource and permission, never a secret)."""
 
     def check(conn: Any, cmd: Any) -> Any:
+        # `checker.check`'s native fast path, without its frame (it runs before every request).
+        fields = cmd.ext_fields
+        if (
+            _NATIVE_CHECK is not None
+            and type(fields) is dict
+            and checker._granted_rules is checker._rules
+            and _NATIVE_CHECK(
+                fields,
+                cmd.body,
+                cmd.code,
+                checker._secrets,
+                checker._granted,
+                _FIELD_CODES,
+                _ORDERS,
+            )
+        ):
+            return None
         try:
             checker.check(cmd.code, cmd.ext_fields, cmd.body, conn.remote_address)
         except AclError as exc:

@@ -8,12 +8,26 @@
  * functions: deprecated in OpenSSL 3 in favour of EVP, whose per-digest set-up cost about as
  * much as hashing the whole signed text of a send (a 1 KiB body included) does here.
  *
+ * check_signed(fields, body, code, secrets, granted, field_codes, orders) -> bool: True when the
+ * request may be served without the Python checker: its AccessKey names an account in
+ * `secrets`, the code's one deciding field (`field_codes`) with that key and code is a grant the
+ * checker made under the rules in force (`granted`), and the Signature verifies (compared in
+ * constant time). False says nothing: the Python checker decides, and words any refusal.
+ *
+ * sign_fields(key, access_key, token, fields, body, orders) -> dict | None: what
+ * `RequestSigner.sign_fields` returns, or None when the Python path must do it (an order not
+ * cached yet, a value without a strict UTF-8 form).
+ *
+ * `orders` is common.acl's `_ORDERS` (keys as they arrive -> (keys in signing order, getter)),
+ * read only: a miss goes back to Python, which fills it.
+ *
  * Built as a separate optional extension (pyproject.toml): without OpenSSL's headers only the
  * ACL falls back to Python; common.speedups is unaffected.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #define OPENSSL_SUPPRESS_DEPRECATED
+#include <openssl/crypto.h>
 #include <openssl/sha.h>
 #include <string.h>
 
@@ -66,28 +80,24 @@ static int digest_parts(const unsigned char *pad, Py_ssize_t npad, PyObject *fie
     return 0;
 }
 
+static int hmac_b64(PyObject *key, PyObject *fields, PyObject *order, Py_buffer *bodyp,
+                    char *out, int *failed);
+
 static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-static PyObject *hmac_sha1_b64(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "hmac_sha1_b64(key, fields, order, body)");
-        return NULL;
-    }
-    PyObject *key = args[0], *fields = args[1], *order = args[2], *body_obj = args[3];
-    if (!PyBytes_Check(key) || !PyDict_Check(fields) || !PyTuple_Check(order)) {
-        PyErr_SetString(PyExc_TypeError, "hmac_sha1_b64(bytes, dict, tuple, body)");
-        return NULL;
-    }
+/* HMAC-SHA1(key, fields' values in order, then body) as 28 Base64 characters into out.
+ * -1: exception set; 0: done, or *failed set (the Python path must sign). */
+static int hmac_b64(PyObject *key, PyObject *fields, PyObject *order, Py_buffer *bodyp,
+                    char *out, int *failed) {
     unsigned char k[BLOCK], ipad[BLOCK], opad[BLOCK], inner[DIGEST], mac[DIGEST];
     memset(k, 0, BLOCK);
     Py_ssize_t klen = PyBytes_GET_SIZE(key);
-    int failed = 0;
     if (klen > BLOCK) { /* RFC 2104: a long key is hashed first */
         Py_buffer kb;
-        if (PyObject_GetBuffer(key, &kb, PyBUF_SIMPLE) < 0) return NULL;
-        int rc = digest_parts((const unsigned char *)kb.buf, kb.len, NULL, NULL, NULL, k, &failed);
+        if (PyObject_GetBuffer(key, &kb, PyBUF_SIMPLE) < 0) return -1;
+        int rc = digest_parts((const unsigned char *)kb.buf, kb.len, NULL, NULL, NULL, k, failed);
         PyBuffer_Release(&kb);
-        if (rc < 0) return NULL;
+        if (rc < 0) return -1;
     } else {
         memcpy(k, PyBytes_AS_STRING(key), (size_t)klen);
     }
@@ -95,25 +105,16 @@ static PyObject *hmac_sha1_b64(PyObject *Py_UNUSED(self), PyObject *const *args,
         ipad[i] = k[i] ^ 0x36;
         opad[i] = k[i] ^ 0x5c;
     }
-    Py_buffer body;
-    Py_buffer *bodyp = NULL;
-    if (body_obj != Py_None) {
-        if (PyObject_GetBuffer(body_obj, &body, PyBUF_SIMPLE) < 0) return NULL;
-        bodyp = &body;
-    }
-    int rc = digest_parts(ipad, BLOCK, fields, order, bodyp, inner, &failed);
-    if (bodyp != NULL) PyBuffer_Release(bodyp);
-    if (rc < 0) return NULL;
-    if (failed) Py_RETURN_NONE;
+    if (digest_parts(ipad, BLOCK, fields, order, bodyp, inner, failed) < 0) return -1;
+    if (*failed) return 0;
     /* outer: SHA-1(opad + inner digest) */
     SHA_CTX ctx;
     if (!SHA1_Init(&ctx) || !SHA1_Update(&ctx, opad, BLOCK) || !SHA1_Update(&ctx, inner, DIGEST) ||
         !SHA1_Final(mac, &ctx)) {
         PyErr_SetString(PyExc_RuntimeError, "SHA-1 failed");
-        return NULL;
+        return -1;
     }
     /* Base64 of 20 bytes: 6 full groups and one of 2 bytes, 28 characters with one '='. */
-    char out[28];
     int o = 0;
     for (int i = 0; i < 18; i += 3) {
         unsigned v = ((unsigned)mac[i] << 16) | ((unsigned)mac[i + 1] << 8) | mac[i + 2];
@@ -127,13 +128,175 @@ static PyObject *hmac_sha1_b64(PyObject *Py_UNUSED(self), PyObject *const *args,
     out[o++] = b64[(v >> 12) & 63];
     out[o++] = b64[(v >> 6) & 63];
     out[o++] = '=';
+    return 0;
+}
+
+static PyObject *hmac_sha1_b64(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "hmac_sha1_b64(key, fields, order, body)");
+        return NULL;
+    }
+    PyObject *key = args[0], *fields = args[1], *order = args[2], *body_obj = args[3];
+    if (!PyBytes_Check(key) || !PyDict_Check(fields) || !PyTuple_Check(order)) {
+        PyErr_SetString(PyExc_TypeError, "hmac_sha1_b64(bytes, dict, tuple, body)");
+        return NULL;
+    }
+    Py_buffer body;
+    Py_buffer *bodyp = NULL;
+    if (body_obj != Py_None) {
+        if (PyObject_GetBuffer(body_obj, &body, PyBUF_SIMPLE) < 0) return NULL;
+        bodyp = &body;
+    }
+    char out[28];
+    int failed = 0;
+    int rc = hmac_b64(key, fields, order, bodyp, out, &failed);
+    if (bodyp != NULL) PyBuffer_Release(bodyp);
+    if (rc < 0) return NULL;
+    if (failed) Py_RETURN_NONE;
     return PyBytes_FromStringAndSize(out, 28);
+}
+
+static PyObject *str_access_key, *str_signature, *str_security_token;
+
+/* The signing order of `fields` from `orders` (a borrowed tuple), NULL with no exception when
+ * not cached (or not of the expected shape). */
+static PyObject *cached_order(PyObject *fields, PyObject *orders) {
+    Py_ssize_t n = PyDict_GET_SIZE(fields), pos = 0, i = 0;
+    PyObject *keys = PyTuple_New(n), *k, *v;
+    if (keys == NULL) return NULL;
+    while (i < n && PyDict_Next(fields, &pos, &k, &v)) {
+        Py_INCREF(k);
+        PyTuple_SET_ITEM(keys, i, k);
+        i++;
+    }
+    PyObject *entry = i == n ? PyDict_GetItemWithError(orders, keys) : NULL;
+    Py_DECREF(keys);
+    if (entry == NULL || !PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) return NULL;
+    PyObject *order = PyTuple_GET_ITEM(entry, 0);
+    return PyTuple_Check(order) ? order : NULL;
+}
+
+static PyObject *check_signed(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "check_signed(fields, body, code, secrets, granted, field_codes, orders)");
+        return NULL;
+    }
+    PyObject *fields = args[0], *body_obj = args[1], *code = args[2], *secrets = args[3];
+    PyObject *granted = args[4], *field_codes = args[5], *orders = args[6];
+    if (!PyDict_Check(fields) || !PyDict_Check(secrets) || !PyAnySet_Check(granted) ||
+        !PyDict_Check(field_codes) || !PyDict_Check(orders)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "check_signed(dict, body, int, dict, set, dict, dict)");
+        return NULL;
+    }
+    PyObject *field = PyDict_GetItemWithError(field_codes, code);
+    if (field == NULL) goto slow;
+    PyObject *ak = PyDict_GetItemWithError(fields, str_access_key);
+    if (ak == NULL || !PyUnicode_Check(ak)) goto slow;
+    PyObject *secret = PyDict_GetItemWithError(secrets, ak);
+    if (secret == NULL || !PyBytes_Check(secret)) goto slow;
+    PyObject *given = PyDict_GetItemWithError(fields, str_signature);
+    if (given == NULL || !PyUnicode_Check(given)) goto slow;
+    PyObject *value = PyDict_GetItemWithError(fields, field);
+    if (value == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        value = Py_None;
+    }
+    PyObject *grant = PyTuple_Pack(3, ak, code, value);
+    if (grant == NULL) return NULL;
+    int known = PySet_Contains(granted, grant);
+    Py_DECREF(grant);
+    if (known < 0) return NULL;
+    if (!known) goto slow;
+    PyObject *order = cached_order(fields, orders);
+    if (order == NULL) goto slow;
+    Py_ssize_t glen;
+    const char *g = PyUnicode_AsUTF8AndSize(given, &glen);
+    if (g == NULL) {
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+    }
+    Py_buffer body;
+    Py_buffer *bodyp = NULL;
+    if (body_obj != Py_None) {
+        if (PyObject_GetBuffer(body_obj, &body, PyBUF_SIMPLE) < 0) return NULL;
+        bodyp = &body;
+    }
+    char mac[28];
+    int failed = 0;
+    int rc = hmac_b64(secret, fields, order, bodyp, mac, &failed);
+    if (bodyp != NULL) PyBuffer_Release(bodyp);
+    if (rc < 0) return NULL;
+    /* The length of a signature is no secret; its bytes are compared in constant time. */
+    if (failed || glen != 28 || CRYPTO_memcmp(g, mac, 28) != 0) Py_RETURN_FALSE;
+    Py_RETURN_TRUE;
+slow:
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_FALSE;
+}
+
+static PyObject *sign_fields(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "sign_fields(key, access_key, token, fields, body, orders)");
+        return NULL;
+    }
+    PyObject *key = args[0], *ak = args[1], *token = args[2], *fields = args[3];
+    PyObject *body_obj = args[4], *orders = args[5];
+    if (!PyBytes_Check(key) || !PyUnicode_Check(ak) || (token != Py_None && !PyUnicode_Check(token)) ||
+        (fields != Py_None && !PyDict_Check(fields)) || !PyDict_Check(orders)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "sign_fields(bytes, str, str | None, dict | None, body, dict)");
+        return NULL;
+    }
+    PyObject *out = fields == Py_None ? PyDict_New() : PyDict_Copy(fields);
+    if (out == NULL) return NULL;
+    /* As RequestSigner.sign_fields: no Signature, then AccessKey (and SecurityToken) set. */
+    if (PyDict_Contains(out, str_signature) == 1 && PyDict_DelItem(out, str_signature) < 0) goto error;
+    if (PyErr_Occurred()) goto error;
+    if (PyDict_SetItem(out, str_access_key, ak) < 0) goto error;
+    if (token != Py_None && PyDict_SetItem(out, str_security_token, token) < 0) goto error;
+    PyObject *order = cached_order(out, orders);
+    if (order == NULL) {
+        if (PyErr_Occurred()) goto error;
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    Py_buffer body;
+    Py_buffer *bodyp = NULL;
+    if (body_obj != Py_None) {
+        if (PyObject_GetBuffer(body_obj, &body, PyBUF_SIMPLE) < 0) goto error;
+        bodyp = &body;
+    }
+    char mac[28];
+    int failed = 0;
+    int rc = hmac_b64(key, out, order, bodyp, mac, &failed);
+    if (bodyp != NULL) PyBuffer_Release(bodyp);
+    if (rc < 0) goto error;
+    if (failed) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    PyObject *sig = PyUnicode_FromStringAndSize(mac, 28);
+    if (sig == NULL) goto error;
+    rc = PyDict_SetItem(out, str_signature, sig);
+    Py_DECREF(sig);
+    if (rc < 0) goto error;
+    return out;
+error:
+    Py_DECREF(out);
+    return NULL;
 }
 
 static PyMethodDef methods[] = {
     {"hmac_sha1_b64", (PyCFunction)(void (*)(void))hmac_sha1_b64, METH_FASTCALL,
      "Base64 of HMAC-SHA1(key, UTF-8 of fields[k] for k in order, then body); None: use the "
      "Python path."},
+    {"check_signed", (PyCFunction)(void (*)(void))check_signed, METH_FASTCALL,
+     "True: a remembered grant and a valid signature; False: let the Python checker decide."},
+    {"sign_fields", (PyCFunction)(void (*)(void))sign_fields, METH_FASTCALL,
+     "RequestSigner.sign_fields natively; None: use the Python path."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -142,4 +305,10 @@ static struct PyModuleDef module = {
     methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit_acl_native(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit_acl_native(void) {
+    str_access_key = PyUnicode_InternFromString("AccessKey");
+    str_signature = PyUnicode_InternFromString("Signature");
+    str_security_token = PyUnicode_InternFromString("SecurityToken");
+    if (str_access_key == NULL || str_signature == NULL || str_security_token == NULL) return NULL;
+    return PyModule_Create(&module);
+}

@@ -485,8 +485,11 @@ class _LocalInstance:
         from client._api import MQClientAPI
         from client.config import ClientConfig
         from client.message import MessageQueue
+        from client.request_reply import PendingRequests
         from client.route import TopicPublishInfo
 
+        # What a closing Producer tells (its request-reply waits end with it).
+        self.requests = PendingRequests()
         self.config = ClientConfig(
             namesrv_addr="ns:1",
             client_ip="127.0.0.1",

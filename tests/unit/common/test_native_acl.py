@@ -93,3 +93,131 @@ def test_a_native_signed_request_verifies_and_a_changed_one_does_not() -> None:
         checker.check(RequestCode.SEND_MESSAGE_V2, signed, b"bodY", "127.0.0.1:1")
     with pytest.raises(common.acl.AclError, match="signature"):
         checker.check(RequestCode.SEND_MESSAGE_V2, {**signed, "a": "PG2"}, b"body", "127.0.0.1:1")
+
+
+# -- the whole-request fast paths: check_signed, sign_fields ----------------------------------
+_RULES = (
+    "accounts:\n"
+    "  - accessKey: app-user\n    secretKey: app-secret-123\n"
+    "    topicPerms: ['T=PUB', 'Denied=DENY']\n    groupPerms: ['G=SUB']\n"
+    "  - accessKey: other-user\n    secretKey: other-secret-456\n    defaultTopicPerm: DENY\n"
+)
+
+
+def _python_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(common.acl, "_NATIVE_CHECK", None)
+    monkeypatch.setattr(common.acl, "_NATIVE_SIGN", None)
+    monkeypatch.setattr(common.acl, "_NATIVE_HMAC", None)
+
+
+def test_the_fast_paths_are_in_use() -> None:
+    assert common.acl._NATIVE_CHECK is native.check_signed
+    assert common.acl._NATIVE_SIGN is native.sign_fields
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    fields=st.one_of(
+        st.none(),
+        st.dictionaries(
+            st.sampled_from(["a", "b", "Signature", "AccessKey", "z", "é", "\U0001f600"])
+            | st.text(min_size=1, max_size=4),
+            st.text(max_size=8),
+            max_size=8,
+        ),
+    ),
+    body=st.one_of(st.none(), st.binary(max_size=200)),
+    token=st.one_of(st.none(), st.text(max_size=6)),
+)
+def test_native_signing_gives_the_python_dict(
+    fields: dict[str, str] | None, body: bytes | None, token: str | None
+) -> None:
+    signer = RequestSigner("app-user", "app-secret-123", security_token=token)
+    native_out = signer.sign_fields(fields, body)
+    native_again = signer.sign_fields(fields, body)  # the order is cached by now
+    with pytest.MonkeyPatch.context() as mp:
+        _python_only(mp)
+        python_out = signer.sign_fields(fields, body)
+    assert list(native_out.items()) == list(python_out.items())
+    assert list(native_again.items()) == list(python_out.items())
+    if fields is not None:
+        assert fields is not native_again  # never the caller's dict
+
+
+def test_check_signed_accepts_only_a_remembered_grant_with_a_valid_signature() -> None:
+    checker = AclChecker(parse_acl(_RULES))
+    signer = RequestSigner("app-user", "app-secret-123")
+    signed = signer.sign_fields({"a": "PG", "b": "T"}, b"body")
+    args = (checker._secrets, checker._granted, common.acl._FIELD_CODES, common.acl._ORDERS)
+    code = int(RequestCode.SEND_MESSAGE_V2)
+    assert native.check_signed(signed, b"body", code, *args) is False  # no grant yet
+    checker.check(code, signed, b"body", "127.0.0.1:1")
+    assert native.check_signed(signed, b"body", code, *args) is True
+    assert native.check_signed(signed, memoryview(b"body"), code, *args) is True
+    # Changed body, changed field, a signature of another length, a missing one: False.
+    assert native.check_signed(signed, b"bodY", code, *args) is False
+    assert native.check_signed({**signed, "a": "PG2"}, b"body", code, *args) is False
+    assert native.check_signed({**signed, SIGNATURE: "x"}, b"body", code, *args) is False
+    unsigned = {k: v for k, v in signed.items() if k != SIGNATURE}
+    assert native.check_signed(unsigned, b"body", code, *args) is False
+    # Another topic (not granted), another code, an unknown account: False.
+    other = signer.sign_fields({"a": "PG", "b": "T2"}, b"body")
+    assert native.check_signed(other, b"body", code, *args) is False
+    assert native.check_signed(signed, b"body", int(RequestCode.SEND_MESSAGE), *args) is False
+    stranger = RequestSigner("nobody-user", "app-secret-123").sign_fields({"b": "T"}, b"body")
+    assert native.check_signed(stranger, b"body", code, *args) is False
+    with pytest.raises(TypeError):
+        native.check_signed(signed, b"body", code, {}, [], {}, {})
+
+
+def test_a_grant_made_under_old_rules_does_not_pass_new_ones() -> None:
+    checker = AclChecker(parse_acl(_RULES))
+    signed = RequestSigner("app-user", "app-secret-123").sign_fields({"b": "T"}, b"x")
+    code = int(RequestCode.SEND_MESSAGE_V2)
+    checker.check(code, signed, b"x", "127.0.0.1:1")
+    checker.check(code, signed, b"x", "127.0.0.1:1")  # the fast path
+    checker.replace(parse_acl(_RULES.replace("'T=PUB'", "'T=SUB'")))
+    with pytest.raises(common.acl.AclError, match="lacks PUB on topic:T "):
+        checker.check(code, signed, b"x", "127.0.0.1:1")
+    # A new secret: the old signature no longer verifies.
+    checker.replace(parse_acl(_RULES.replace("app-secret-123", "app-secret-999")))
+    with pytest.raises(common.acl.AclError, match="signature"):
+        checker.check(code, signed, b"x", "127.0.0.1:1")
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    topic=st.sampled_from(["T", "Denied", "Other", "%RETRY%G", ""]),
+    code=st.sampled_from(
+        [int(RequestCode.SEND_MESSAGE_V2), int(RequestCode.SEND_MESSAGE), 11, 17, 215]
+    ),
+    key=st.sampled_from(["app-user", "other-user", "nobody-user"]),
+    secret=st.sampled_from(["app-secret-123", "other-secret-456", "wrong"]),
+    body=st.one_of(st.none(), st.binary(max_size=64)),
+    tamper=st.booleans(),
+    repeat=st.integers(1, 3),
+)
+def test_native_and_python_checkers_decide_alike(
+    topic: str, code: int, key: str, secret: str, body: bytes | None, tamper: bool, repeat: int
+) -> None:
+    fields = RequestSigner(key, secret).sign_fields(
+        {"a": "PG", "b": topic, "topic": topic, "consumerGroup": "G"}, body
+    )
+    if tamper:
+        fields["a"] = "PG-changed"
+
+    def outcomes() -> list[str]:
+        checker = AclChecker(parse_acl(_RULES))
+        seen = []
+        for _ in range(repeat):
+            try:
+                checker.check(code, fields, body, "127.0.0.1:1")
+                seen.append("ok")
+            except common.acl.AclError as exc:
+                seen.append(exc.remark)
+        return seen
+
+    got = outcomes()
+    with pytest.MonkeyPatch.context() as mp:
+        _python_only(mp)
+        assert got == outcomes()
