@@ -69,10 +69,20 @@ browser-install:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium libjs-chart.js; \
 	fi
 
+# Two pytest-xdist workers for everything but the docker cluster (a module's tests, and all of
+# Spark's, stay in one worker: tests/conftest.py; each worker draws ports from its own range:
+# tests/helpers.free_port), then the cluster scenarios alone: they measure recovery under load
+# and their compose projects must not overlap. Every pass runs; make fails if any did.
+PYTEST_WORKERS ?= 2
+XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
+
 test: lint etcd-install browser-install
-	$(BIN)/python -m pytest
-	TRIMQ_NO_NATIVE=1 $(BIN)/python -m pytest --ignore-glob='tests/unit/*/test_native_*' \
-		$(NO_NATIVE_TESTS)
+	@status=0; \
+	$(BIN)/python -m pytest $(XDIST) -m "not cluster" || status=1; \
+	$(BIN)/python -m pytest tests/cluster || status=1; \
+	TRIMQ_NO_NATIVE=1 $(BIN)/python -m pytest $(XDIST) --ignore-glob='tests/unit/*/test_native_*' \
+		$(NO_NATIVE_TESTS) || status=1; \
+	exit $$status
 
 unit: $(TEST_STAMP)
 	$(BIN)/python -m pytest -m unit

@@ -30,6 +30,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         marker = _MARKER_BY_DIR.get(rel.parts[0]) if rel.parts else None
         if marker is not None:
             item.add_marker(getattr(pytest.mark, marker))
+        # Under pytest-xdist's `--dist loadgroup` (make test): a module's tests run in one
+        # worker (its module fixtures start once), and the Spark tests all in one (one JVM
+        # and one session cluster).
+        if item.get_closest_marker("xdist_group") is None:
+            group = "spark" if marker == "spark" else rel.as_posix()
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture

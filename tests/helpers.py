@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import random
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -47,11 +49,54 @@ def wait_until_sync(
         time.sleep(interval)
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
+def _port_range() -> range:
+    """This process's ports for `free_port`: below the kernel's ephemeral range (which its
+    own port-0 binds and outgoing connections draw from), split between pytest-xdist's
+    workers. A port a test frees while it restarts a server is then never taken meanwhile
+    by another worker's server or by any client socket."""
+    low = 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    first, last = 10000, max(10000 + 1000, min(low, 32768))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    size = (last - first) // count
+    start = first + (index % count) * size
+    return range(start, start + size)
+
+
+def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+_PORTS = _port_range()
+_handed_out: set[int] = set()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago, from this worker's own range and
+    not one this process handed out lately (so the ports of a test are distinct)."""
+    if len(_handed_out) > len(_PORTS) // 2:
+        _handed_out.clear()  # the oldest are long free again
+    for _ in range(len(_PORTS)):
+        port = random.choice(_PORTS[:-1])
+        # port + 1 too: a broker's HA port defaults to its listen port + 1.
+        if port in _handed_out or port + 1 in _handed_out:
+            continue
+        if not (_bindable(port) and _bindable(port + 1)):
+            continue
+        _handed_out.update((port, port + 1))
+        return port
+    raise RuntimeError(f"no free port left in {_PORTS}")
 
 
 def json_request(
