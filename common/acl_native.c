@@ -131,6 +131,17 @@ static int hmac_b64(PyObject *key, PyObject *fields, PyObject *order, Py_buffer 
     return 0;
 }
 
+/* hmac_b64 with the body given as an object (None or any buffer). */
+static int hmac_b64_of(PyObject *key, PyObject *fields, PyObject *order, PyObject *body_obj,
+                       char *out, int *failed) {
+    if (body_obj == Py_None) return hmac_b64(key, fields, order, NULL, out, failed);
+    Py_buffer body;
+    if (PyObject_GetBuffer(body_obj, &body, PyBUF_SIMPLE) < 0) return -1;
+    int rc = hmac_b64(key, fields, order, &body, out, failed);
+    PyBuffer_Release(&body);
+    return rc;
+}
+
 static PyObject *hmac_sha1_b64(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4) {
         PyErr_SetString(PyExc_TypeError, "hmac_sha1_b64(key, fields, order, body)");
@@ -141,17 +152,9 @@ static PyObject *hmac_sha1_b64(PyObject *Py_UNUSED(self), PyObject *const *args,
         PyErr_SetString(PyExc_TypeError, "hmac_sha1_b64(bytes, dict, tuple, body)");
         return NULL;
     }
-    Py_buffer body;
-    Py_buffer *bodyp = NULL;
-    if (body_obj != Py_None) {
-        if (PyObject_GetBuffer(body_obj, &body, PyBUF_SIMPLE) < 0) return NULL;
-        bodyp = &body;
-    }
     char out[28];
     int failed = 0;
-    int rc = hmac_b64(key, fields, order, bodyp, out, &failed);
-    if (bodyp != NULL) PyBuffer_Release(bodyp);
-    if (rc < 0) return NULL;
+    if (hmac_b64_of(key, fields, order, body_obj, out, &failed) < 0) return NULL;
     if (failed) Py_RETURN_NONE;
     return PyBytes_FromStringAndSize(out, 28);
 }
@@ -217,17 +220,9 @@ static PyObject *check_signed(PyObject *Py_UNUSED(self), PyObject *const *args, 
         PyErr_Clear();
         Py_RETURN_FALSE;
     }
-    Py_buffer body;
-    Py_buffer *bodyp = NULL;
-    if (body_obj != Py_None) {
-        if (PyObject_GetBuffer(body_obj, &body, PyBUF_SIMPLE) < 0) return NULL;
-        bodyp = &body;
-    }
     char mac[28];
     int failed = 0;
-    int rc = hmac_b64(secret, fields, order, bodyp, mac, &failed);
-    if (bodyp != NULL) PyBuffer_Release(bodyp);
-    if (rc < 0) return NULL;
+    if (hmac_b64_of(secret, fields, order, body_obj, mac, &failed) < 0) return NULL;
     /* The length of a signature is no secret; its bytes are compared in constant time. */
     if (failed || glen != 28 || CRYPTO_memcmp(g, mac, 28) != 0) Py_RETURN_FALSE;
     Py_RETURN_TRUE;
@@ -263,24 +258,16 @@ static PyObject *sign_fields(PyObject *Py_UNUSED(self), PyObject *const *args, P
         Py_DECREF(out);
         Py_RETURN_NONE;
     }
-    Py_buffer body;
-    Py_buffer *bodyp = NULL;
-    if (body_obj != Py_None) {
-        if (PyObject_GetBuffer(body_obj, &body, PyBUF_SIMPLE) < 0) goto error;
-        bodyp = &body;
-    }
     char mac[28];
     int failed = 0;
-    int rc = hmac_b64(key, out, order, bodyp, mac, &failed);
-    if (bodyp != NULL) PyBuffer_Release(bodyp);
-    if (rc < 0) goto error;
+    if (hmac_b64_of(key, out, order, body_obj, mac, &failed) < 0) goto error;
     if (failed) {
         Py_DECREF(out);
         Py_RETURN_NONE;
     }
     PyObject *sig = PyUnicode_FromStringAndSize(mac, 28);
     if (sig == NULL) goto error;
-    rc = PyDict_SetItem(out, str_signature, sig);
+    int rc = PyDict_SetItem(out, str_signature, sig);
     Py_DECREF(sig);
     if (rc < 0) goto error;
     return out;
