@@ -193,42 +193,58 @@ static PyObject *check_signed(PyObject *Py_UNUSED(self), PyObject *const *args, 
                         "check_signed(dict, body, int, dict, set, dict, dict)");
         return NULL;
     }
-    PyObject *field = PyDict_GetItemWithError(field_codes, code);
+    /* Strong references to what is used after a later lookup: a lookup may run Python code
+     * (a str subclass's __eq__) that changes the dicts. */
+    PyObject *field = NULL, *ak = NULL, *secret = NULL, *given = NULL, *order = NULL;
+    PyObject *result = NULL;
+    field = PyDict_GetItemWithError(field_codes, code);
     if (field == NULL) goto slow;
-    PyObject *ak = PyDict_GetItemWithError(fields, str_access_key);
+    Py_INCREF(field);
+    ak = PyDict_GetItemWithError(fields, str_access_key);
     if (ak == NULL || !PyUnicode_Check(ak)) goto slow;
-    PyObject *secret = PyDict_GetItemWithError(secrets, ak);
+    Py_INCREF(ak);
+    secret = PyDict_GetItemWithError(secrets, ak);
     if (secret == NULL || !PyBytes_Check(secret)) goto slow;
-    PyObject *given = PyDict_GetItemWithError(fields, str_signature);
+    Py_INCREF(secret);
+    given = PyDict_GetItemWithError(fields, str_signature);
     if (given == NULL || !PyUnicode_Check(given)) goto slow;
+    Py_INCREF(given);
     PyObject *value = PyDict_GetItemWithError(fields, field);
-    if (value == NULL) {
-        if (PyErr_Occurred()) return NULL;
-        value = Py_None;
-    }
-    PyObject *grant = PyTuple_Pack(3, ak, code, value);
-    if (grant == NULL) return NULL;
+    if (value == NULL && PyErr_Occurred()) goto done;
+    PyObject *grant = PyTuple_Pack(3, ak, code, value == NULL ? Py_None : value);
+    if (grant == NULL) goto done;
     int known = PySet_Contains(granted, grant);
     Py_DECREF(grant);
-    if (known < 0) return NULL;
+    if (known < 0) goto done;
     if (!known) goto slow;
-    PyObject *order = cached_order(fields, orders);
+    order = cached_order(fields, orders);
     if (order == NULL) goto slow;
+    Py_INCREF(order);
     Py_ssize_t glen;
     const char *g = PyUnicode_AsUTF8AndSize(given, &glen);
     if (g == NULL) {
         PyErr_Clear();
-        Py_RETURN_FALSE;
+        goto slow;
     }
     char mac[28];
     int failed = 0;
-    if (hmac_b64_of(secret, fields, order, body_obj, mac, &failed) < 0) return NULL;
+    if (hmac_b64_of(secret, fields, order, body_obj, mac, &failed) < 0) goto done;
     /* The length of a signature is no secret; its bytes are compared in constant time. */
-    if (failed || glen != 28 || CRYPTO_memcmp(g, mac, 28) != 0) Py_RETURN_FALSE;
-    Py_RETURN_TRUE;
+    result = failed || glen != 28 || CRYPTO_memcmp(g, mac, 28) != 0 ? Py_False : Py_True;
+    Py_INCREF(result);
+    goto done;
 slow:
-    if (PyErr_Occurred()) return NULL;
-    Py_RETURN_FALSE;
+    if (!PyErr_Occurred()) {
+        result = Py_False;
+        Py_INCREF(result);
+    }
+done:
+    Py_XDECREF(field);
+    Py_XDECREF(ak);
+    Py_XDECREF(secret);
+    Py_XDECREF(given);
+    Py_XDECREF(order);
+    return result;
 }
 
 static PyObject *sign_fields(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
@@ -260,7 +276,10 @@ static PyObject *sign_fields(PyObject *Py_UNUSED(self), PyObject *const *args, P
     }
     char mac[28];
     int failed = 0;
-    if (hmac_b64_of(key, out, order, body_obj, mac, &failed) < 0) goto error;
+    Py_INCREF(order); /* the lookups below may run Python code that empties `orders` */
+    int hrc = hmac_b64_of(key, out, order, body_obj, mac, &failed);
+    Py_DECREF(order);
+    if (hrc < 0) goto error;
     if (failed) {
         Py_DECREF(out);
         Py_RETURN_NONE;

@@ -221,3 +221,30 @@ def test_native_and_python_checkers_decide_alike(
     with pytest.MonkeyPatch.context() as mp:
         _python_only(mp)
         assert got == outcomes()
+
+
+class _Meddling(str):
+    """A key whose comparisons empty the signing-order cache (in-process callers only: the
+    network decoder makes plain str keys): the native paths must hold what they use."""
+
+    def __hash__(self) -> int:
+        return str.__hash__(self)
+
+    def __eq__(self, other: object) -> bool:
+        common.acl._ORDERS.clear()
+        return str.__eq__(self, other)
+
+
+def test_keys_that_empty_the_caches_mid_call_are_survived() -> None:
+    checker = AclChecker(parse_acl(_RULES))
+    signer = RequestSigner("app-user", "app-secret-123")
+    code = int(RequestCode.SEND_MESSAGE_V2)
+    for _ in range(5):
+        fields = {_Meddling("b"): "T", "a": "PG", _Meddling("zz"): "v"}
+        signed = signer.sign_fields(fields, b"body")
+        with pytest.MonkeyPatch.context() as mp:
+            _python_only(mp)
+            assert list(signed.items()) == list(signer.sign_fields(fields, b"body").items())
+        checker.check(code, signed, b"body", "127.0.0.1:1")
+        args = (checker._secrets, checker._granted, common.acl._FIELD_CODES, common.acl._ORDERS)
+        assert native.check_signed(signed, b"body", code, *args) in (True, False)
