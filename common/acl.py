@@ -1197,7 +1197,7 @@ class AclChecker:
         # A request granted before under these rules, whose signature verifies, passes in one
         # native call; it only ever accepts what the steps below accept. Anything else
         # (refusals too, with their remarks) takes the steps below.
-        if (
+        elif (
             _NATIVE_CHECK is not None
             and type(ext_fields) is dict
             and _NATIVE_CHECK(
@@ -1453,23 +1453,6 @@ def server_check(checker: AclChecker) -> Callable[[Any, Any], Any]:
     remark (it names account, resource and permission, never a secret)."""
 
     def check(conn: Any, cmd: Any) -> Any:
-        # `checker.check`'s native fast path, without its frame (it runs before every request).
-        fields = cmd.ext_fields
-        if (
-            _NATIVE_CHECK is not None
-            and type(fields) is dict
-            and checker._granted_rules is checker._rules
-            and _NATIVE_CHECK(
-                fields,
-                cmd.body,
-                cmd.code,
-                checker._secrets,
-                checker._granted,
-                _FIELD_CODES,
-                _ORDERS,
-            )
-        ):
-            return None
         try:
             checker.check(cmd.code, cmd.ext_fields, cmd.body, conn.remote_address)
         except AclError as exc:
