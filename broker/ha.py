@@ -16,15 +16,23 @@ The codec (`encode_report`, `ReportReader`, `encode_frame_header`, `FrameReader`
 Master, per connection: nothing is sent before the first report. The first report is the
 start point (0 = the start of the master's last commitlog file); each frame is the rest of
 one commitlog file up to its write position, at most `transfer_batch_size` bytes, so frames
-never cross files. With nothing to send it waits for `notify_append` or `idle_poll_s`; after
-`heartbeat_interval_s` without a send it sends a heartbeat. Every report is an acknowledgement;
-`acked_offset` is the highest offset any slave acknowledged (one slave suffices, as in
-RocketMQ), and it completes the replication waiters (`when_replicated`) up to it at once.
+never cross files. `notify_append` writes the new frames straight to a plain TCP socket while
+the connection's transfer task is idle; the task sends the rest (what did not fit, catch-up,
+every frame of a TLS connection), polls every `idle_poll_s`, and after `heartbeat_interval_s`
+without a send sends a heartbeat. Every report is an acknowledgement; `acked_offset` is the
+highest offset any slave acknowledged (one slave suffices, as in RocketMQ), and it completes
+the replication waiters (`when_replicated`) up to it at once.
 
 Slave: reports its max at once on connect (RocketMQ slaves wait up to 5 s; masters accept
 either), checks every frame's offset against its own max (an empty slave accepts any start)
-and appends the bodies with `append_replica`. Any mismatch or protocol error closes the
-connection; it reconnects after a bounded backoff.
+and appends the bodies with `append_replica`, then reports the new max from the same task
+(straight to a plain socket; through the report task when that is inside a send, or on TLS).
+Any mismatch or protocol error closes the connection; it reconnects after a bounded backoff.
+
+Plain TCP connections are read with one wait and one `recv` per wake-up (`Reads`), with no
+timeout per read: each side's periodic task (the master's transfer, the slave's report loop)
+closes a connection silent for `housekeeping_interval_s`. A round of replication then costs
+each side one wake-up and one system call per direction.
 
 Hostile peers: the HA port has no authentication, so the master closes a connection whose
 report is negative or beyond its max offset (also the first one, which RocketMQ takes
@@ -38,6 +46,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import os
 import ssl
 import struct
 import time
@@ -80,6 +89,7 @@ __all__ = [
     "HASlave",
     "HASlaveStore",
     "HAStream",
+    "Reads",
     "ReplicationWaiters",
     "ReportReader",
     "Stalled",
@@ -117,6 +127,8 @@ _INT64_MAX = (1 << 63) - 1
 # transfer batch each.
 _REPORT_READ_CHUNK = 4096
 _FRAME_READ_CHUNK = 65536
+# Frames `notify_append` writes at most per call (the transfer task sends the rest).
+_PUSH_FRAMES = 8
 # Waiter-heap compaction threshold (see `HAMaster._push_waiter`).
 _COMPACT_MIN = 64
 
@@ -288,7 +300,9 @@ class Stalled(Exception):
     """A send did not complete within the housekeeping interval."""
 
 
-async def send_within(stream: trio.abc.SendStream, data: bytes, timeout_s: float) -> None:
+async def send_within(
+    stream: trio.abc.SendStream, data: bytes | memoryview, timeout_s: float
+) -> None:
     """Send `data`; `Stalled` when that takes more than `timeout_s`."""
     # A peer that stopped reading would block a send forever; give up on it instead.
     with trio.move_on_after(timeout_s):
@@ -315,6 +329,60 @@ async def receive_within(stream: HAStream, size: int, timeout_s: float, end: End
         return None
     # A TLS stream may hand back a bytearray; the readers keep bytes.
     return data if type(data) is bytes else bytes(data)
+
+
+class Reads:
+    """Reads of up to `size` bytes from an HA stream: `await reads()` gives b"" at the peer's
+    close and raises one of `IO_ERRORS` on failure; no timeout (the caller's periodic task
+    bounds silence).
+
+    A plain TCP stream is read as `remoting`'s reader reads: after a short read (the socket
+    drained), wait until readable, then one `recv` that succeeds; after a full one, read
+    again after a checkpoint. `SocketStream.receive_some` would instead try a `recv` that
+    fails before each wait and yield once more after it. A TLS stream: `receive_some`.
+    """
+
+    __slots__ = ("_drained", "_size", "_sock", "_stream")
+
+    def __init__(self, stream: HAStream, size: int) -> None:
+        self._stream = stream
+        self._size = size
+        self._sock = stream.socket if type(stream) is trio.SocketStream else None
+        self._drained = True
+
+    async def __call__(self) -> bytes:
+        sock = self._sock
+        if sock is None:
+            data = await self._stream.receive_some(self._size)
+            # A TLS stream may hand back a bytearray; the readers keep bytes.
+            return data if type(data) is bytes else bytes(data)
+        while True:
+            if self._drained:
+                await trio.lowlevel.wait_readable(sock)
+            else:
+                await trio.lowlevel.checkpoint()
+            try:
+                # `fileno()` is -1 once the socket is closed: EBADF, never another file.
+                data = os.read(sock.fileno(), self._size)
+            except BlockingIOError:  # readable, then nothing to read: wait again
+                self._drained = True
+                continue
+            self._drained = len(data) < self._size
+            return data
+
+
+def write_some(fd: int, data: bytes | memoryview) -> int:
+    """Write what fits of `data` to the non-blocking socket `fd` now; the bytes written (0
+    when its buffer is full). Raises OSError when the connection failed."""
+    try:
+        return os.write(fd, data)
+    except BlockingIOError:
+        return 0
+
+
+def plain_fd(stream: HAStream) -> int:
+    """The socket of a plain TCP stream, to write to straight (`write_some`); -1 for TLS."""
+    return stream.socket.fileno() if type(stream) is trio.SocketStream else -1
 
 
 class HAServerTls:
@@ -523,15 +591,48 @@ class ReplicationWaiters:
 
 
 class _SlaveConn:
-    """The master's side of one HA connection. `ack` is -1 until the first valid report."""
+    """The master's side of one HA connection. `ack` is -1 until the first valid report.
 
-    __slots__ = ("ack", "addr", "next_offset", "reported")
+    Frames leave from two places, one at a time, in offset order: `HAMaster.notify_append`
+    writes them straight to the socket (`fd`, -1 on TLS or before the start point is known)
+    while the transfer task is not inside a send (`sending`) and nothing is left over
+    (`rest`); the task sends everything else. `next_offset` is the offset of the next frame,
+    whoever sends it; a frame written in part leaves its tail in `rest`, sent before any
+    other byte.
+    """
 
-    def __init__(self, addr: str) -> None:
+    __slots__ = (
+        "ack",
+        "addr",
+        "end",
+        "fd",
+        "last_read",
+        "last_send",
+        "next_offset",
+        "reported",
+        "rest",
+        "sending",
+        "wake",
+    )
+
+    def __init__(self, addr: str, end: End) -> None:
         self.addr = addr
+        self.end = end
         self.ack = -1
         self.next_offset = -1
         self.reported = trio.Event()
+        self.fd = -1
+        self.sending = False
+        self.rest: bytes | memoryview | None = None
+        # Set (and dropped) by whoever has frames for the task; made only while it waits.
+        self.wake: trio.Event | None = None
+        self.last_read = self.last_send = trio.current_time()
+
+    def wake_task(self) -> None:
+        wake = self.wake
+        if wake is not None:
+            self.wake = None
+            wake.set()
 
 
 class HAMaster:
@@ -575,9 +676,6 @@ class HAMaster:
         self.max_connections = max_connections
         self.port = 0
         self._conns: set[_SlaveConn] = set()
-        # Set (and dropped) by notify_append; created only while a writer waits, so an append
-        # with no writer waiting costs one attribute test.
-        self._wake: trio.Event | None = None
         # Reached: the highest offset any slave acknowledged.
         self._waiters = ReplicationWaiters()
 
@@ -630,11 +728,39 @@ class HAMaster:
         )
 
     def notify_append(self) -> None:
-        """New commitlog bytes: wake the writers waiting for data."""
-        wake = self._wake
-        if wake is not None:
-            self._wake = None
-            wake.set()
+        """New commitlog bytes: write them to the slaves now where the socket allows it (see
+        `_SlaveConn`), else wake their transfer tasks."""
+        for conn in self._conns:
+            if conn.fd >= 0 and not conn.sending and conn.rest is None:
+                self._push(conn)
+            else:
+                conn.wake_task()
+
+    def _push(self, conn: _SlaveConn) -> None:
+        """Write `conn`'s next frames straight to its socket, at most `_PUSH_FRAMES` (the
+        task goes on with more: a slave catching up is the task's work)."""
+        store = self.store
+        if store.max_phy_offset <= conn.next_offset:
+            return  # the common case of a run's later arrivals: nothing new
+        for _ in range(_PUSH_FRAMES):
+            nxt = conn.next_offset
+            data = store.read_commitlog(nxt, self.transfer_batch_size)
+            if not data:
+                return
+            frame = encode_frame_header(nxt, len(data)) + data
+            try:
+                sent = write_some(conn.fd, frame)
+            except OSError as exc:
+                conn.fd = -1
+                conn.end(f"write error: {exc!r}")
+                return
+            conn.next_offset = nxt + len(data)
+            conn.last_send = trio.current_time()
+            if sent < len(frame):
+                # The socket is full: the task sends the tail, under the stall bound.
+                conn.rest = memoryview(frame)[sent:]
+                break
+        conn.wake_task()
 
     # -- replication waits ------------------------------------------------------------
     def when_replicated(
@@ -688,30 +814,42 @@ class HAMaster:
             if stream is None:
                 return
         assert stream is not None
-        conn = _SlaveConn(addr)
-        self._conns.add(conn)
-        log.info("ha_slave_connected", addr=conn.addr)
         reason = "shutdown"
+        conn: _SlaveConn | None = None
         try:
             async with stream, trio.open_nursery() as nursery:
                 end = End(nursery.cancel_scope)
+                conn = _SlaveConn(addr, end)
+                self._conns.add(conn)
+                log.info("ha_slave_connected", addr=conn.addr)
                 nursery.start_soon(self._read_reports, stream, conn, end)
                 nursery.start_soon(self._transfer, stream, conn, end)
             reason = end.reason or "closed"
         finally:
-            self._conns.discard(conn)
-            log.info(
-                "ha_slave_lost", addr=conn.addr, reason=reason, ack=conn.ack, next=conn.next_offset
-            )
+            if conn is not None:
+                conn.fd = -1
+                self._conns.discard(conn)
+                log.info(
+                    "ha_slave_lost",
+                    addr=conn.addr,
+                    reason=reason,
+                    ack=conn.ack,
+                    next=conn.next_offset,
+                )
 
     async def _read_reports(self, stream: HAStream, conn: _SlaveConn, end: End) -> None:
         reader = ReportReader()
+        reads = Reads(stream, _REPORT_READ_CHUNK)
         while True:
-            data = await receive_within(
-                stream, _REPORT_READ_CHUNK, self.housekeeping_interval_s, end
-            )
-            if data is None:
+            try:
+                data = await reads()
+            except IO_ERRORS as exc:
+                end(f"read error: {exc!r}")
                 return
+            if not data:
+                end("eof")
+                return
+            conn.last_read = trio.current_time()
             report = reader.feed(data)
             if report is None:
                 continue
@@ -729,7 +867,17 @@ class HAMaster:
             self._waiters.reach(report)
 
     async def _transfer(self, stream: HAStream, conn: _SlaveConn, end: End) -> None:
-        await conn.reported.wait()
+        """Send what `notify_append` did not (see `_SlaveConn`), heartbeats, and close the
+        connection when the slave is silent for the housekeeping interval."""
+        hk = self.housekeeping_interval_s
+        # Nothing is sent before the first report.
+        while conn.ack < 0:
+            due = conn.last_read + hk
+            if trio.current_time() >= due:
+                end("housekeeping timeout")
+                return
+            with trio.move_on_at(due):
+                await conn.reported.wait()
         store = self.store
         nxt = conn.next_offset
         if nxt == 0:
@@ -737,31 +885,40 @@ class HAMaster:
             max_offset = store.max_phy_offset
             nxt = max_offset - max_offset % store.config.mapped_file_size_commitlog
         conn.next_offset = nxt
-        last_send = trio.current_time()
-        timeout = self.housekeeping_interval_s
+        conn.fd = plain_fd(stream)
         try:
             while True:
-                data = store.read_commitlog(nxt, self.transfer_batch_size)
-                if data:
-                    await send_within(stream, encode_frame_header(nxt, len(data)) + data, timeout)
-                    nxt += len(data)
-                    conn.next_offset = nxt
-                    last_send = trio.current_time()
+                rest = conn.rest
+                if rest is None:
+                    nxt = conn.next_offset
+                    data = store.read_commitlog(nxt, self.transfer_batch_size)
+                    if data:
+                        rest = encode_frame_header(nxt, len(data)) + data
+                        conn.next_offset = nxt + len(data)
+                if rest is not None:
+                    conn.rest = rest
+                    conn.sending = True
+                    await send_within(stream, rest, hk)
+                    conn.sending = False
+                    conn.rest = None
+                    conn.last_send = trio.current_time()
                     continue
                 now = trio.current_time()
-                # One absolute deadline for the test and the wait: a difference compared
-                # with the interval can round below it while the wait rounds to nothing.
-                heartbeat_due = last_send + self.heartbeat_interval_s
+                # Absolute deadlines for the tests and the wait: a difference compared with
+                # an interval can round below it while the wait rounds to nothing.
+                silent_due = conn.last_read + hk
+                if now >= silent_due:
+                    end("housekeeping timeout")
+                    return
+                heartbeat_due = conn.last_send + self.heartbeat_interval_s
                 if now >= heartbeat_due:
-                    await send_within(stream, encode_frame_header(nxt, 0), timeout)
-                    last_send = trio.current_time()
+                    conn.rest = encode_frame_header(conn.next_offset, 0)
                     continue
                 # No checkpoint since the read: an append after it sets this event.
-                if self._wake is None:
-                    self._wake = trio.Event()
-                wake = self._wake
-                with trio.move_on_at(min(now + self.idle_poll_s, heartbeat_due)):
+                conn.wake = wake = trio.Event()
+                with trio.move_on_at(min(now + self.idle_poll_s, heartbeat_due, silent_due)):
                     await wake.wait()
+                conn.wake = None
         except Stalled:
             end("send stalled")
         except IO_ERRORS as exc:
@@ -828,6 +985,14 @@ class HAClientBase(Generic[S]):
         self._session_scope: trio.CancelScope | None = None
         self._addr_changed: trio.Event | None = None
         self._report_wake: trio.Event | None = None
+        # While a report loop runs (see `_report_grown`): its plain socket (-1: none, or TLS),
+        # whether it is inside a send, the tail of a report written in part.
+        self._report_fd = -1
+        self._report_sending = False
+        self._report_rest: bytes | None = None
+        self._last_report_at = 0.0
+        # trio time of the session's last read: a silent master is left at housekeeping.
+        self._last_read_at = 0.0
         # A failed session may ask for at least this wait before the next attempt.
         self._retry_floor_s = 0.0
 
@@ -939,17 +1104,42 @@ class HAClientBase(Generic[S]):
         raise NotImplementedError
 
     async def _report_loop(self, stream: HAStream, end: End) -> None:
-        """Report the local max at once, after it grew (`_report_wake`), and every heartbeat
-        interval."""
+        """Report the local max at once, after it grew when `_report_grown` could not write it,
+        and every heartbeat interval; close the session when the master is silent for the
+        housekeeping interval (the receive loop does not time its reads)."""
+        hk = self.housekeeping_interval_s
+        self._last_read_at = trio.current_time()
+        self._report_rest = None
+        self.last_report = -1
         try:
             while True:
                 # Made before reading the max: growth during the send below sets it.
                 self._report_wake = wake = trio.Event()
-                offset = self.store.max_phy_offset
-                await send_within(stream, self._encode_report(offset), self.housekeeping_interval_s)
-                self.last_report = offset
-                self.last_write_ms = int(time.time() * 1000)
-                with trio.move_on_after(self.heartbeat_interval_s):
+                now = trio.current_time()
+                data = self._report_rest
+                if data is None:
+                    offset = self.store.max_phy_offset
+                    if offset != self.last_report or (
+                        now >= self._last_report_at + self.heartbeat_interval_s
+                    ):
+                        data = self._encode_report(offset)
+                        self._reported(offset, now)
+                if data is not None:
+                    self._report_rest = data
+                    self._report_sending = True
+                    await send_within(stream, data, hk)
+                    self._report_sending = False
+                    self._report_rest = None
+                    # The first report goes out before any frame: then straight writes.
+                    self._report_fd = plain_fd(stream)
+                    continue
+                silent_due = self._last_read_at + hk
+                if now >= silent_due:
+                    end("housekeeping timeout")
+                    return
+                with trio.move_on_at(
+                    min(self._last_report_at + self.heartbeat_interval_s, silent_due)
+                ):
                     await wake.wait()
         except Stalled:
             end("send stalled")
@@ -957,6 +1147,33 @@ class HAClientBase(Generic[S]):
             end(f"write error: {exc!r}")
         finally:
             self._report_wake = None
+            self._report_fd = -1
+            self._report_sending = False
+
+    def _reported(self, offset: int, now: float) -> None:
+        self.last_report = offset
+        self._last_report_at = now
+        self.last_write_ms = int(time.time() * 1000)
+
+    def _report_grown(self) -> None:
+        """The local max grew: report it now, straight to a plain socket when the report loop
+        is not inside a send and nothing is left over, else through the loop."""
+        fd = self._report_fd
+        if fd >= 0 and not self._report_sending and self._report_rest is None:
+            offset = self.store.max_phy_offset
+            data = self._encode_report(offset)
+            try:
+                sent = write_some(fd, data)
+            except OSError:
+                self._report_fd = -1  # the loop's send meets the error and ends the session
+            else:
+                self._reported(offset, trio.current_time())
+                if sent == len(data):
+                    return
+                self._report_rest = data[sent:]
+        wake = self._report_wake
+        if wake is not None:
+            wake.set()
 
 
 class HASlave(HAClientBase[HASlaveStore]):
@@ -989,13 +1206,18 @@ class HASlave(HAClientBase[HASlaveStore]):
 
     async def _receive_loop(self, stream: HAStream, end: End, progress: list[bool]) -> None:
         reader = FrameReader(self.max_frame_body)
+        reads = Reads(stream, _FRAME_READ_CHUNK)
         store = self.store
         while True:
-            data = await receive_within(
-                stream, _FRAME_READ_CHUNK, self.housekeeping_interval_s, end
-            )
-            if data is None:
+            try:
+                data = await reads()
+            except IO_ERRORS as exc:
+                end(f"read error: {exc!r}")
                 return
+            if not data:
+                end("eof")
+                return
+            self._last_read_at = trio.current_time()
             try:
                 frames = reader.feed(data)
             except HAProtocolError as exc:
@@ -1022,5 +1244,5 @@ class HASlave(HAClientBase[HASlaveStore]):
                     log.warning("ha_append_failed", offset=offset, size=len(body), error=str(exc))
                     end("append failed")
                     return
-            if store.max_phy_offset != before and self._report_wake is not None:
-                self._report_wake.set()
+            if store.max_phy_offset != before:
+                self._report_grown()

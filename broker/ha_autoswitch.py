@@ -106,6 +106,7 @@ from broker.ha import (
     HAServerTls,
     HASlaveStore,
     HAStream,
+    Reads,
     ReplicationWaiters,
     Stalled,
     peer_addr,
@@ -1209,12 +1210,18 @@ class AutoSwitchHASlave(HAClientBase[AutoSwitchSlaveStore]):
         progress: list[bool],
     ) -> None:
         store = self.store
+        reads = Reads(stream, _FRAME_READ_CHUNK)
         while True:
-            data = await receive_within(
-                stream, _FRAME_READ_CHUNK, self.housekeeping_interval_s, end
-            )
-            if data is None:
+            try:
+                data = await reads()
+            except IO_ERRORS as exc:
+                end(f"read error: {exc!r}")
                 return
+            if not data:
+                end("eof")
+                return
+            # The report loop closes the session when this stays old (housekeeping).
+            self._last_read_at = trio.current_time()
             try:
                 frames = reader.feed(data)
             except HAProtocolError as exc:
@@ -1253,5 +1260,5 @@ class AutoSwitchHASlave(HAClientBase[AutoSwitchSlaveStore]):
                     return
                 progress[0] = True
                 self.confirm_offset = max(0, min(frame.confirm_offset, store.max_phy_offset))
-            if store.max_phy_offset != before and self._report_wake is not None:
-                self._report_wake.set()
+            if store.max_phy_offset != before:
+                self._report_grown()

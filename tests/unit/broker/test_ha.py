@@ -646,6 +646,75 @@ async def test_master_closes_a_slave_that_stops_reading(
     assert [e["reason"] for e in logs if e["event"] == "ha_slave_lost"] == ["send stalled"]
 
 
+async def test_notify_append_writes_the_new_frame_within_the_call(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    src = FakeCommitLog()
+    src.put_many(200)
+    # Polls and heartbeats far apart: only notify_append moves the new bytes.
+    async with (
+        _master(src, idle_poll_s=1000, heartbeat_interval_s=1000) as m,
+        await trio.open_tcp_stream("127.0.0.1", m.port) as raw,
+    ):
+        await raw.send_all(encode_report(src.max_phy_offset))
+        await _until(lambda: m.slave_count == 1)
+        await trio.sleep(1)  # the transfer task is idle
+        assert m.runtime_info().ha_connection_info[0].transfer_from_where == src.max_phy_offset
+        before = src.max_phy_offset
+        end = src.put_many(300)
+        m.notify_append()
+        # Written before the master's tasks ran again: the call wrote it to the socket.
+        assert m.runtime_info().ha_connection_info[0].transfer_from_where == end
+        reader = FrameReader()
+        frames: list[tuple[int, bytes]] = []
+        with trio.fail_after(1):
+            while not frames:
+                frames += reader.feed(await raw.receive_some(65536))
+        assert frames == [(before, bytes(src.data[before:end]))]
+
+
+async def test_frames_written_in_part_keep_the_stream_whole_until_the_stall(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    src = FakeCommitLog(file_size=64 << 20)
+    src.put_many(100)
+    with capture_logs() as logs:
+        async with (
+            _master(src, idle_poll_s=1000, heartbeat_interval_s=1000) as m,
+            await trio.open_tcp_stream("127.0.0.1", m.port) as raw,
+        ):
+            start_at = src.max_phy_offset
+            await raw.send_all(encode_report(start_at))
+            await _until(lambda: m.slave_count == 1)
+            # The slave stops reading: small appends, each written at once, fill the socket
+            # until one goes out in part (or not at all) and its tail waits for the task.
+            start = trio.current_time()
+            with trio.fail_after(40):
+                for step in range(2048):  # 16 MiB, beyond the socket buffers
+                    src.put_many(8192)
+                    m.notify_append()
+                    if step % 100 == 0:
+                        await raw.send_all(encode_report(start_at))  # still reporting
+                    await trio.sleep(0.005)
+                # Then silent: the stall bound (from when the socket filled) comes first.
+                while m.slave_count:
+                    await trio.sleep(0.5)
+            assert trio.current_time() - start > 19.9
+            # What reached the socket is whole frames in order, from where the slave was.
+            reader = FrameReader(max_body=64 << 20)
+            frames: list[tuple[int, bytes]] = []
+            while data := await raw.receive_some(1 << 20):
+                frames += reader.feed(data)
+            assert frames
+            assert reader.pending < FRAME_HEADER_SIZE + m.transfer_batch_size
+            pos = start_at
+            for off, body in frames:
+                assert off == pos
+                assert body == src.data[off : off + len(body)]
+                pos += len(body)
+    assert [e["reason"] for e in logs if e["event"] == "ha_slave_lost"] == ["send stalled"]
+
+
 # -- the real store ---------------------------------------------------------------------
 
 
