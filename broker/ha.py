@@ -264,9 +264,12 @@ class HASlaveStore(Protocol):
     @property
     def max_phy_offset(self) -> int: ...
 
-    async def append_replica(self, phy_offset: int, data: bytes) -> None:
+    async def append_replica(
+        self, phy_offset: int, data: bytes, written: Callable[[], None] | None = None
+    ) -> None:
         """Append the master's bytes at `phy_offset`; a ValueError when that is not the max
-        offset (an empty store accepts any file-aligned start)."""
+        offset (an empty store accepts any file-aligned start). `written()`: called once the
+        bytes are held, before any further work on them (the slave reports from there)."""
         ...
 
 
@@ -676,6 +679,7 @@ class HAMaster:
         self.max_connections = max_connections
         self.port = 0
         self._conns: set[_SlaveConn] = set()
+        self._slave_count = 0  # of `_conns` with a valid report
         # Reached: the highest offset any slave acknowledged.
         self._waiters = ReplicationWaiters()
 
@@ -692,8 +696,8 @@ class HAMaster:
 
     @property
     def slave_count(self) -> int:
-        """Connections that sent a valid report and are still open."""
-        return sum(1 for c in self._conns if c.ack >= 0)
+        """Connections that sent a valid report and are still open (asked per send)."""
+        return self._slave_count
 
     def slave_offsets(self) -> dict[str, int]:
         """Slave address -> its last acknowledged offset (connected slaves)."""
@@ -829,6 +833,8 @@ class HAMaster:
             if conn is not None:
                 conn.fd = -1
                 self._conns.discard(conn)
+                if conn.ack >= 0:
+                    self._slave_count -= 1
                 log.info(
                     "ha_slave_lost",
                     addr=conn.addr,
@@ -860,6 +866,7 @@ class HAMaster:
                 end("report out of range")
                 return
             if conn.ack < 0:
+                self._slave_count += 1
                 conn.next_offset = report
                 conn.reported.set()
                 log.info("ha_slave_start", addr=conn.addr, report=report, max=max_offset)
@@ -1224,10 +1231,12 @@ class HASlave(HAClientBase[HASlaveStore]):
                 log.warning("ha_bad_frame", error=str(exc))
                 end("bad frame")
                 return
-            if frames:
-                self.last_read_ms = int(time.time() * 1000)
+            if not frames:
+                continue
+            self.last_read_ms = int(time.time() * 1000)
             before = store.max_phy_offset
-            for offset, body in frames:
+            last = len(frames) - 1
+            for i, (offset, body) in enumerate(frames):
                 local = store.max_phy_offset
                 if local != 0 and local != offset:
                     log.warning("ha_offset_mismatch", local_max=local, frame_offset=offset)
@@ -1238,11 +1247,15 @@ class HASlave(HAClientBase[HASlaveStore]):
                     continue
                 try:
                     # Shielded: a half-done append must not be left behind by a master change.
+                    # The last frame of the read is reported once written, before dispatch.
                     with trio.CancelScope(shield=True):
-                        await store.append_replica(offset, body)
+                        await store.append_replica(
+                            offset, body, self._report_grown if i == last else None
+                        )
                 except (ValueError, OSError) as exc:
                     log.warning("ha_append_failed", offset=offset, size=len(body), error=str(exc))
                     end("append failed")
                     return
-            if store.max_phy_offset != before:
+            grown = store.max_phy_offset
+            if grown != before and grown != self.last_report:
                 self._report_grown()

@@ -1175,10 +1175,16 @@ class MessageStore:
             raise ValueError(f"max_bytes must be positive, not {max_bytes}")
         return self.commitlog.read_written(phy_offset, max_bytes)
 
-    async def append_replica(self, phy_offset: int, data: bytes) -> None:
+    async def append_replica(
+        self, phy_offset: int, data: bytes, written: Callable[[], None] | None = None
+    ) -> None:
         """Append commitlog bytes a master sent (its `read_commitlog`) at the same offset,
         and dispatch every record they complete: consume queues, index and arrival listeners
         (long polls and delay timers wake on a slave as on a master).
+
+        `written()`, if given, is called once the bytes are in the commitlog (the max phy
+        offset moved) and before their records are dispatched: a slave acknowledges what its
+        commitlog holds, as RocketMQ's do, and its consume queues follow. It must not raise.
 
         `phy_offset` must be the store's max phy offset. An empty store (nothing ever
         written) takes instead any start of a commitlog file (a multiple of the file size),
@@ -1249,6 +1255,8 @@ class MessageStore:
                     log.exception("replica_write_failed", phy_offset=phy_offset)
                 raise
             cur.end = cl.max_offset
+            if written is not None:
+                written()
             self._dispatch_replica(scan)
 
     @property

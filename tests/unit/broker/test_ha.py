@@ -96,7 +96,9 @@ class FakeCommitLog:
         end = min(self.max_phy_offset, phy_offset - phy_offset % fs + fs, phy_offset + max_bytes)
         return bytes(self.data[phy_offset - self.base : end - self.base])
 
-    async def append_replica(self, phy_offset: int, data: bytes) -> None:
+    async def append_replica(
+        self, phy_offset: int, data: bytes, written: Callable[[], None] | None = None
+    ) -> None:
         await trio.lowlevel.checkpoint()
         fs = self.config.mapped_file_size_commitlog
         if self.max_phy_offset == 0:
@@ -108,6 +110,8 @@ class FakeCommitLog:
         if data and phy_offset // fs != (phy_offset + len(data) - 1) // fs:
             raise ValueError("replica bytes cross a file")
         self.data += data
+        if written is not None:
+            written()
         self.replica_appends.append((phy_offset, len(data)))
 
     def copy_prefix(self, other: FakeCommitLog, end: int) -> None:
@@ -731,7 +735,7 @@ def test_message_store_has_the_replication_api() -> None:
     read = inspect.signature(store_cls.read_commitlog)
     assert list(read.parameters)[1:] == ["phy_offset", "max_bytes"]
     append = inspect.signature(store_cls.append_replica)
-    assert list(append.parameters)[1:] == ["phy_offset", "data"]
+    assert list(append.parameters)[1:] == ["phy_offset", "data", "written"]
     assert inspect.iscoroutinefunction(store_cls.append_replica)
     assert isinstance(inspect.getattr_static(store_cls, "max_phy_offset"), property)
 

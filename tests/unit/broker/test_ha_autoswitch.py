@@ -108,10 +108,12 @@ class FakeLog(FakeCommitLog):
         self.truncations.append(offset)
         return dropped
 
-    async def append_replica(self, phy_offset: int, data: bytes) -> None:
+    async def append_replica(
+        self, phy_offset: int, data: bytes, written: Callable[[], None] | None = None
+    ) -> None:
         if self.before_append is not None:
             self.before_append(phy_offset)
-        await super().append_replica(phy_offset, data)
+        await super().append_replica(phy_offset, data, written)
 
 
 def _typed(

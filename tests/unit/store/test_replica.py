@@ -303,6 +303,33 @@ async def test_slave_becomes_byte_identical(tmp_path: Path, chunks: str) -> None
         await assert_same(master, slave, arrivals)
 
 
+async def test_written_is_told_once_the_bytes_are_held_before_dispatch(tmp_path: Path) -> None:
+    async with (
+        MessageStore(cfg(tmp_path / "m")) as master,
+        MessageStore(cfg(tmp_path / "s")) as slave,
+    ):
+        await fill(master, 60)
+        arrivals = Arrivals(slave)
+        seen: list[tuple[int, int, int]] = []
+        at = 0
+        while (data := master.read_commitlog(at, 3000)) is not None:
+
+            def written(at: int = at, size: int = len(data)) -> None:
+                # The commitlog holds the bytes; no record of them is dispatched yet.
+                seen.append((at + size, slave.max_phy_offset, arrivals.calls))
+
+            calls = arrivals.calls
+            await slave.append_replica(at, data, written)
+            assert seen[-1] == (at + len(data), at + len(data), calls)
+            at += len(data)
+        assert len(seen) >= 3
+        # Refused bytes are not told.
+        with pytest.raises(ReplicaOffsetError):
+            await slave.append_replica(at + 1, b"x", lambda: seen.append((-1, -1, -1)))
+        assert seen[-1][0] == at
+        await assert_same(master, slave, arrivals)
+
+
 async def test_slave_flushes_and_checkpoints(tmp_path: Path) -> None:
     fast = {
         "flush_interval_commitlog_ms": 10,
