@@ -89,6 +89,7 @@ __all__ = [
     "HASlave",
     "HASlaveStore",
     "HAStream",
+    "Outbox",
     "Reads",
     "ReplicationWaiters",
     "ReportReader",
@@ -373,19 +374,66 @@ class Reads:
             self._drained = len(data) < self._size
             return data
 
+    async def or_end(self, end: End) -> bytes | None:
+        """The next bytes, or None after `end(reason)`: a read error or the peer's close."""
+        try:
+            data = await self()
+        except IO_ERRORS as exc:
+            end(f"read error: {exc!r}")
+            return None
+        if not data:
+            end("eof")
+            return None
+        return data
 
-def write_some(fd: int, data: bytes | memoryview) -> int:
-    """Write what fits of `data` to the non-blocking socket `fd` now; the bytes written (0
-    when its buffer is full). Raises OSError when the connection failed."""
-    try:
-        return os.write(fd, data)
-    except BlockingIOError:
-        return 0
 
+class Outbox:
+    """One connection's outgoing bytes, written in order from two places: `write_now`, from
+    synchronous code, straight to a plain TCP socket while it is `idle`; and the connection's
+    task (`send`, under the stall bound) for everything else. A write made in part leaves its
+    tail in `rest`, which the task sends before any other byte."""
 
-def plain_fd(stream: HAStream) -> int:
-    """The socket of a plain TCP stream, to write to straight (`write_some`); -1 for TLS."""
-    return stream.socket.fileno() if type(stream) is trio.SocketStream else -1
+    __slots__ = ("fd", "rest", "sending")
+
+    def __init__(self) -> None:
+        self.fd = -1  # -1: no straight writes (not yet, TLS, or failed)
+        self.sending = False  # the task is inside a send
+        self.rest: bytes | memoryview | None = None
+
+    def open(self, stream: HAStream) -> None:
+        """Allow straight writes from now on if `stream` is plain TCP."""
+        self.fd = stream.socket.fileno() if type(stream) is trio.SocketStream else -1
+
+    @property
+    def idle(self) -> bool:
+        """`write_now` may write: a plain socket, no send of the task under way, no tail."""
+        return self.fd >= 0 and not self.sending and self.rest is None
+
+    def write_now(self, data: bytes) -> bool:
+        """Write `data` now (only when `idle`); False when a tail is left for the task.
+
+        Raises:
+            OSError: the connection failed (no straight writes any more).
+        """
+        try:
+            sent = os.write(self.fd, data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self.fd = -1
+            raise
+        if sent == len(data):
+            return True
+        self.rest = memoryview(data)[sent:]
+        return False
+
+    async def send(self, stream: HAStream, data: bytes | memoryview, timeout_s: float) -> None:
+        """Send `data` from the task (`send_within`'s errors)."""
+        self.rest = data
+        self.sending = True
+        await send_within(stream, data, timeout_s)
+        self.sending = False
+        self.rest = None
 
 
 class HAServerTls:
@@ -596,25 +644,20 @@ class ReplicationWaiters:
 class _SlaveConn:
     """The master's side of one HA connection. `ack` is -1 until the first valid report.
 
-    Frames leave from two places, one at a time, in offset order: `HAMaster.notify_append`
-    writes them straight to the socket (`fd`, -1 on TLS or before the start point is known)
-    while the transfer task is not inside a send (`sending`) and nothing is left over
-    (`rest`); the task sends everything else. `next_offset` is the offset of the next frame,
-    whoever sends it; a frame written in part leaves its tail in `rest`, sent before any
-    other byte.
+    Frames leave through `out`: `HAMaster.notify_append` writes them straight while it is
+    idle (its socket is set once the start point is known), the transfer task sends the rest.
+    `next_offset` is the offset of the next frame, whoever sends it.
     """
 
     __slots__ = (
         "ack",
         "addr",
         "end",
-        "fd",
         "last_read",
         "last_send",
         "next_offset",
+        "out",
         "reported",
-        "rest",
-        "sending",
         "wake",
     )
 
@@ -624,9 +667,7 @@ class _SlaveConn:
         self.ack = -1
         self.next_offset = -1
         self.reported = trio.Event()
-        self.fd = -1
-        self.sending = False
-        self.rest: bytes | memoryview | None = None
+        self.out = Outbox()
         # Set (and dropped) by whoever has frames for the task; made only while it waits.
         self.wake: trio.Event | None = None
         self.last_read = self.last_send = trio.current_time()
@@ -735,7 +776,7 @@ class HAMaster:
         """New commitlog bytes: write them to the slaves now where the socket allows it (see
         `_SlaveConn`), else wake their transfer tasks."""
         for conn in self._conns:
-            if conn.fd >= 0 and not conn.sending and conn.rest is None:
+            if conn.out.idle:
                 self._push(conn)
             else:
                 conn.wake_task()
@@ -753,17 +794,14 @@ class HAMaster:
                 return
             frame = encode_frame_header(nxt, len(data)) + data
             try:
-                sent = write_some(conn.fd, frame)
+                whole = conn.out.write_now(frame)
             except OSError as exc:
-                conn.fd = -1
                 conn.end(f"write error: {exc!r}")
                 return
             conn.next_offset = nxt + len(data)
             conn.last_send = trio.current_time()
-            if sent < len(frame):
-                # The socket is full: the task sends the tail, under the stall bound.
-                conn.rest = memoryview(frame)[sent:]
-                break
+            if not whole:
+                break  # the socket is full: the task sends the tail, under the stall bound
         conn.wake_task()
 
     # -- replication waits ------------------------------------------------------------
@@ -831,7 +869,7 @@ class HAMaster:
             reason = end.reason or "closed"
         finally:
             if conn is not None:
-                conn.fd = -1
+                conn.out.fd = -1
                 self._conns.discard(conn)
                 if conn.ack >= 0:
                     self._slave_count -= 1
@@ -847,13 +885,8 @@ class HAMaster:
         reader = ReportReader()
         reads = Reads(stream, _REPORT_READ_CHUNK)
         while True:
-            try:
-                data = await reads()
-            except IO_ERRORS as exc:
-                end(f"read error: {exc!r}")
-                return
-            if not data:
-                end("eof")
+            data = await reads.or_end(end)
+            if data is None:
                 return
             conn.last_read = trio.current_time()
             report = reader.feed(data)
@@ -892,10 +925,11 @@ class HAMaster:
             max_offset = store.max_phy_offset
             nxt = max_offset - max_offset % store.config.mapped_file_size_commitlog
         conn.next_offset = nxt
-        conn.fd = plain_fd(stream)
+        out = conn.out
+        out.open(stream)
         try:
             while True:
-                rest = conn.rest
+                rest = out.rest
                 if rest is None:
                     nxt = conn.next_offset
                     data = store.read_commitlog(nxt, self.transfer_batch_size)
@@ -903,11 +937,7 @@ class HAMaster:
                         rest = encode_frame_header(nxt, len(data)) + data
                         conn.next_offset = nxt + len(data)
                 if rest is not None:
-                    conn.rest = rest
-                    conn.sending = True
-                    await send_within(stream, rest, hk)
-                    conn.sending = False
-                    conn.rest = None
+                    await out.send(stream, rest, hk)
                     conn.last_send = trio.current_time()
                     continue
                 now = trio.current_time()
@@ -919,7 +949,7 @@ class HAMaster:
                     return
                 heartbeat_due = conn.last_send + self.heartbeat_interval_s
                 if now >= heartbeat_due:
-                    conn.rest = encode_frame_header(conn.next_offset, 0)
+                    out.rest = encode_frame_header(conn.next_offset, 0)
                     continue
                 # No checkpoint since the read: an append after it sets this event.
                 conn.wake = wake = trio.Event()
@@ -992,11 +1022,8 @@ class HAClientBase(Generic[S]):
         self._session_scope: trio.CancelScope | None = None
         self._addr_changed: trio.Event | None = None
         self._report_wake: trio.Event | None = None
-        # While a report loop runs (see `_report_grown`): its plain socket (-1: none, or TLS),
-        # whether it is inside a send, the tail of a report written in part.
-        self._report_fd = -1
-        self._report_sending = False
-        self._report_rest: bytes | None = None
+        # Reports of the session: the report loop's, and `_report_grown`'s straight writes.
+        self._reports = Outbox()
         self._last_report_at = 0.0
         # trio time of the session's last read: a silent master is left at housekeeping.
         self._last_read_at = 0.0
@@ -1116,14 +1143,14 @@ class HAClientBase(Generic[S]):
         housekeeping interval (the receive loop does not time its reads)."""
         hk = self.housekeeping_interval_s
         self._last_read_at = trio.current_time()
-        self._report_rest = None
+        out = self._reports = Outbox()
         self.last_report = -1
         try:
             while True:
                 # Made before reading the max: growth during the send below sets it.
                 self._report_wake = wake = trio.Event()
                 now = trio.current_time()
-                data = self._report_rest
+                data = out.rest
                 if data is None:
                     offset = self.store.max_phy_offset
                     if offset != self.last_report or (
@@ -1132,13 +1159,9 @@ class HAClientBase(Generic[S]):
                         data = self._encode_report(offset)
                         self._reported(offset, now)
                 if data is not None:
-                    self._report_rest = data
-                    self._report_sending = True
-                    await send_within(stream, data, hk)
-                    self._report_sending = False
-                    self._report_rest = None
+                    await out.send(stream, data, hk)
                     # The first report goes out before any frame: then straight writes.
-                    self._report_fd = plain_fd(stream)
+                    out.open(stream)
                     continue
                 silent_due = self._last_read_at + hk
                 if now >= silent_due:
@@ -1154,8 +1177,7 @@ class HAClientBase(Generic[S]):
             end(f"write error: {exc!r}")
         finally:
             self._report_wake = None
-            self._report_fd = -1
-            self._report_sending = False
+            out.fd = -1
 
     def _reported(self, offset: int, now: float) -> None:
         self.last_report = offset
@@ -1165,19 +1187,17 @@ class HAClientBase(Generic[S]):
     def _report_grown(self) -> None:
         """The local max grew: report it now, straight to a plain socket when the report loop
         is not inside a send and nothing is left over, else through the loop."""
-        fd = self._report_fd
-        if fd >= 0 and not self._report_sending and self._report_rest is None:
+        out = self._reports
+        if out.idle:
             offset = self.store.max_phy_offset
-            data = self._encode_report(offset)
             try:
-                sent = write_some(fd, data)
+                whole = out.write_now(self._encode_report(offset))
             except OSError:
-                self._report_fd = -1  # the loop's send meets the error and ends the session
+                pass  # the loop's send meets the error and ends the session
             else:
                 self._reported(offset, trio.current_time())
-                if sent == len(data):
+                if whole:
                     return
-                self._report_rest = data[sent:]
         wake = self._report_wake
         if wake is not None:
             wake.set()
@@ -1216,13 +1236,8 @@ class HASlave(HAClientBase[HASlaveStore]):
         reads = Reads(stream, _FRAME_READ_CHUNK)
         store = self.store
         while True:
-            try:
-                data = await reads()
-            except IO_ERRORS as exc:
-                end(f"read error: {exc!r}")
-                return
-            if not data:
-                end("eof")
+            data = await reads.or_end(end)
+            if data is None:
                 return
             self._last_read_at = trio.current_time()
             try:

@@ -1212,13 +1212,8 @@ class AutoSwitchHASlave(HAClientBase[AutoSwitchSlaveStore]):
         store = self.store
         reads = Reads(stream, _FRAME_READ_CHUNK)
         while True:
-            try:
-                data = await reads()
-            except IO_ERRORS as exc:
-                end(f"read error: {exc!r}")
-                return
-            if not data:
-                end("eof")
+            data = await reads.or_end(end)
+            if data is None:
                 return
             # The report loop closes the session when this stays old (housekeeping).
             self._last_read_at = trio.current_time()
