@@ -869,7 +869,6 @@ class HAMaster:
             reason = end.reason or "closed"
         finally:
             if conn is not None:
-                conn.out.fd = -1
                 self._conns.discard(conn)
                 if conn.ack >= 0:
                     self._slave_count -= 1
