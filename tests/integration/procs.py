@@ -41,6 +41,24 @@ def _port_open(port: int, host: str = "127.0.0.1") -> bool:
         return False
 
 
+def threads_stopped(pid: int) -> bool:
+    """Every live thread of process `pid` is stopped (/proc state T or t); True once it is
+    gone."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return True
+    for tid in tids:
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread ended
+        # "tid (comm) S ...": comm may hold spaces and parentheses, the state follows the last ")".
+        if stat[stat.rindex(")") + 2] not in "TtZX":
+            return False
+    return True
+
+
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for a child process: ours minus TRIMQ_* (TRIMQ_NO_NATIVE kept), plus
     `extra`."""
@@ -182,10 +200,24 @@ class ManagedProcess:
             proc.wait(timeout=STOP_TIMEOUT)
         return proc.returncode
 
-    def pause(self) -> None:
-        """SIGSTOP: the process keeps its sockets but stops answering."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGSTOP)
+    def pause(self, *, timeout: float = STOP_TIMEOUT) -> None:
+        """SIGSTOP, and return once every thread of the process has stopped: it keeps its
+        sockets but answers nothing from then on.
+
+        The kernel stops a process thread by thread (the thread the signal woke stops the
+        others once it runs), so on a busy host its other threads may still answer for a
+        while after `kill` returns."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + timeout
+        while not threads_stopped(proc.pid):
+            if proc.poll() is not None:
+                return
+            if time.monotonic() >= deadline:
+                raise ProcessError(f"{self.name} did not stop within {timeout}s of SIGSTOP")
+            time.sleep(0.002)
 
     def resume(self) -> None:
         """SIGCONT after `pause()`."""
