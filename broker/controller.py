@@ -16,6 +16,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from functools import partial
 from types import TracebackType
 from typing import Any, Self
@@ -51,7 +52,7 @@ from broker.schedule import ScheduleService
 from broker.slave_sync import SlaveSynchronize
 from broker.stats import StatsManager
 from broker.subscription_manager import SubscriptionManager
-from broker.topic_manager import TopicManager
+from broker.topic_manager import TopicManager, is_readable, is_writeable
 from broker.transaction import TransactionService
 from common.acl import (
     AclChecker,
@@ -74,6 +75,7 @@ from remoting import (
     SerializeType,
 )
 from remoting.codes import RequestCode as R
+from remoting.protocol.route import TopicConfig
 from remoting.tls import client_settings, server_settings
 from store import MessageStore, StoreClosedError
 from store.epoch_file import EpochFile
@@ -191,7 +193,7 @@ class BrokerController:
             config.namesrv_addrs,
             identity=(config.broker_cluster_name, config.broker_name, config.broker_id),
             broker_addr=lambda: self.addr,
-            topics=lambda: (self.topics.table(), self.topics.data_version),
+            topics=lambda: (self.registered_topics(), self.topics.data_version),
             period_ms=config.register_name_server_period_ms,
             timeout_ms=config.register_timeout_ms,
             ha_addr=lambda: self.ha_addr,
@@ -427,6 +429,22 @@ class BrokerController:
         """Run `fn(*args)` in the broker's nursery (dropped when stopping)."""
         if self._nursery is not None:
             self._nursery.start_soon(fn, *args)
+
+    def registered_topics(self) -> dict[str, TopicConfig]:
+        """The topic table as registered with the NameServers: while the broker lacks read or
+        write permission (`broker_permission`), each topic's perm is masked by it, so routes
+        steer clients off the broker (RocketMQ's rule; the stored table keeps its perms)."""
+        table = self.topics.table()
+        allowed = self.config.broker_permission
+        if is_readable(allowed) and is_writeable(allowed):
+            return table
+        return {name: replace(cfg, perm=cfg.perm & allowed) for name, cfg in table.items()}
+
+    def on_broker_permission_changed(self) -> None:
+        """`broker_permission` changed at run time: a new data version (NameServers take a
+        registered table only when its version differs) and a registration now."""
+        self.topics.new_version()
+        self.registration.trigger()
 
     def on_topics_changed(self) -> None:
         """A topic was created, changed or deleted: persist and re-register at once."""

@@ -265,6 +265,11 @@ class TopicManager:
         self.dirty = True
         return True
 
+    def new_version(self) -> None:
+        """The next data version with the table unchanged: what the broker registers from it
+        changed (its permission)."""
+        self._changed()
+
     def _changed(self) -> None:
         bump(self.data_version)
         self.dirty = True

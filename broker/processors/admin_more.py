@@ -149,6 +149,8 @@ class AdminMoreProcessor:
                 ctrl.subscriptions.auto_create = value
             if name in store_fields:
                 setattr(ctrl.store.config, name, value)
+        if "broker_permission" in changes:
+            ctrl.on_broker_permission_changed()
 
     # -- files -------------------------------------------------------------------------------
     @guarded()

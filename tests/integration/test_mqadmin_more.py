@@ -299,3 +299,40 @@ def test_expired_files(cluster: tuple[str, str, BrokerProc, Path]) -> None:
     assert "no broker at 127.0.0.1:1" in _fails(
         "deleteExpiredCommitLog", "-n", ns, "-b", "127.0.0.1:1"
     )
+
+
+def test_broker_permission_steers_routes_at_once(
+    cluster: tuple[str, str, BrokerProc, Path],
+) -> None:
+    """brokerPermission masks the perm of every topic the broker registers, registered at once
+    (well inside the 30 s registration period) and from the config file at start."""
+    ns, addr, broker, conf = cluster
+    _make_topic(ns, "PermB", 2)
+
+    def route_perm() -> int:
+        route = json.loads(mqadmin("topicRoute", "-n", ns, "-t", "PermB", "--json").stdout)
+        return int(route["queueDatas"][0]["perm"])
+
+    def perm_becomes(want: int) -> None:
+        wait_until_sync(lambda: route_perm() == want, total=10, what=f"route perm {want}")
+
+    assert route_perm() == 6
+    mqadmin("updateBrokerConfig", "-n", ns, "-b", addr, "-k", "brokerPermission", "-v", "4")
+    perm_becomes(4)
+    assert tomllib.loads(conf.read_text())["broker_permission"] == 4
+    # A read-only route: the producer finds no queue to write to.
+    assert _fails("sendMessage", "-n", ns, "-t", "PermB", "-p", "x")
+    mqadmin("updateBrokerConfig", "-n", ns, "-b", addr, "-k", "brokerPermission", "-v", "2")
+    perm_becomes(2)
+    mqadmin("updateBrokerConfig", "-n", ns, "-b", addr, "-k", "brokerPermission", "-v", "4")
+    perm_becomes(4)
+
+    # Read from the config file at start: the first registration is masked already (the
+    # NameServer's own view set to read-write first, so only that registration brings 4).
+    mqadmin("addWritePerm", "-n", ns, "-b", "broker-a")
+    assert route_perm() == 6
+    broker.restart()
+    perm_becomes(4)
+    mqadmin("updateBrokerConfig", "-n", ns, "-b", addr, "-k", "brokerPermission", "-v", "6")
+    perm_becomes(6)
+    assert "SEND_OK" in mqadmin("sendMessage", "-n", ns, "-t", "PermB", "-p", "x").stdout
