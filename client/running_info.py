@@ -1,9 +1,9 @@
 """A consumer's ConsumerRunningInfo (GET_CONSUMER_RUNNING_INFO, 307): what `mqadmin
 consumerStatus` shows of a running client, asked through the broker it is connected to.
 
-Only what the client knows is reported: its settings and subscriptions, and per assigned queue
-the committed offset and cache figures. RocketMQ's per-topic RT/TPS table (`statusTable`) is
-left empty: the client keeps no such counters."""
+What the client knows is reported: its settings and subscriptions, per assigned queue the
+committed offset and cache figures, and per subscribed topic its pull and consume figures
+(`statusTable`, client/consumer/stats.py)."""
 
 from __future__ import annotations
 
@@ -63,8 +63,16 @@ def running_info(
         "properties": props,
         "subscriptionSet": [s.to_dict() for s in data.subscription_data_set],
         "mqTable": mq_table,
-        "statusTable": {},
+        "statusTable": _status_table(consumer, data),
     }
     if jstack:
         body["jstack"] = "not available: a Python client has no Java thread dump"
     return bodies.dumps(body)
+
+
+def _status_table(consumer: object, data: bodies.ConsumerData) -> dict[str, dict[str, Any]]:
+    """RocketMQ's ConsumeStatus of every subscribed topic (the retry topic included)."""
+    stats = getattr(consumer, "stats", None)
+    if stats is None:
+        return {}
+    return {s.topic: stats.status(s.topic) for s in data.subscription_data_set}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 import sys
 import time
@@ -1862,13 +1863,31 @@ def consumer_status(
     for key, pq in (info.get("mqTable") or {}).items():
         click.echo(f"{key}: {json.dumps(pq, sort_keys=True)}")
     click.echo("\n#Consumer RT&TPS#")
-    status = info.get("statusTable") or {}
-    if not status:
-        click.echo("(not kept by this client)")
-    for topic, st in status.items():
-        click.echo(f"{topic}: {st}")
+    click.echo(
+        f"{'#Topic':<64}  {'#Pull RT':>14} {'#Pull TPS':>14} {'#Consume RT':>14} "
+        f"{'#ConsumeOK TPS':>14} {'#ConsumeFailed TPS':>18} {'#ConsumeFailedMsgsInHour':>25}"
+    )
+    for topic, st in sorted((info.get("statusTable") or {}).items()):
+        st = st if isinstance(st, dict) else {}
+        keys = ("pullRT", "pullTPS", "consumeRT", "consumeOKTPS", "consumeFailedTPS")
+        figures = [_number(st.get(k)) for k in keys]
+        click.echo(
+            f"{topic:<32}  {figures[0]:14.2f} {figures[1]:14.2f} {figures[2]:14.2f} "
+            f"{figures[3]:14.2f} {figures[4]:18.2f} {int(_number(st.get('consumeFailedMsgs'))):25d}"
+        )
     if info.get("jstack"):
         click.echo(f"\n#Consumer jstack#\n{info['jstack']}")
+
+
+def _number(value: object) -> float:
+    """A figure of a client's answer; 0 for a missing or malformed one (any client answers)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return 0.0
+    try:
+        number = float(value)
+    except ValueError:
+        return 0.0
+    return number if math.isfinite(number) else 0.0
 
 
 def _mq_from_text(text: str) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from client.consumer.rebalance import (
     AllocateStrategy,
     allocate,
 )
+from client.consumer.stats import ConsumerStats
 from client.errors import ClientClosedError, MQClientError, NoRouteError
 from client.filter import (
     EXPRESSION_TYPE_SQL92,
@@ -188,6 +189,8 @@ class ConsumerBase:
         )
         self.subscriptions: dict[str, Subscription] = {}
         self.queues: dict[MessageQueue, _QueueState] = {}
+        # Pull and consume figures per topic (the running info's statusTable).
+        self.stats = ConsumerStats()
         # Queue -> the broker id its last pull answer suggested (absent: the master).
         self._pull_from: dict[MessageQueue, int] = {}
         self._instance = instance
@@ -564,6 +567,7 @@ class ConsumerBase:
             sub_version=sub.sub_version,
             expression_type=sub.expression_type,
         )
+        began = time.monotonic()
         result = await self.instance.api.pull_message(
             addr, mq.broker_name, header, self.config.consumer_timeout_when_suspend_ms
         )
@@ -583,6 +587,7 @@ class ConsumerBase:
                     (PROPERTY_MAX_OFFSET, str(result.max_offset)),
                 ),
             )
+            self.stats.pulled(mq.topic, (time.monotonic() - began) * 1000, len(msgs))
         return result
 
     def _consumes_caught_up(self) -> bool:

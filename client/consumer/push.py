@@ -384,6 +384,7 @@ class PushConsumer(ConsumerBase):
                 return
             self._restore_topic(mq, msgs)
             ctx = ConsumeConcurrentlyContext(mq)
+            began = time.monotonic()
             if self._tracer is None:
                 status = await self._call_listener(mq, msgs, ctx)
             else:
@@ -399,6 +400,7 @@ class PushConsumer(ConsumerBase):
             self.consumed_ok += ok_upto
             failed = msgs[ok_upto:]
             self.consumed_failed += len(failed)
+            self.stats.consumed(mq.topic, (time.monotonic() - began) * 1000, ok_upto, len(failed))
             retry_locally: list[MessageExt] = []
             if failed and self.message_model is MessageModel.BROADCASTING:
                 for m in failed:
@@ -621,12 +623,19 @@ class PushConsumer(ConsumerBase):
                     self._restore_topic(mq, msgs)
                     ctx = ConsumeOrderlyContext(mq)
                     before = self._trace_before(msgs)
+                    began = time.monotonic()
                     status = await self._call_orderly(mq, msgs, ctx)
+                    ok = status is ConsumeOrderlyStatus.SUCCESS
+                    self.stats.consumed(
+                        mq.topic,
+                        (time.monotonic() - began) * 1000,
+                        len(msgs) if ok else 0,
+                        0 if ok else len(msgs),
+                    )
                     if before is not None:
-                        ok = status is ConsumeOrderlyStatus.SUCCESS
                         kind = ConsumeReturnType.SUCCESS if ok else ConsumeReturnType.FAILED
                         self._trace_after(before, len(msgs), ok, kind)
-                    if status is ConsumeOrderlyStatus.SUCCESS:
+                    if ok:
                         self.consumed_ok += len(msgs)
                         offset = pq.remove(msgs)
                         if offset >= 0 and not pq.dropped:

@@ -205,6 +205,9 @@ async def test_clients_and_stats(namesrv: NamesrvProc, start_broker: StartBroker
         assert "the producer group NoP is not online" in err
 
         # consumerStatus: every client, then one client's running info (307 through the broker).
+        # One more message just before: the statusTable's minute certainly holds a consume.
+        await producer.send(Message("CliT", "c10", tags="TagA"))
+        await wait_until(lambda: len(set(seen)) >= 11, total=30, what="c10 consumed")
         rc, out, err = await _mqadmin_async("consumerStatus", "-n", ns, "-g", "CliG")
         assert rc == 0, err
         assert "Same subscription in the same group of consumer" in out
@@ -219,6 +222,17 @@ async def test_clients_and_stats(namesrv: NamesrvProc, start_broker: StartBroker
         assert subs["CliT"] == "TagA || TagB"
         cli_queues = [json.loads(k) for k in info["mqTable"] if json.loads(k)["topic"] == "CliT"]
         assert sorted(q["queueId"] for q in cli_queues) == [0, 1, 2, 3]
+        # Messages were pulled and consumed within the last minute, none failed.
+        status = info["statusTable"]
+        assert set(status) == {"CliT", "%RETRY%CliG"}
+        cli = status["CliT"]
+        assert cli["pullTPS"] > 0
+        assert cli["consumeOKTPS"] > 0
+        assert cli["pullRT"] >= 0
+        assert cli["consumeRT"] >= 0
+        assert cli["consumeFailedTPS"] == 0
+        assert cli["consumeFailedMsgs"] == 0
+        assert status["%RETRY%CliG"]["consumeOKTPS"] == 0
         rc, out, err = await _mqadmin_async(
             "consumerStatus", "-n", ns, "-g", "CliG", "-i", client_id
         )
@@ -226,6 +240,12 @@ async def test_clients_and_stats(namesrv: NamesrvProc, start_broker: StartBroker
         for section in ("#Consumer Properties#", "#Consumer Subscription#", "#Consumer Offset#",
                         "#Consumer MQ Detail#", "#Consumer RT&TPS#"):  # fmt: skip
             assert section in out
+        rt_tps = out.split("#Consumer RT&TPS#\n", 1)[1].splitlines()
+        assert rt_tps[0].split()[:3] == ["#Topic", "#Pull", "RT"]
+        row = next(line.split() for line in rt_tps if line.startswith("CliT "))
+        assert len(row) == 7
+        assert float(row[4]) > 0  # consumeOK TPS
+        assert row[6] == "0"  # failed in the hour
         assert "TagA || TagB" in out
         rc, _, err = await _mqadmin_async("consumerStatus", "-n", ns, "-g", "CliG", "-i", "nobody")
         assert rc == 1
@@ -239,7 +259,7 @@ async def test_clients_and_stats(namesrv: NamesrvProc, start_broker: StartBroker
             rc, out, _ = await _mqadmin_async("statsAll", "-n", ns, "-t", "CliT", "--json")
             rows = json.loads(out) if rc == 0 else []
             return [(r["group"], r["accumulation"], r["inMsg24Hour"]) for r in rows] == [
-                ("CliG", 0, 10)
+                ("CliG", 0, 11)
             ]
 
         await wait_until(caught_up, total=30, interval=0.5, what="statsAll caught up")
@@ -248,7 +268,7 @@ async def test_clients_and_stats(namesrv: NamesrvProc, start_broker: StartBroker
         assert "#Accumulation" in out
         rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[1:] if line.strip()}
         assert rows["CliT"][0] == "CliG"
-        assert rows["CliT"][-2] == "10"  # #InMsg24Hour
+        assert rows["CliT"][-2] == "11"  # #InMsg24Hour
         assert rows["IdleT"][-1] == "NO_CONSUMER"
         assert not any(t.startswith("%RETRY%") for t in rows)
         rc, out, _ = await _mqadmin_async("stats-all", "-n", ns, "-a", "--json")
