@@ -335,6 +335,7 @@ class BrokerController:
         reg(R.DELETE_EXPIRED_COMMITLOG, more.delete_expired_commitlog)
         reg(R.QUERY_TOPIC_CONSUME_BY_WHO, more.query_topic_consume_by_who)
         reg(R.GET_CONSUMER_RUNNING_INFO, more.get_consumer_running_info)
+        reg(R.CONSUME_MESSAGE_DIRECTLY, more.consume_message_directly)
         reg(R.VIEW_BROKER_STATS_DATA, more.view_broker_stats_data)
         # A slave copies its master: it changes no topic or group and ends no transaction
         # (RocketMQ's answers). In controller mode the role changes at run time.

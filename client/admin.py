@@ -743,6 +743,29 @@ class Admin:
             raise MQClientError(f"bad ConsumerRunningInfo from {addr}")
         return raw
 
+    async def consume_message_directly(
+        self, group: str, client_id: str, msg: MessageExt
+    ) -> dict[str, Any]:
+        """CONSUME_MESSAGE_DIRECTLY (309): the client `client_id` of `group` consumes `msg` (as
+        found by a query: its broker name and offset id) once with its listener, asked
+        through the broker that stores it. Returns the ConsumeMessageDirectlyResult."""
+        route = await self.topic_route(msg.topic)
+        addrs = next((b.broker_addrs for b in route.broker_datas
+                      if b.broker_name == msg.broker_name), {})  # fmt: skip
+        addr = addrs.get(MASTER_ID) or next(iter(addrs.values()), None)
+        if addr is None:
+            raise MQClientError(
+                f"broker {msg.broker_name} of topic {msg.topic} is not in its route"
+            )
+        fields = {"consumerGroup": group, "clientId": client_id, "msgId": msg.offset_msg_id}
+        resp = await self.call(
+            addr, RequestCode.CONSUME_MESSAGE_DIRECTLY, fields, timeout_ms=15_000
+        )
+        raw = loads_tolerant(resp.body_bytes())
+        if not isinstance(raw, dict) or "consumeResult" not in raw:
+            raise MQClientError(f"bad ConsumeMessageDirectlyResult from {addr}")
+        return raw
+
     async def topic_consumed_by(self, addr: str, topic: str) -> list[str]:
         """QUERY_TOPIC_CONSUME_BY_WHO (300) of one broker: the groups of the topic."""
         resp = await self.call(addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic})

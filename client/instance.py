@@ -248,6 +248,9 @@ class ClientInstance:
                 RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_get_consumer_running_info
             )
             self.remoting.processors.register(
+                RequestCode.CONSUME_MESSAGE_DIRECTLY, self._on_consume_message_directly
+            )
+            self.remoting.processors.register(
                 RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, self.requests.on_push_reply
             )
             self._api = MQClientAPI(
@@ -684,6 +687,29 @@ class ClientInstance:
         self, conn: object, cmd: RemotingCommand
     ) -> RemotingCommand | None:
         return cmd.make_response(ResponseCode.SUCCESS)
+
+    async def _on_consume_message_directly(
+        self, conn: object, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        """CONSUME_MESSAGE_DIRECTLY (309, sent on by a broker for `mqadmin queryMsgByUniqueKey
+        -g -d`): the group's push consumer consumes the message in the body once."""
+        group = cmd.field("consumerGroup") or ""
+        direct = getattr(self.consumers.get(group), "consume_message_directly", None)
+        if direct is None:
+            return cmd.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"The Consumer Group <{group}> not exist in this consumer",
+            )
+        try:
+            msgs = decode_messages(cmd.body_bytes())
+        except Exception as exc:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"bad message body: {exc}")
+        if len(msgs) != 1:
+            return cmd.make_response(
+                ResponseCode.SYSTEM_ERROR, f"the body holds {len(msgs)} messages, not 1"
+            )
+        result = await direct(msgs[0], cmd.field("brokerName") or "")
+        return cmd.make_response(body=bodies.dumps(result))
 
     async def _on_get_consumer_running_info(
         self, conn: object, cmd: RemotingCommand

@@ -1,5 +1,6 @@
 """More admin requests: subscription group deletion, runtime configuration, file cleanup on
-demand, which groups consume a topic, and a consumer's runtime info through its connection."""
+demand, which groups consume a topic, and a consumer's runtime info and a direct consume
+through its connection."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from broker.config import runtime_changes, update_toml_text
 from broker.processors._common import error, guarded
 from broker.processors.client_manage import ATTR_SERIALIZE_TYPE
 from common.config import parse_properties
+from common.message import MessageDecodeError, decode_offset_msg_id
 from remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from remoting.codes import SerializeType
 from remoting.errors import RemotingError
@@ -27,6 +29,8 @@ log = structlog.get_logger()
 
 # How long the broker waits for a client's GET_CONSUMER_RUNNING_INFO answer (RocketMQ: 5 s).
 RUNNING_INFO_TIMEOUT_MS = 5000
+# ... and for its CONSUME_MESSAGE_DIRECTLY answer, a listener call (RocketMQ: 10 s).
+CONSUME_DIRECTLY_TIMEOUT_MS = 10_000
 # Largest UPDATE_BROKER_CONFIG body read (a few `key=value` lines).
 MAX_CONFIG_BODY = 64 * 1024
 
@@ -34,8 +38,8 @@ MAX_CONFIG_BODY = 64 * 1024
 class AdminMoreProcessor:
     """Handlers of DELETE_SUBSCRIPTIONGROUP (207), UPDATE_BROKER_CONFIG (25),
     CLEAN_EXPIRED_CONSUMEQUEUE (306), DELETE_EXPIRED_COMMITLOG (329),
-    QUERY_TOPIC_CONSUME_BY_WHO (300), GET_CONSUMER_RUNNING_INFO (307) and
-    VIEW_BROKER_STATS_DATA (315)."""
+    QUERY_TOPIC_CONSUME_BY_WHO (300), GET_CONSUMER_RUNNING_INFO (307),
+    CONSUME_MESSAGE_DIRECTLY (309) and VIEW_BROKER_STATS_DATA (315)."""
 
     def __init__(self, ctrl: BrokerController) -> None:
         self.ctrl = ctrl
@@ -199,8 +203,53 @@ class AdminMoreProcessor:
     ) -> RemotingCommand | None:
         """GET_CONSUMER_RUNNING_INFO (307): the same request sent on to the client over its
         connection; the client's answer (a ConsumerRunningInfo body) is handed back."""
-        group = cmd.field("consumerGroup")
-        client_id = cmd.field("clientId")
+        fields = {"consumerGroup": cmd.field("consumerGroup") or "",
+                  "clientId": cmd.field("clientId") or ""}  # fmt: skip
+        if cmd.field("jstackEnable") is not None:
+            fields["jstackEnable"] = cmd.field("jstackEnable") or "false"
+        return await self._call_consumer(
+            cmd, RequestCode.GET_CONSUMER_RUNNING_INFO, fields, None, RUNNING_INFO_TIMEOUT_MS
+        )
+
+    @guarded()
+    async def consume_message_directly(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        """CONSUME_MESSAGE_DIRECTLY (309): the message `msgId` (an offset message id of this
+        broker) sent on to the client `clientId` of `consumerGroup`, whose listener consumes
+        it once, outside its queues; the client's ConsumeMessageDirectlyResult is handed
+        back."""
+        msg_id = cmd.field("msgId") or ""
+        try:
+            _, offset = decode_offset_msg_id(msg_id)
+        except MessageDecodeError as exc:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, f"bad msgId: {exc}")
+        record = self.ctrl.store.read_record(offset)
+        if record is None:
+            return error(
+                cmd, ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}"
+            )
+        fields = {
+            "consumerGroup": cmd.field("consumerGroup") or "",
+            "clientId": cmd.field("clientId") or "",
+            "msgId": msg_id,
+            "brokerName": self.ctrl.config.broker_name,
+        }
+        return await self._call_consumer(
+            cmd, RequestCode.CONSUME_MESSAGE_DIRECTLY, fields, record, CONSUME_DIRECTLY_TIMEOUT_MS
+        )
+
+    async def _call_consumer(
+        self,
+        cmd: RemotingCommand,
+        code: int,
+        fields: dict[str, str],
+        body: bytes | None,
+        timeout_ms: int,
+    ) -> RemotingCommand:
+        """Send request `code` to the client `fields["clientId"]` of `fields["consumerGroup"]`
+        over its connection, and hand its answer back as the answer to `cmd`."""
+        group, client_id = fields["consumerGroup"], fields["clientId"]
         if not group or not client_id:
             return error(
                 cmd, ResponseCode.SYSTEM_ERROR, "the consumerGroup and clientId fields are needed"
@@ -211,16 +260,14 @@ class AdminMoreProcessor:
         if not isinstance(channel, Connection) or channel.closed:
             return error(cmd, ResponseCode.SYSTEM_ERROR, f"The Consumer <{client_id}> Not Online")
         st = channel.attributes.get(ATTR_SERIALIZE_TYPE, SerializeType.JSON)
-        fields = {"consumerGroup": group, "clientId": client_id}
-        if cmd.field("jstackEnable") is not None:
-            fields["jstackEnable"] = cmd.field("jstackEnable") or "false"
         req = RemotingCommand.request(
-            RequestCode.GET_CONSUMER_RUNNING_INFO,
+            code,
             fields,
+            body,
             serialize_type=int(st) if isinstance(st, int) else SerializeType.JSON,
         )
         try:
-            answer = await channel.invoke(req, RUNNING_INFO_TIMEOUT_MS)
+            answer = await channel.invoke(req, timeout_ms)
         except RemotingError as exc:
             return error(
                 cmd,

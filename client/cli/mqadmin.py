@@ -1551,8 +1551,10 @@ async def _check_queue(a: Admin, mq: MessageQueue) -> None:
 @namesrv_option
 @click.option("-i", "--msgId", "msg_id", required=True, help="The message's unique id (UNIQ_KEY).")
 @click.option("-t", "--topic", required=True)
-@click.option("-g", "--groupName", "group", help="Not supported (consume directly).")
-@click.option("-d", "--clientId", "client_id", help="Not supported (consume directly).")
+@click.option("-g", "--groupName", "group", help="With -d: the consumer group.")
+@click.option(
+    "-d", "--clientId", "client_id", help="With -g: this client consumes the message directly."
+)
 @click.option("-a", "--showAll", "show_all", is_flag=True, help="Every copy, not the earliest.")
 @json_option
 def query_msg_by_unique_key(
@@ -1564,18 +1566,51 @@ def query_msg_by_unique_key(
     show_all: bool,
     as_json: bool,
 ) -> None:
-    """A message by its unique id (the earliest stored copy, or all with -a)."""
-    if group or client_id:
-        _fail("-g/-d (CONSUME_MESSAGE_DIRECTLY) is not supported by trimq's mqadmin")
+    """A message by its unique id (the earliest stored copy, or all with -a).
 
-    async def body(a: Admin) -> list[MessageExt]:
+    With -g and -d, the client -d of group -g consumes the earliest copy once with its listener
+    (CONSUME_MESSAGE_DIRECTLY, no offset moves) and the result is printed instead."""
+    if bool(group) != bool(client_id):
+        _fail("-g and -d go together: the group and the client that consumes the message")
+
+    async def find(a: Admin) -> list[MessageExt]:
         found = await a.query_msg_by_key(topic, msg_id, max_num=32, unique_key=True)
         return sorted((m for m in found if m.msg_id == msg_id), key=lambda m: m.store_timestamp)
 
-    msgs = _with_admin(namesrv, body)
+    if group and client_id:
+
+        async def direct(a: Admin) -> dict[str, Any]:
+            msgs = await find(a)
+            if not msgs:
+                raise MQClientError(f"no message with unique id {msg_id} in topic {topic}")
+            return await a.consume_message_directly(group, client_id, msgs[0])
+
+        result = _with_admin(namesrv, direct)
+        if as_json:
+            _emit_json(result)
+        else:
+            # RocketMQ's ConsumeMessageDirectlyResult.toString.
+            click.echo(
+                f"ConsumeMessageDirectlyResult [order={_java_bool(result.get('order'))}, "
+                f"autoCommit={_java_bool(result.get('autoCommit'))}, "
+                f"consumeResult={result.get('consumeResult')}, "
+                f"remark={_java_text(result.get('remark'))}, "
+                f"spentTimeMills={int(_number(result.get('spentTimeMills')))}]"
+            )
+        return
+
+    msgs = _with_admin(namesrv, find)
     if not msgs:
         _fail(f"no message with unique id {msg_id} in topic {topic}")
     _print_messages(msgs if show_all else msgs[:1], as_json)
+
+
+def _java_bool(value: object) -> str:
+    return "true" if value is True else "false"
+
+
+def _java_text(value: object) -> str:
+    return "null" if value is None else str(value)
 
 
 def _decode_body(body: bytes, charset: str) -> str:

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from types import TracebackType
+from typing import Any
 
 import structlog
 import trio
@@ -423,6 +424,49 @@ class PushConsumer(ConsumerBase):
                 self._nursery.start_soon(self._consume_later, mq, pq, retry_locally)
         finally:
             self._task_done()
+
+    async def consume_message_directly(self, msg: MessageExt, broker_name: str) -> dict[str, Any]:
+        """CONSUME_MESSAGE_DIRECTLY (309: `mqadmin queryMsgByUniqueKey -g -d`): the listener
+        consumes `msg` once, outside the queues: no offset moves, and a failure is neither
+        retried nor sent back. Returns RocketMQ's ConsumeMessageDirectlyResult; a listener
+        that returns None succeeded, as in consumption."""
+        msg.broker_name = broker_name
+        mq = MessageQueue(msg.topic, broker_name, msg.queue_id)
+        self._restore_topic(mq, [msg])
+        result: dict[str, Any] = {"order": self.orderly, "autoCommit": True, "remark": None}
+        deadlines = self._call_deadlines
+        began = trio.current_time()
+        scope = deadlines.open()
+        try:
+            with scope:
+                if self.orderly_listener is not None:
+                    orderly = await self.orderly_listener([msg], ConsumeOrderlyContext(mq))
+                    ok = orderly in (None, ConsumeOrderlyStatus.SUCCESS)
+                else:
+                    assert self.listener is not None
+                    ctx = ConsumeConcurrentlyContext(mq)
+                    if self._wants_context:
+                        status = await self.listener([msg], ctx)
+                    else:
+                        status = await self.listener([msg])
+                    ok = status in (None, ConsumeStatus.CONSUME_SUCCESS)
+                result["consumeResult"] = "CR_SUCCESS" if ok else "CR_LATER"
+        except Exception as exc:
+            result["consumeResult"] = "CR_THROW_EXCEPTION"
+            result["remark"] = repr(exc)
+        finally:
+            deadlines.close(scope)
+        if scope.cancelled_caught:
+            result["consumeResult"] = "CR_THROW_EXCEPTION"
+            result["remark"] = f"consume timeout: the listener ran past {deadlines.timeout_s}s"
+        result["spentTimeMills"] = int((trio.current_time() - began) * 1000)
+        log.info(
+            "consumed_directly",
+            group=self.group,
+            msg_id=msg.msg_id,
+            result=result["consumeResult"],
+        )
+        return result
 
     async def send_message_back(self, msg: MessageExt, delay_level: int) -> bool:
         """Hand a failed message to the broker's retry machinery (RocketMQ's order).

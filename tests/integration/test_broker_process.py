@@ -367,6 +367,25 @@ async def test_bad_input_gets_error_codes_and_broker_keeps_serving(broker: Broke
         assert resp.code == ResponseCode.TOPIC_NOT_EXIST
         resp = await send(pull_request("Good", 0, queue_id=77))
         assert resp.code in (ResponseCode.SYSTEM_ERROR, ResponseCode.TOPIC_NOT_EXIST)
+        # CONSUME_MESSAGE_DIRECTLY: a bad id, an offset past the log, a client not online.
+        stored = await send(send_request("Good", b"direct"))
+        assert stored.ext_fields is not None
+        stored_id = stored.ext_fields["msgId"]
+        (host, _), _ = decode_offset_msg_id(stored_id)
+        for msg_id, remark in (
+            ("", "bad msgId"),
+            ("zz" * 16, "bad msgId"),
+            (create_offset_msg_id((host, broker.port), 2**40), "can not find message"),
+            (stored_id, "The Consumer <nobody> Not Online"),
+        ):
+            resp = await send(
+                RemotingCommand.request(
+                    RequestCode.CONSUME_MESSAGE_DIRECTLY,
+                    {"consumerGroup": "G", "clientId": "nobody", "msgId": msg_id},
+                )
+            )
+            assert resp.code == ResponseCode.SYSTEM_ERROR, msg_id
+            assert remark in (resp.remark or ""), resp.remark
         # Garbage frames on raw sockets: those connections close, the broker stays up.
         for garbage in [b"\xff" * 64, struct.pack(">ii", 12, 0x00000050) + b"{not json}!!"]:
             with socket.create_connection(("127.0.0.1", broker.port), timeout=5) as sock:

@@ -165,9 +165,15 @@ async def test_clients_and_stats(namesrv: NamesrvProc, start_broker: StartBroker
     await create_topic(ns, "IdleT", queues=1)
     cfg = fast_config(ns)
     seen: list[str] = []
+    # How the listener answers (changed only for the direct consumes below).
+    mode = ["ok"]
 
     async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
         seen.extend(m.msg_id for m in msgs)
+        if mode[0] == "raise":
+            raise RuntimeError("listener says no")
+        if mode[0] == "later":
+            return ConsumeStatus.RECONSUME_LATER
         return ConsumeStatus.CONSUME_SUCCESS
 
     consumer = PushConsumer(
@@ -206,7 +212,7 @@ async def test_clients_and_stats(namesrv: NamesrvProc, start_broker: StartBroker
 
         # consumerStatus: every client, then one client's running info (307 through the broker).
         # One more message just before: the statusTable's minute certainly holds a consume.
-        await producer.send(Message("CliT", "c10", tags="TagA"))
+        last = await producer.send(Message("CliT", "c10", tags="TagA"))
         await wait_until(lambda: len(set(seen)) >= 11, total=30, what="c10 consumed")
         rc, out, err = await _mqadmin_async("consumerStatus", "-n", ns, "-g", "CliG")
         assert rc == 0, err
@@ -247,6 +253,42 @@ async def test_clients_and_stats(namesrv: NamesrvProc, start_broker: StartBroker
         assert float(row[4]) > 0  # consumeOK TPS
         assert row[6] == "0"  # failed in the hour
         assert "TagA || TagB" in out
+
+        # queryMsgByUniqueKey -g -d: the client's listener consumes the message once more
+        # (CONSUME_MESSAGE_DIRECTLY through the broker), whatever its offset.
+        direct = ("queryMsgByUniqueKey", "-n", ns, "-t", "CliT", "-i", last.msg_id, "-g", "CliG")
+        rc, out, err = await _mqadmin_async(*direct, "-d", client_id)
+        assert rc == 0, err
+        assert out.startswith(
+            "ConsumeMessageDirectlyResult [order=false, autoCommit=true, consumeResult=CR_SUCCESS,"
+            " remark=null, spentTimeMills="
+        )
+        assert seen.count(last.msg_id) == 2
+        mode[0] = "later"
+        rc, out, err = await _mqadmin_async(*direct, "-d", client_id, "--json")
+        assert rc == 0, err
+        assert json.loads(out)["consumeResult"] == "CR_LATER"
+        mode[0] = "raise"
+        rc, out, err = await _mqadmin_async(*direct, "-d", client_id, "--json")
+        assert rc == 0, err
+        doc = json.loads(out)
+        assert doc["consumeResult"] == "CR_THROW_EXCEPTION"
+        assert "listener says no" in doc["remark"]
+        mode[0] = "ok"
+        assert seen.count(last.msg_id) == 4
+        rc, _, err = await _mqadmin_async(*direct, "-d", "nobody")
+        assert rc == 1
+        assert "The Consumer <nobody> Not Online" in err
+        rc, _, err = await _mqadmin_async(*direct)
+        assert rc != 0
+        assert "-g and -d go together" in err
+        rc, _, err = await _mqadmin_async(
+            "queryMsgByUniqueKey", "-n", ns, "-t", "CliT", "-i", "NOSUCHID", "-g", "CliG",
+            "-d", client_id,
+        )  # fmt: skip
+        assert rc == 1
+        assert "no message with unique id NOSUCHID" in err
+
         rc, _, err = await _mqadmin_async("consumerStatus", "-n", ns, "-g", "CliG", "-i", "nobody")
         assert rc == 1
         assert "client nobody is not online in group CliG" in err
