@@ -76,7 +76,7 @@ def test_messages_by_position(namesrv: NamesrvProc, start_broker: StartBroker) -
     assert "no message with unique id 00FF" in _fails(
         "queryMsgByUniqueKey", "-n", ns, "-i", "00FF", "-t", "MsgT"
     )
-    assert "not supported" in _fails(
+    assert "The Consumer <c> Not Online" in _fails(
         "queryMsgByUniqueKey", "-n", ns, "-i", uniq, "-t", "MsgT", "-g", "G", "-d", "c"
     )
 
