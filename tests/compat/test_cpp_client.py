@@ -15,7 +15,9 @@ the binding offers is exercised:
   NOTIFY_CONSUMER_IDS_CHANGED reaches them), two of a broadcasting group each get everything;
 - `PullConsumer.pull(topic)`;
 - trimq's own consumer reading what the C++ producer sent;
-- `Producer.send_batch`: see `test_send_batch_is_stored_as_one_message_as_apache_does`.
+- `Producer.send_batch`: see `test_send_batch_is_stored_as_one_message_as_apache_does`;
+- `mqadmin consumerStatus` and `queryMsgByUniqueKey -g -d` against a C++ push consumer (the
+  broker forwards 307 and 309 over its connection).
 
 What the binding (0.4.4) does not offer, or offers with a limitation:
 
@@ -34,6 +36,8 @@ What the binding (0.4.4) does not offer, or offers with a limitation:
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import trio
 
@@ -48,6 +52,7 @@ from client import (
 )
 from common.message import decode_batch_body
 from tests.compat.conftest import Cluster, CppClient
+from tests.helpers import wait_until
 from tests.integration.client_support import create_topic, fast_config
 
 # Invalid UTF-8 everywhere (0x80-0xFF), but no NUL: what Message.set_body can carry.
@@ -401,3 +406,58 @@ async def test_cpp_push_consumers_clustering_and_broadcasting(
     assert sorted(shared[0] + shared[1]) == sorted(keys)  # each message once
     assert results[(broadcasting, 0)] == sorted(keys)
     assert results[(broadcasting, 1)] == sorted(keys)
+
+
+@pytest.mark.slow
+async def test_mqadmin_consumer_status_and_direct_consume_of_a_cpp_consumer(
+    cluster: Cluster, cpp: CppClient
+) -> None:
+    """`mqadmin consumerStatus` reads a C++ push consumer's running info (307, its own JSON,
+    forwarded by the broker); `queryMsgByUniqueKey -g -d` to it (309, which librocketmq
+    1.0.1 leaves unanswered) ends in the broker's timeout error, and the broker keeps
+    serving meanwhile."""
+    from tests.integration.test_mqadmin_messages import _mqadmin_async
+
+    topic, group = "CompatCppStatus", "CompatCppCG8"
+    await create_topic(cluster.addr, topic, queues=2)
+    ns = cluster.addr
+    spec = {"namesrv": ns, "group": group, "topic": topic, "expression": "*",
+            "expect": 10**9, "timeout_s": 25.0}  # fmt: skip
+    out: dict[str, object] = {}
+
+    async def consume() -> None:
+        out.update(await cpp.run("push", spec, time_limit=CPP_TIMEOUT))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(consume)
+        async with Producer("CompatTrimqPG8", fast_config(ns)) as p:
+            await trio.sleep(3.0)  # joined and rebalanced
+            sent = await p.send(Message(topic, b"status", tags="TagS", keys="k-status"))
+
+            async def one_client() -> bool:
+                rc, text, _ = await _mqadmin_async("consumerStatus", "-n", ns, "-g", group,
+                                                   "--json")  # fmt: skip
+                return rc == 0 and len(json.loads(text)["clients"]) == 1
+
+            await wait_until(one_client, total=10, interval=0.5, what="the C++ client online")
+            rc, text, err = await _mqadmin_async("consumerStatus", "-n", ns, "-g", group, "--json")
+            ((client_id, info),) = json.loads(text)["clients"].items()
+            assert info["properties"]["PROP_CONSUME_TYPE"] == "CONSUME_PASSIVELY"
+            assert topic in {s["topic"] for s in info["subscriptionSet"]}
+            rc, text, err = await _mqadmin_async(
+                "consumerStatus", "-n", ns, "-g", group, "-i", client_id
+            )
+            assert rc == 0, err
+            assert "#Consumer Subscription#" in text
+            assert topic in text
+
+            direct = ("queryMsgByUniqueKey", "-n", ns, "-t", topic, "-i", sent.msg_id)
+            rc, _, err = await _mqadmin_async(*direct, "-g", group, "-d", client_id)
+            assert rc == 1
+            assert f"invoke consumer <{client_id}> of group {group} failed" in err
+            assert (
+                await p.send(Message(topic, b"after", keys="k-after"))
+            ).status is SendStatus.SEND_OK
+    deliveries = out["deliveries"]
+    assert isinstance(deliveries, list)
+    assert sorted(d["keys"] for d in deliveries) == ["k-after", "k-status"]
