@@ -322,6 +322,7 @@ class BrokerController:
         reg(R.READ_COMMITLOG, self.admin.read_commitlog)
         reg(R.GET_TOPIC_STATS_INFO, self.admin.get_topic_stats_info)
         reg(R.GET_CONSUME_STATS, self.admin.get_consume_stats)
+        reg(R.GET_BROKER_CONSUME_STATS, self.admin.get_broker_consume_stats)
         reg(R.INVOKE_BROKER_TO_RESET_OFFSET, self.admin.invoke_broker_to_reset_offset)
         reg(R.GET_ALL_CONSUMER_OFFSET, self.admin.get_all_consumer_offset)
         reg(R.GET_ALL_DELAY_OFFSET, self.admin.get_all_delay_offset)

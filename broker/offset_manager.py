@@ -104,6 +104,14 @@ class OffsetManager:
                 out.add(topic)
         return out
 
+    def topics_by_group(self) -> dict[str, set[str]]:
+        """Every group with offsets -> the topics it has offsets of (one pass)."""
+        out: dict[str, set[str]] = {}
+        for key in self._table:
+            topic, _, group = key.rpartition(TOPIC_GROUP_SEPARATOR)
+            out.setdefault(group, set()).add(topic)
+        return out
+
     def groups_of_topic(self, topic: str) -> set[str]:
         out = set()
         for key in self._table:

@@ -743,6 +743,22 @@ class Admin:
             raise MQClientError(f"bad ConsumerRunningInfo from {addr}")
         return raw
 
+    async def broker_consume_stats(
+        self, addr: str, *, order_only: bool = False, timeout_ms: int = 50_000
+    ) -> bodies.ConsumeStatsList:
+        """GET_BROKER_CONSUME_STATS (317): every subscription group's offsets and backlog per
+        topic on the broker at `addr` (`order_only`: the orderly topics only)."""
+        resp = await self.call(
+            addr,
+            RequestCode.GET_BROKER_CONSUME_STATS,
+            {"isOrder": str(order_only).lower()},
+            timeout_ms=timeout_ms,
+        )
+        raw = loads_tolerant(resp.body_bytes())
+        if not isinstance(raw, dict):
+            raise MQClientError(f"bad ConsumeStatsList from {addr}")
+        return bodies.ConsumeStatsList.from_dict(raw)
+
     async def consume_message_directly(
         self, group: str, client_id: str, msg: MessageExt
     ) -> dict[str, Any]:

@@ -10,10 +10,12 @@ import structlog
 import trio
 
 from broker.processors._common import error, guarded
+from broker.stats import GROUP_GET_NUMS
 from broker.topic_manager import AUTO_CREATE_TOPIC_KEY, validate_topic
 from remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from remoting.protocol.bodies import (
     ConsumeStats,
+    ConsumeStatsList,
     KVTable,
     MessageQueue,
     OffsetWrapper,
@@ -305,32 +307,76 @@ class AdminProcessor:
         self, conn: Connection, cmd: RemotingCommand
     ) -> RemotingCommand | None:
         hdr = GetConsumeStatsRequestHeader.from_fields(cmd.ext_fields)
-        ctrl = self.ctrl
-        topics = (
-            [hdr.topic] if hdr.topic else sorted(ctrl.offsets.topics_of_group(hdr.consumer_group))
-        )
-        table = {}
+        group = hdr.consumer_group
+        topics = [hdr.topic] if hdr.topic else sorted(self.ctrl.offsets.topics_of_group(group))
+        merged = ConsumeStats()
         for topic in topics:
-            cfg = ctrl.topics.get(topic)
-            if cfg is None:
-                continue
-            for qid in range(cfg.write_queue_nums):
-                broker_offset = max(0, ctrl.store.get_max_offset_in_queue(topic, qid))
-                consumer_offset = max(0, ctrl.offsets.query(hdr.consumer_group, topic, qid))
-                last = 0
-                if consumer_offset > 0:
-                    last = max(
-                        0,
-                        ctrl.store.get_message_store_timestamp(topic, qid, consumer_offset - 1),
+            stats = self._consume_stats(group, topic)
+            if stats is not None:
+                merged.offset_table.update(stats.offset_table)
+                merged.consume_tps += stats.consume_tps
+        merged.consume_tps = round(merged.consume_tps, 2)
+        return cmd.make_response(ResponseCode.SUCCESS, body=merged.to_json())
+
+    @guarded()
+    async def get_broker_consume_stats(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        """GET_BROKER_CONSUME_STATS (317, `mqadmin brokerConsumeStats`): every subscription
+        group's ConsumeStats per topic it has offsets of here; `isOrder=true` keeps the
+        orderly topics only. As RocketMQ, a topic the group's online consumers do not
+        subscribe is left out."""
+        order_only = (cmd.field("isOrder") or "").strip().lower() == "true"
+        ctrl = self.ctrl
+        topics_of = ctrl.offsets.topics_by_group()
+        out = ConsumeStatsList(broker_addr=ctrl.addr)
+        for n, group in enumerate(sorted(ctrl.subscriptions.groups())):
+            if n % 64 == 63:
+                # Thousands of groups: let other requests run between slices.
+                await trio.lowlevel.checkpoint()
+            online = ctrl.consumers.get(group)
+            subscribed = online.subscriptions if online is not None else {}
+            per_topic: list[ConsumeStats] = []
+            for topic in sorted(topics_of.get(group, ())):
+                cfg = ctrl.topics.get(topic)
+                if cfg is None or (order_only and not cfg.order):
+                    continue
+                if subscribed and topic not in subscribed:
+                    continue
+                stats = self._consume_stats(group, topic)
+                if stats is not None:
+                    per_topic.append(stats)
+                    out.total_diff += sum(
+                        w.broker_offset - w.consumer_offset for w in stats.offset_table.values()
                     )
-                # pullOffset (5.x): trimq keeps no separate pull position, so the committed
-                # offset (Apache reports max(consumer offset, pull offset)).
-                table[MessageQueue(topic, ctrl.config.broker_name, qid)] = OffsetWrapper(
-                    broker_offset, consumer_offset, last, consumer_offset
+            out.consume_stats_list.append({group: per_topic})
+        return cmd.make_response(ResponseCode.SUCCESS, body=out.to_json())
+
+    def _consume_stats(self, group: str, topic: str) -> ConsumeStats | None:
+        """RocketMQ's ConsumeStats of `group` on `topic` here (None: no such topic): per write
+        queue the max offset, the committed offset and the store time of the last message
+        consumed; the group's pulled messages per second over the last minute."""
+        ctrl = self.ctrl
+        cfg = ctrl.topics.get(topic)
+        if cfg is None:
+            return None
+        stats = ConsumeStats()
+        for qid in range(cfg.write_queue_nums):
+            broker_offset = max(0, ctrl.store.get_max_offset_in_queue(topic, qid))
+            consumer_offset = max(0, ctrl.offsets.query(group, topic, qid))
+            last = 0
+            if consumer_offset > 0:
+                last = max(
+                    0, ctrl.store.get_message_store_timestamp(topic, qid, consumer_offset - 1)
                 )
-        _, get_tps = ctrl.stats.tps()
-        body = ConsumeStats(table, round(get_tps, 2)).to_json()
-        return cmd.make_response(ResponseCode.SUCCESS, body=body)
+            # pullOffset (5.x): trimq keeps no separate pull position, so the committed
+            # offset (Apache reports max(consumer offset, pull offset)).
+            stats.offset_table[MessageQueue(topic, ctrl.config.broker_name, qid)] = OffsetWrapper(
+                broker_offset, consumer_offset, last, consumer_offset
+            )
+        view = ctrl.table_stats.view(GROUP_GET_NUMS, f"{topic}@{group}")
+        stats.consume_tps = round(view[0].tps, 2) if view is not None else 0.0
+        return stats
 
     @guarded()
     async def get_all_consumer_offset(

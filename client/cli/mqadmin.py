@@ -172,7 +172,10 @@ def _emit_json(obj: Any) -> None:
 def _fmt_ts(ms: int) -> str:
     if ms <= 0:
         return "-"
-    return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+    try:
+        return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+    except (OverflowError, OSError, ValueError):
+        return str(ms)  # out of the calendar's range: the number as sent
 
 
 def _body_fields(body: bytes) -> dict[str, Any]:
@@ -567,6 +570,62 @@ def consumer_progress(namesrv: str | None, group: str, topic: str | None, as_jso
         ],
     )  # fmt: skip
     click.echo(f"\nDiff Total: {total}")
+
+
+@cli.command("brokerConsumeStats")
+@namesrv_option
+@click.option("-b", "--brokerAddr", "broker", required=True, help="Broker address HOST:PORT.")
+@click.option("-t", "--timeoutMillis", "timeout_ms", type=click.IntRange(1, 3_600_000),
+              default=50_000, show_default=True, help="Request timeout.")  # fmt: skip
+@click.option("-l", "--level", type=int, default=0, show_default=True,
+              help="Print the queues whose backlog (#Diff) is at least this.")  # fmt: skip
+@click.option("-o", "--order", type=click.BOOL, default=False, show_default=True,
+              help="Orderly topics only.")  # fmt: skip
+@json_option
+def broker_consume_stats(
+    namesrv: str | None, broker: str, timeout_ms: int, level: int, order: bool, as_json: bool
+) -> None:
+    """Every group's offsets and backlog per queue on one broker (GET_BROKER_CONSUME_STATS).
+
+    Unlike RocketMQ's tool, a queue the group never consumed (no last time) is printed too,
+    with "-": it is the backlog most worth seeing."""
+    stats = _with_admin(
+        namesrv, lambda a: a.broker_consume_stats(broker, order_only=order, timeout_ms=timeout_ms)
+    )
+    rows = []
+    for entry in stats.consume_stats_list:
+        for group, per_topic in entry.items():
+            for topic_stats in per_topic:
+                for mq, w in sorted(topic_stats.offset_table.items()):
+                    diff = w.broker_offset - w.consumer_offset
+                    if diff >= level:
+                        rows.append((mq, group, w, diff))
+    if as_json:
+        _emit_json(
+            {
+                "broker_addr": stats.broker_addr,
+                "total_diff": stats.total_diff,
+                "queues": [
+                    {"topic": mq.topic, "group": group, "broker_name": mq.broker_name,
+                     "queue_id": mq.queue_id, "broker_offset": w.broker_offset,
+                     "consumer_offset": w.consumer_offset, "diff": diff,
+                     "last_timestamp": w.last_timestamp}
+                    for mq, group, w, diff in rows
+                ],
+            }
+        )  # fmt: skip
+        return
+    click.echo(
+        f"{'#Topic':<32}  {'#Group':<32}  {'#Broker Name':<32}  {'#QID':<4}  "
+        f"{'#Broker Offset':<20}  {'#Consumer Offset':<20}  {'#Diff':<20}  #LastTime"
+    )
+    for mq, group, w, diff in rows:
+        click.echo(
+            f"{mq.topic:<32}  {group:<32}  {mq.broker_name:<32}  {mq.queue_id:<4}  "
+            f"{w.broker_offset:<20}  {w.consumer_offset:<20}  {diff:<20}  "
+            f"{_fmt_ts(w.last_timestamp)}"
+        )
+    click.echo(f"\nDiff Total: {stats.total_diff}")
 
 
 @cli.command("consumerConnection")

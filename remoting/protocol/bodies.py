@@ -671,6 +671,43 @@ class ConsumeStats(_Body):
 
 
 @dataclass(slots=True)
+class ConsumeStatsList(_Body):
+    """GET_BROKER_CONSUME_STATS (317) body: one broker's ConsumeStats of every subscription
+    group, per topic it has offsets of (`consumeStatsList`: a list of one-key maps, group ->
+    [ConsumeStats]), and the sum of their backlogs (`totalDiff`)."""
+
+    broker_addr: str = ""
+    consume_stats_list: list[dict[str, list[ConsumeStats]]] = field(default_factory=list)
+    total_diff: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "brokerAddr": self.broker_addr,
+            "consumeStatsList": [
+                {group: [s.to_dict() for s in stats] for group, stats in entry.items()}
+                for entry in self.consume_stats_list
+            ],
+            "totalDiff": self.total_diff,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        entries = [
+            {
+                str(group): [ConsumeStats.from_dict(s) for s in stats or []]
+                for group, stats in entry.items()
+            }
+            for entry in raw.get("consumeStatsList") or []
+            if isinstance(entry, Mapping)
+        ]
+        return cls(
+            broker_addr=str(raw.get("brokerAddr") or ""),
+            consume_stats_list=entries,
+            total_diff=int(raw.get("totalDiff") or 0),
+        )
+
+
+@dataclass(slots=True)
 class ResetOffsetBody(_Body):
     """RESET_CONSUMER_CLIENT_OFFSET (220) body: queue -> new offset."""
 

@@ -159,7 +159,7 @@ async def _mqadmin_async(*args: str) -> tuple[int, str, str]:
 
 
 async def test_clients_and_stats(namesrv: NamesrvProc, start_broker: StartBroker) -> None:
-    start_broker(namesrv.addr, name="broker-a")
+    broker = start_broker(namesrv.addr, name="broker-a")
     ns = namesrv.addr
     await create_topic(ns, "CliT", queues=4)
     await create_topic(ns, "IdleT", queues=1)
@@ -318,3 +318,39 @@ async def test_clients_and_stats(namesrv: NamesrvProc, start_broker: StartBroker
         rc, _, err = await _mqadmin_async("statsAll", "-n", ns, "-t", "NoSuchTopic")
         assert rc == 1
         assert "No route info" in err
+
+        # brokerConsumeStats: caught up, every queue of CliG has diff 0.
+        rc, out, err = await _mqadmin_async("brokerConsumeStats", "-n", ns, "-b", broker.addr,
+                                            "--json")  # fmt: skip
+        assert rc == 0, err
+        doc = json.loads(out)
+        assert doc["total_diff"] == 0
+        cli = [q for q in doc["queues"] if (q["group"], q["topic"]) == ("CliG", "CliT")]
+        assert sorted(q["queue_id"] for q in cli) == [0, 1, 2, 3]
+        assert sum(q["consumer_offset"] for q in cli) == 11
+        assert all(q["diff"] == 0 for q in cli)
+        assert any(q["last_timestamp"] > 0 for q in cli)
+
+    # With the consumer gone, three more messages are a backlog of three.
+    async with Producer("CliP", cfg) as producer:
+        for i in range(3):
+            await producer.send(Message("CliT", f"late{i}", tags="TagA"))
+    rc, out, err = await _mqadmin_async("brokerConsumeStats", "-n", ns, "-b", broker.addr,
+                                        "-l", "1")  # fmt: skip
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["#Topic", "#Group", "#Broker"]
+    lagging = [line.split() for line in lines[1:] if line.startswith("CliT ")]
+    assert sum(int(row[6]) for row in lagging) == 3  # only queues with a backlog of 1 or more
+    assert all(row[1] == "CliG" and int(row[6]) >= 1 for row in lagging)
+    assert lines[-1] == "Diff Total: 3"
+    rc, out, _ = await _mqadmin_async("brokerConsumeStats", "-n", ns, "-b", broker.addr,
+                                      "-o", "true", "--json")  # fmt: skip
+    assert rc == 0
+    assert json.loads(out)["queues"] == []  # no orderly topic here
+    rc, _, err = await _mqadmin_async("brokerConsumeStats", "-n", ns, "-b", "127.0.0.1:1")
+    assert rc == 1
+    rc, _, err = await _mqadmin_async("brokerConsumeStats", "-n", ns, "-b", broker.addr,
+                                      "-l", "x")  # fmt: skip
+    assert rc == 2
+    assert "'x' is not a valid integer" in err

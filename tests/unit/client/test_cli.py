@@ -21,6 +21,7 @@ COMMANDS = [
     "updateTopic", "deleteTopic", "topicList", "topicRoute", "topicStatus", "clusterList",
     "brokerStatus", "consumerProgress", "consumerConnection", "queryMsgById", "queryMsgByKey",
     "resetOffsetByTime", "sendMessage", "consumeMessage", "haStatus", "getSyncStateSet",
+    "brokerConsumeStats", "consumerStatus", "queryMsgByUniqueKey",
 ]  # fmt: skip
 
 

@@ -12,6 +12,7 @@ from remoting.protocol.bodies import (
     ConsumerData,
     ConsumerListBody,
     ConsumeStats,
+    ConsumeStatsList,
     HeartbeatData,
     KVTable,
     LockBatchRequestBody,
@@ -104,6 +105,26 @@ def test_message_queue_keyed_maps_round_trip_in_fastjson_form() -> None:
     table = TopicStatsTable({mq0: TopicOffset(0, 8, 1700000000000)})
     assert TopicStatsTable.from_json(table.to_json()) == table
     assert b'"lastUpdateTimestamp":1700000000000,"maxOffset":8,"minOffset":0' in table.to_json()
+
+
+def test_consume_stats_list_nests_groups_and_their_stats() -> None:
+    mq = MessageQueue("T", "b", 0)
+    body = ConsumeStatsList(
+        "127.0.0.1:10911",
+        [{"G": [ConsumeStats({mq: OffsetWrapper(7, 4, 99, 4)}, 0.5)]}, {"Idle": []}],
+        3,
+    )
+    data = body.to_json()
+    assert data == (
+        b'{"brokerAddr":"127.0.0.1:10911","consumeStatsList":[{"G":[{"consumeTps":0.5,'
+        b'"offsetTable":{{"brokerName":"b","queueId":0,"topic":"T"}:{"brokerOffset":7,'
+        b'"consumerOffset":4,"lastTimestamp":99,"pullOffset":4}}}]},{"Idle":[]}],"totalDiff":3}'
+    )
+    assert ConsumeStatsList.from_json(data) == body
+    # Entries that are not maps (a broker's bug or a stranger's bytes) are skipped.
+    odd = ConsumeStatsList.from_json(b'{"consumeStatsList":[1,"x",{"G":[]}],"totalDiff":"2"}')
+    assert odd.consume_stats_list == [{"G": []}]
+    assert odd.total_diff == 2
 
 
 def test_exact_field_names_of_small_bodies() -> None:
