@@ -19,7 +19,7 @@ from common.config import parse_properties
 from common.message import MessageDecodeError, decode_offset_msg_id
 from remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from remoting.codes import SerializeType
-from remoting.errors import RemotingError
+from remoting.errors import RemotingError, RemotingTimeoutError
 from remoting.protocol.bodies import dumps
 
 if TYPE_CHECKING:
@@ -268,6 +268,13 @@ class AdminMoreProcessor:
         )
         try:
             answer = await channel.invoke(req, timeout_ms)
+        except RemotingTimeoutError as exc:
+            # RocketMQ's code for a client that did not answer in time.
+            return error(
+                cmd,
+                ResponseCode.CONSUME_MSG_TIMEOUT,
+                f"consumer <{client_id}> of group {group} did not answer: {exc}",
+            )
         except RemotingError as exc:
             return error(
                 cmd,

@@ -414,8 +414,8 @@ async def test_mqadmin_consumer_status_and_direct_consume_of_a_cpp_consumer(
 ) -> None:
     """`mqadmin consumerStatus` reads a C++ push consumer's running info (307, its own JSON,
     forwarded by the broker); `queryMsgByUniqueKey -g -d` to it (309, which librocketmq
-    1.0.1 leaves unanswered) ends in the broker's timeout error, and the broker keeps
-    serving meanwhile."""
+    1.0.1 leaves unanswered) ends in the broker's CONSUME_MSG_TIMEOUT (207), and the broker
+    keeps serving meanwhile."""
     from tests.integration.test_mqadmin_messages import _mqadmin_async
 
     topic, group = "CompatCppStatus", "CompatCppCG8"
@@ -454,7 +454,7 @@ async def test_mqadmin_consumer_status_and_direct_consume_of_a_cpp_consumer(
             direct = ("queryMsgByUniqueKey", "-n", ns, "-t", topic, "-i", sent.msg_id)
             rc, _, err = await _mqadmin_async(*direct, "-g", group, "-d", client_id)
             assert rc == 1
-            assert f"invoke consumer <{client_id}> of group {group} failed" in err
+            assert f"CODE 207: consumer <{client_id}> of group {group} did not answer" in err
             assert (
                 await p.send(Message(topic, b"after", keys="k-after"))
             ).status is SendStatus.SEND_OK
