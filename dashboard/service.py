@@ -7,6 +7,7 @@ refused with `BadInput` (shown on the page), before any call reaches a broker.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,7 +32,7 @@ from client.trace import TraceView, trace_views
 from common.pull import PULL_FLAG_SUBSCRIPTION
 from remoting import RemotingCommand
 from remoting.codes import RequestCode, ResponseCode
-from remoting.errors import RemoteError
+from remoting.errors import RemoteError, RemotingError
 from remoting.protocol import bodies
 from remoting.protocol.headers import PullMessageRequestHeader
 
@@ -42,6 +43,9 @@ MAX_GROUPS_SHOWN = 200
 MAX_BODY_PREVIEW = 4096
 MAX_TEST_BODY = 64 * 1024
 MAX_QUEUES = 1024
+# Online clients whose running info a group page asks for, and how long each may take.
+MAX_CLIENTS_ASKED = 16
+CLIENT_ANSWER_S = 6.0
 # Groups the dashboard itself pulls and sends with (pulls commit nothing).
 READER_GROUP = "mqdashboard_reader"
 SENDER_GROUP = "mqdashboard_sender"
@@ -364,6 +368,86 @@ async def group_connection(admin: Admin, group: str) -> bodies.ConsumerConnectio
         return await admin.consumer_connection(group)
     except MQClientError:
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class ClientTopicStatus:
+    """One online client's pull and consume figures for one topic (its running info's
+    statusTable, RocketMQ's ConsumeStatus)."""
+
+    client_id: str
+    topic: str
+    pull_rt: float
+    pull_tps: float
+    consume_rt: float
+    consume_ok_tps: float
+    consume_failed_tps: float
+    consume_failed_msgs: int
+
+
+async def client_statuses(
+    admin: Admin, group: str, client_ids: list[str]
+) -> tuple[list[ClientTopicStatus], list[str]]:
+    """The running-info figures of up to MAX_CLIENTS_ASKED of the group's online clients
+    (GET_CONSUMER_RUNNING_INFO through a broker that has their connections, asked at once,
+    each bounded by CLIENT_ANSWER_S), and one note per client that gave none."""
+    rows: list[ClientTopicStatus] = []
+    notes: list[str] = []
+    asked = sorted(client_ids)[:MAX_CLIENTS_ASKED]
+    if len(client_ids) > len(asked):
+        notes.append(f"{len(client_ids) - len(asked)} more clients not asked")
+    via = None
+    for addr in (await admin.master_addrs()).values():
+        try:
+            conn = await admin.instance.api.get_consumer_connection_list(addr, group)
+        except RemoteError:
+            continue
+        if conn.connection_set:
+            via = addr
+            break
+    if via is None:
+        return rows, notes
+
+    async def ask(client_id: str) -> None:
+        info = None
+        with trio.move_on_after(CLIENT_ANSWER_S):
+            try:
+                info = await admin.consumer_running_info(via, group, client_id)
+            except (RemotingError, MQClientError) as exc:
+                notes.append(f"{client_id}: {exc}")
+                return
+        if info is None:
+            notes.append(f"{client_id}: no answer within {CLIENT_ANSWER_S:.0f} s")
+            return
+        table = info.get("statusTable")
+        for topic, st in sorted(table.items()) if isinstance(table, dict) else ():
+            if isinstance(st, dict):
+                rows.append(
+                    ClientTopicStatus(
+                        client_id, str(topic), _figure(st.get("pullRT")),
+                        _figure(st.get("pullTPS")), _figure(st.get("consumeRT")),
+                        _figure(st.get("consumeOKTPS")), _figure(st.get("consumeFailedTPS")),
+                        int(_figure(st.get("consumeFailedMsgs"))),
+                    )
+                )  # fmt: skip
+
+    async with trio.open_nursery() as nursery:
+        for client_id in asked:
+            nursery.start_soon(ask, client_id)
+    rows.sort(key=lambda r: (r.client_id, r.topic))
+    notes.sort()
+    return rows, notes
+
+
+def _figure(value: object) -> float:
+    """A client's figure; 0 for a missing, malformed or non-finite one (any client answers)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return 0.0
+    try:
+        number = float(value)
+    except ValueError:
+        return 0.0
+    return number if math.isfinite(number) else 0.0
 
 
 async def delete_group(admin: Admin, group: str) -> list[str]:

@@ -158,6 +158,11 @@ async def group(request: Request, dash: Dashboard) -> Response:
     name = service.group_name(request.query_params.get("g"))
     stats = await service.group_stats(dash.admin, name)
     conn = await service.group_connection(dash.admin, name)
+    statuses: list[service.ClientTopicStatus] = []
+    status_notes: list[str] = []
+    if conn is not None:
+        ids = [c.client_id for c in conn.connection_set]
+        statuses, status_notes = await service.client_statuses(dash.admin, name, ids)
     topics = sorted({q.mq.topic for q in stats.queues})
     return _render(
         request,
@@ -166,6 +171,8 @@ async def group(request: Request, dash: Dashboard) -> Response:
             "group": name,
             "stats": stats,
             "conn": conn,
+            "statuses": statuses,
+            "status_notes": status_notes,
             "topics": topics,
             "notice": request.query_params.get("notice"),
         },

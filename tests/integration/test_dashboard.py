@@ -358,6 +358,10 @@ def test_group_lag_falls_to_zero_after_a_consumer_runs(
             expect(page.locator("#total-lag")).to_have_text("0")
             expect(page.locator("#connections tbody tr")).to_have_count(1)
             expect(page.locator("#subscriptions")).to_contain_text("DashLag")
+            # The client's own figures (its running info): it consumed 7 within the minute.
+            status = page.locator("#client-status tbody tr", has_text="DashLag")
+            expect(status).to_have_count(1)
+            assert float(status.locator("td.ok-tps").inner_text()) > 0
             rec.shot("group-lag-0-online")
         finally:
             stop.set()

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import pytest
+import trio
+import trio.testing
 
+from client.errors import MQClientError
 from dashboard import service
 from dashboard.history import History, Sample
+from remoting.errors import RemotingConnectionLost
+from remoting.protocol import bodies
 
 
 @pytest.mark.parametrize(
@@ -124,3 +129,62 @@ def test_history_is_bounded() -> None:
     assert h.to_dict()["samples"][-1] == {"ts": 9, "tpsIn": 9.0, "tpsOut": 0.0, "lag": {"g": 9}}
     with pytest.raises(ValueError):
         History(0)
+
+
+class _Api:
+    async def get_consumer_connection_list(self, addr: str, group: str) -> object:
+        return bodies.ConsumerConnection(connection_set=[bodies.ConnectionInfo("x", "127.0.0.1:2")])
+
+
+class _FakeAdmin:
+    """Answers running info per client id: a dict, an exception, or a wait past the bound."""
+
+    def __init__(self, answers: dict[str, object]) -> None:
+        self.answers = answers
+        self.asked: list[str] = []
+
+        class _Instance:
+            api = _Api()
+
+        self.instance = _Instance()
+
+    async def master_addrs(self) -> dict[str, str]:
+        return {"broker-a": "127.0.0.1:1"}
+
+    async def consumer_running_info(self, addr: str, group: str, client_id: str) -> object:
+        self.asked.append(client_id)
+        answer = self.answers[client_id]
+        if answer == "silent":
+            await trio.sleep(3600)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def test_client_statuses_take_what_each_client_gives_and_bound_the_rest() -> None:
+    answers: dict[str, object] = {
+        "a": {"statusTable": {"T": {"pullRT": 1.5, "pullTPS": "2", "consumeRT": "nan",
+                                     "consumeOKTPS": 4, "consumeFailedTPS": None,
+                                     "consumeFailedMsgs": 7}, "U": "junk"}},
+        "b": {"statusTable": []},
+        "c": MQClientError("bad ConsumerRunningInfo"),
+        "d": RemotingConnectionLost("gone"),
+        "e": "silent",
+    }  # fmt: skip
+    answers.update({f"z{i}": {} for i in range(20)})
+    admin = _FakeAdmin(answers)
+
+    async def main() -> tuple[list[service.ClientTopicStatus], list[str]]:
+        return await service.client_statuses(admin, "G", list(answers))  # type: ignore[arg-type]
+
+    rows, notes = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert rows == [service.ClientTopicStatus("a", "T", 1.5, 2.0, 0.0, 4.0, 0.0, 7)]
+    assert len(admin.asked) == service.MAX_CLIENTS_ASKED
+    assert notes == sorted(
+        [
+            "c: bad ConsumerRunningInfo",
+            "d: gone",
+            f"e: no answer within {service.CLIENT_ANSWER_S:.0f} s",
+            f"{len(answers) - service.MAX_CLIENTS_ASKED} more clients not asked",
+        ]
+    )
