@@ -760,20 +760,18 @@ class Admin:
         return bodies.ConsumeStatsList.from_dict(raw)
 
     async def consume_message_directly(
-        self, group: str, client_id: str, msg: MessageExt
+        self, group: str, client_id: str, topic: str, broker_name: str, offset_msg_id: str
     ) -> dict[str, Any]:
-        """CONSUME_MESSAGE_DIRECTLY (309): the client `client_id` of `group` consumes `msg` (as
-        found by a query: its broker name and offset id) once with its listener, asked
-        through the broker that stores it. Returns the ConsumeMessageDirectlyResult."""
-        route = await self.topic_route(msg.topic)
+        """CONSUME_MESSAGE_DIRECTLY (309): the client `client_id` of `group` consumes the
+        message `offset_msg_id` of `topic` once with its listener, asked through the broker
+        `broker_name` that stores it. Returns the ConsumeMessageDirectlyResult."""
+        route = await self.topic_route(topic)
         addrs = next((b.broker_addrs for b in route.broker_datas
-                      if b.broker_name == msg.broker_name), {})  # fmt: skip
+                      if b.broker_name == broker_name), {})  # fmt: skip
         addr = addrs.get(MASTER_ID) or next(iter(addrs.values()), None)
         if addr is None:
-            raise MQClientError(
-                f"broker {msg.broker_name} of topic {msg.topic} is not in its route"
-            )
-        fields = {"consumerGroup": group, "clientId": client_id, "msgId": msg.offset_msg_id}
+            raise MQClientError(f"broker {broker_name} is not in the route of {topic}")
+        fields = {"consumerGroup": group, "clientId": client_id, "msgId": offset_msg_id}
         resp = await self.call(
             addr, RequestCode.CONSUME_MESSAGE_DIRECTLY, fields, timeout_ms=15_000
         )

@@ -98,6 +98,16 @@ def lookup_topic_name(raw: str | None) -> str:
     return topic_name(raw)
 
 
+def client_id(raw: str | None) -> str:
+    """A client id as clients register it (`ip@instance`...): 1 to 255 visible characters."""
+    value = (raw or "").strip()
+    if not value:
+        raise BadInput("give the client id (the group page lists the online ones)")
+    if len(value) > 255 or not value.isprintable() or any(c.isspace() for c in value):
+        raise BadInput("a client id is 1 to 255 visible characters without spaces")
+    return value
+
+
 def group_name(raw: str | None) -> str:
     name = (raw or "").strip()
     try:

@@ -230,7 +230,35 @@ async def messages(request: Request, dash: Dashboard) -> Response:
         raise service.BadInput(f"unknown lookup {mode[:20]!r}")
     if ctx["found"] is not None:
         ctx["previews"] = [service.body_preview(m.body) for m in ctx["found"]]
+    ctx["notice"] = p.get("notice")
     return _render(request, "messages.html", ctx)
+
+
+async def messages_consume(request: Request, dash: Dashboard) -> Response:
+    """One client of a group consumes the message once with its listener
+    (CONSUME_MESSAGE_DIRECTLY, RocketMQ dashboard's "resend message" to a client)."""
+    form = await _read_form(request)
+    name = service.group_name(form.get("group"))
+    topic_name = service.lookup_topic_name(form.get("topic"))
+    client_id = service.client_id(form.get("client"))
+    broker = form.get("broker", "").strip()
+    if not broker or len(broker) > 255:
+        raise service.BadInput("give the broker name")
+    offset_id = form.get("offset_id", "").strip()
+    if len(offset_id) not in (32, 56) or not all(c in _HEX for c in offset_id):
+        raise service.BadInput("an offset message id is 32 or 56 hex digits")
+    msg_id = form.get("id", "").strip()
+    if not msg_id or len(msg_id) > 128 or not all(c in _HEX for c in msg_id):
+        raise service.BadInput("a message id is 1 to 128 hex digits")
+    result = await dash.admin.consume_message_directly(
+        name, client_id, topic_name, broker, offset_id.upper()
+    )
+    remark = result.get("remark")
+    notice = (
+        f"{client_id} of {name} consumed {msg_id}: {result.get('consumeResult')}"
+        f" in {result.get('spentTimeMills')} ms" + (f" ({remark})" if remark else "")
+    )
+    return _see("/messages", mode="id", id=msg_id, topic=topic_name, notice=notice)
 
 
 _HEX = frozenset("0123456789abcdefABCDEF")
@@ -313,6 +341,7 @@ ROUTES: list[tuple[str, str, Handler, list[str]]] = [
     ("/group/reset", "group.html", group_reset, ["POST"]),
     ("/group/delete", "group.html", group_delete, ["POST"]),
     ("/messages", "messages.html", messages, ["GET"]),
+    ("/messages/consume", "messages.html", messages_consume, ["POST"]),
     ("/trace", "trace.html", trace, ["GET"]),
     ("/dlq", "dlq.html", dlq, ["GET"]),
     ("/dlq/resend", "dlq.html", dlq_resend, ["POST"]),

@@ -1642,7 +1642,10 @@ def query_msg_by_unique_key(
             msgs = await find(a)
             if not msgs:
                 raise MQClientError(f"no message with unique id {msg_id} in topic {topic}")
-            return await a.consume_message_directly(group, client_id, msgs[0])
+            m = msgs[0]
+            return await a.consume_message_directly(
+                group, client_id, m.topic, m.broker_name, m.offset_msg_id
+            )
 
         result = _with_admin(namesrv, direct)
         if as_json:

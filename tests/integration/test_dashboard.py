@@ -363,6 +363,22 @@ def test_group_lag_falls_to_zero_after_a_consumer_runs(
             expect(status).to_have_count(1)
             assert float(status.locator("td.ok-tps").inner_text()) > 0
             rec.shot("group-lag-0-online")
+            client_id = page.locator("#connections tbody tr td").first.inner_text()
+
+            # That client consumes one message again, directly (309), from the message's page.
+            page.goto(f"{dash.url}/messages?mode=key&topic=DashLag&key=b0")
+            form = page.locator("form.consume-directly").first
+            form.locator("input[name=group]").fill("cg_dash")
+            form.locator("input[name=client]").fill(client_id)
+            form.locator("button[type=submit]").click()
+            expect(page.locator("#notice")).to_contain_text(f"{client_id} of cg_dash consumed")
+            expect(page.locator("#notice")).to_contain_text("CR_SUCCESS")
+            rec.shot("message-consumed-directly")
+            form = page.locator("form.consume-directly").first
+            form.locator("input[name=group]").fill("cg_dash")
+            form.locator("input[name=client]").fill("nobody@1")
+            form.locator("button[type=submit]").click()
+            expect(page.locator("#error")).to_contain_text("The Consumer <nobody@1> Not Online")
         finally:
             stop.set()
             worker.join(timeout=60)

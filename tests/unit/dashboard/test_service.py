@@ -188,3 +188,10 @@ def test_client_statuses_take_what_each_client_gives_and_bound_the_rest() -> Non
             f"{len(answers) - service.MAX_CLIENTS_ASKED} more clients not asked",
         ]
     )
+
+
+def test_client_ids_are_checked() -> None:
+    assert service.client_id(" 127.0.0.1@4242#17 ") == "127.0.0.1@4242#17"
+    for bad in (None, "", "   ", "a b", "x" * 256, "a\x00b"):
+        with pytest.raises(service.BadInput, match="client id"):
+            service.client_id(bad)
