@@ -389,15 +389,29 @@ class Admin:
         Raises:
             MQClientError: no broker knows the group (no consumer online).
         """
+        _addr, conn = await self.consumer_connection_at(group)
+        return conn
+
+    async def consumer_connection_at(
+        self, group: str, addrs: list[str] | None = None
+    ) -> tuple[str, bodies.ConsumerConnection]:
+        """The first broker (of `addrs`, default every master) that has connections of the
+        group's clients, and those connections: the broker to ask the clients through.
+
+        Raises:
+            MQClientError: no broker knows the group (no consumer online).
+        """
         last: Exception | None = None
-        for addr in (await self.master_addrs()).values():
+        if addrs is None:
+            addrs = list((await self.master_addrs()).values())
+        for addr in addrs:
             try:
                 conn = await self.instance.api.get_consumer_connection_list(addr, group)
             except RemoteError as exc:
                 last = exc
                 continue
             if conn.connection_set:
-                return conn
+                return addr, conn
         raise MQClientError(
             f"the consumer group {group} is not online"
             + (f" ({last.remark})" if isinstance(last, RemoteError) else "")

@@ -7,6 +7,7 @@ committed offset and cache figures, and per subscribed topic its pull and consum
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -76,3 +77,15 @@ def _status_table(consumer: object, data: bodies.ConsumerData) -> dict[str, dict
     if stats is None:
         return {}
     return {s.topic: stats.status(s.topic) for s in data.subscription_data_set}
+
+
+def figure(value: object) -> float:
+    """A number of a client's running info (any client answers): 0 for a missing, malformed
+    or non-finite one."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return 0.0
+    try:
+        number = float(value)
+    except ValueError:
+        return 0.0
+    return number if math.isfinite(number) else 0.0

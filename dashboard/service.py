@@ -7,7 +7,6 @@ refused with `BadInput` (shown on the page), before any call reaches a broker.
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -28,6 +27,7 @@ from client.message import (
 )
 from client.producer import Producer
 from client.route import master_addr
+from client.running_info import figure
 from client.trace import TraceView, trace_views
 from common.pull import PULL_FLAG_SUBSCRIPTION
 from remoting import RemotingCommand
@@ -406,16 +406,9 @@ async def client_statuses(
     asked = sorted(client_ids)[:MAX_CLIENTS_ASKED]
     if len(client_ids) > len(asked):
         notes.append(f"{len(client_ids) - len(asked)} more clients not asked")
-    via = None
-    for addr in (await admin.master_addrs()).values():
-        try:
-            conn = await admin.instance.api.get_consumer_connection_list(addr, group)
-        except RemoteError:
-            continue
-        if conn.connection_set:
-            via = addr
-            break
-    if via is None:
+    try:
+        via, _conn = await admin.consumer_connection_at(group)
+    except MQClientError:
         return rows, notes
 
     async def ask(client_id: str) -> None:
@@ -434,10 +427,10 @@ async def client_statuses(
             if isinstance(st, dict):
                 rows.append(
                     ClientTopicStatus(
-                        client_id, str(topic), _figure(st.get("pullRT")),
-                        _figure(st.get("pullTPS")), _figure(st.get("consumeRT")),
-                        _figure(st.get("consumeOKTPS")), _figure(st.get("consumeFailedTPS")),
-                        int(_figure(st.get("consumeFailedMsgs"))),
+                        client_id, str(topic), figure(st.get("pullRT")),
+                        figure(st.get("pullTPS")), figure(st.get("consumeRT")),
+                        figure(st.get("consumeOKTPS")), figure(st.get("consumeFailedTPS")),
+                        int(figure(st.get("consumeFailedMsgs"))),
                     )
                 )  # fmt: skip
 
@@ -447,17 +440,6 @@ async def client_statuses(
     rows.sort(key=lambda r: (r.client_id, r.topic))
     notes.sort()
     return rows, notes
-
-
-def _figure(value: object) -> float:
-    """A client's figure; 0 for a missing, malformed or non-finite one (any client answers)."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        return 0.0
-    try:
-        number = float(value)
-    except ValueError:
-        return 0.0
-    return number if math.isfinite(number) else 0.0
 
 
 async def delete_group(admin: Admin, group: str) -> list[str]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 import re
 import sys
 import time
@@ -50,6 +49,7 @@ from client.controller_admin import ControllerAdmin
 from client.errors import MQClientError
 from client.message import check_topic
 from client.route import master_addr, publish_queues
+from client.running_info import figure
 from common.filter import parse_tag_expression
 from remoting.errors import RemoteError, RemotingError
 from remoting.logs import configure_logging
@@ -1657,7 +1657,7 @@ def query_msg_by_unique_key(
                 f"autoCommit={_java_bool(result.get('autoCommit'))}, "
                 f"consumeResult={result.get('consumeResult')}, "
                 f"remark={_java_text(result.get('remark'))}, "
-                f"spentTimeMills={int(_number(result.get('spentTimeMills')))}]"
+                f"spentTimeMills={int(figure(result.get('spentTimeMills')))}]"
             )
         return
 
@@ -1891,19 +1891,7 @@ def consumer_status(
     """Consumers' runtime info (subscriptions, queues and offsets), asked through a broker."""
 
     async def body(a: Admin) -> tuple[Any, dict[str, dict[str, Any]]]:
-        addrs = [broker] if broker else list((await a.master_addrs()).values())
-        conn = None
-        via = ""
-        for addr in addrs:
-            try:
-                conn = await a.instance.api.get_consumer_connection_list(addr, group)
-            except RemoteError:
-                continue
-            if conn.connection_set:
-                via = addr
-                break
-        if conn is None or not via:
-            raise MQClientError(f"the consumer group {group} is not online")
+        via, conn = await a.consumer_connection_at(group, [broker] if broker else None)
         ids = [c.client_id for c in conn.connection_set]
         if client_id is not None and client_id not in ids:
             raise MQClientError(f"client {client_id} is not online in group {group}; online: {ids}")
@@ -1967,24 +1955,13 @@ def consumer_status(
     for topic, st in sorted((info.get("statusTable") or {}).items()):
         st = st if isinstance(st, dict) else {}
         keys = ("pullRT", "pullTPS", "consumeRT", "consumeOKTPS", "consumeFailedTPS")
-        figures = [_number(st.get(k)) for k in keys]
+        figures = [figure(st.get(k)) for k in keys]
         click.echo(
             f"{topic:<32}  {figures[0]:14.2f} {figures[1]:14.2f} {figures[2]:14.2f} "
-            f"{figures[3]:14.2f} {figures[4]:18.2f} {int(_number(st.get('consumeFailedMsgs'))):25d}"
+            f"{figures[3]:14.2f} {figures[4]:18.2f} {int(figure(st.get('consumeFailedMsgs'))):25d}"
         )
     if info.get("jstack"):
         click.echo(f"\n#Consumer jstack#\n{info['jstack']}")
-
-
-def _number(value: object) -> float:
-    """A figure of a client's answer; 0 for a missing or malformed one (any client answers)."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        return 0.0
-    try:
-        number = float(value)
-    except ValueError:
-        return 0.0
-    return number if math.isfinite(number) else 0.0
 
 
 def _mq_from_text(text: str) -> dict[str, Any]:

@@ -131,11 +131,6 @@ def test_history_is_bounded() -> None:
         History(0)
 
 
-class _Api:
-    async def get_consumer_connection_list(self, addr: str, group: str) -> object:
-        return bodies.ConsumerConnection(connection_set=[bodies.ConnectionInfo("x", "127.0.0.1:2")])
-
-
 class _FakeAdmin:
     """Answers running info per client id: a dict, an exception, or a wait past the bound."""
 
@@ -143,13 +138,9 @@ class _FakeAdmin:
         self.answers = answers
         self.asked: list[str] = []
 
-        class _Instance:
-            api = _Api()
-
-        self.instance = _Instance()
-
-    async def master_addrs(self) -> dict[str, str]:
-        return {"broker-a": "127.0.0.1:1"}
+    async def consumer_connection_at(self, group: str) -> tuple[str, object]:
+        conn = bodies.ConsumerConnection(connection_set=[bodies.ConnectionInfo("x", "a:1")])
+        return "127.0.0.1:1", conn
 
     async def consumer_running_info(self, addr: str, group: str, client_id: str) -> object:
         self.asked.append(client_id)
