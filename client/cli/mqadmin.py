@@ -1902,11 +1902,14 @@ def consumer_status(
         return conn, infos
 
     conn, infos = _with_admin(namesrv, body)
-    same = len({json.dumps(i.get("subscriptionSet"), sort_keys=True) for i in infos.values()}) <= 1
+    same = len({_subscriptions(i) for i in infos.values()}) <= 1
     owners: dict[str, int] = {}
     for info in infos.values():
-        for key in info.get("mqTable") or {}:
-            owners[str(key)] = owners.get(str(key), 0) + 1
+        for key in _dict(info.get("mqTable")):
+            # One queue whatever the client's spelling of its key (C++ pretty-prints it).
+            mq = _mq_from_text(str(key))
+            name = json.dumps([mq.get("topic"), mq.get("brokerName"), mq.get("queueId")])
+            owners[name] = owners.get(name, 0) + 1
     rebalance_ok = all(n == 1 for n in owners.values())
     if as_json:
         _emit_json({"group": group, "clients": infos, "same_subscription": same,
@@ -1917,7 +1920,7 @@ def consumer_status(
         _table(
             None,
             ["#Index", "#ClientId", "#Version", "#Queues"],
-            [[i, cid, versions.get(cid, "-"), len(info.get("mqTable") or {})]
+            [[i, cid, versions.get(cid, "-"), len(_dict(info.get("mqTable")))]
              for i, (cid, info) in enumerate(infos.items(), 1)],
         )  # fmt: skip
         click.echo(
@@ -1931,28 +1934,38 @@ def consumer_status(
         return
     info = infos[client_id]
     click.echo("#Consumer Properties#")
-    for k, v in sorted((info.get("properties") or {}).items()):
+    for k, v in sorted(_dict(info.get("properties")).items()):
         click.echo(f"{k:<40}: {v}")
     click.echo("\n#Consumer Subscription#")
-    for i, s in enumerate(info.get("subscriptionSet") or [], 1):
-        click.echo(f"{i:03d} Topic: {s.get('topic'):<40} SubExpression: {s.get('subString')}")
+    subs = [s for s in _list(info.get("subscriptionSet")) if isinstance(s, dict)]
+    for i, s in enumerate(subs, 1):
+        click.echo(f"{i:03d} Topic: {s.get('topic')!s:<40} SubExpression: {s.get('subString')}")
+    # A client's mqTable keys are MessageQueue JSON texts (the C++ client pretty-prints them).
+    queues = [
+        (_mq_from_text(str(key)), pq)
+        for key, pq in _dict(info.get("mqTable")).items()
+        if isinstance(pq, dict)
+    ]
     click.echo("\n#Consumer Offset#")
     click.echo(f"{'#Topic':<32} {'#Broker Name':<32} {'#QID':<4} {'#Consumer Offset':<20}")
-    for key, pq in (info.get("mqTable") or {}).items():
-        mq = key if isinstance(key, dict) else _mq_from_text(str(key))
+    for mq, pq in queues:
         click.echo(
-            f"{mq.get('topic', ''):<32} {mq.get('brokerName', ''):<32} {mq.get('queueId', ''):<4} "
-            f"{pq.get('commitOffset')}"
+            f"{mq.get('topic', '')!s:<32} {mq.get('brokerName', '')!s:<32} "
+            f"{mq.get('queueId', '')!s:<4} {pq.get('commitOffset')}"
         )
     click.echo("\n#Consumer MQ Detail#")
-    for key, pq in (info.get("mqTable") or {}).items():
-        click.echo(f"{key}: {json.dumps(pq, sort_keys=True)}")
+    click.echo(f"{'#Topic':<32}  {'#Broker Name':<32}  {'#QID':<4}  #ProcessQueueInfo")
+    for mq, pq in queues:
+        click.echo(
+            f"{mq.get('topic', '')!s:<32}  {mq.get('brokerName', '')!s:<32}  "
+            f"{mq.get('queueId', '')!s:<4}  {json.dumps(pq, sort_keys=True)}"
+        )
     click.echo("\n#Consumer RT&TPS#")
     click.echo(
         f"{'#Topic':<64}  {'#Pull RT':>14} {'#Pull TPS':>14} {'#Consume RT':>14} "
         f"{'#ConsumeOK TPS':>14} {'#ConsumeFailed TPS':>18} {'#ConsumeFailedMsgsInHour':>25}"
     )
-    for topic, st in sorted((info.get("statusTable") or {}).items()):
+    for topic, st in sorted(_dict(info.get("statusTable")).items()):
         st = st if isinstance(st, dict) else {}
         keys = ("pullRT", "pullTPS", "consumeRT", "consumeOKTPS", "consumeFailedTPS")
         figures = [figure(st.get(k)) for k in keys]
@@ -1962,6 +1975,26 @@ def consumer_status(
         )
     if info.get("jstack"):
         click.echo(f"\n#Consumer jstack#\n{info['jstack']}")
+
+
+def _subscriptions(info: dict[str, Any]) -> str:
+    """What a client subscribes, by topic, expression and its type (TAG when not given): not
+    subVersion, each client's own timestamp, which makes Java's check report any two clients
+    as different."""
+    subs = sorted(
+        (str(s.get("topic")), str(s.get("subString")), str(s.get("expressionType") or "TAG"))
+        for s in _list(info.get("subscriptionSet"))
+        if isinstance(s, dict)
+    )
+    return json.dumps(subs)
+
+
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _mq_from_text(text: str) -> dict[str, Any]:

@@ -449,7 +449,16 @@ async def test_mqadmin_consumer_status_and_direct_consume_of_a_cpp_consumer(
             )
             assert rc == 0, err
             assert "#Consumer Subscription#" in text
-            assert topic in text
+            # Its queue keys (pretty-printed MessageQueue JSON) are read, not echoed.
+            detail = text.split("#Consumer MQ Detail#", 1)[1]
+            assert [line.split()[:3] for line in detail.splitlines() if line.startswith(topic)] == [
+                [topic, "broker-a", "0"],
+                [topic, "broker-a", "1"],
+            ]
+            rc, text, err = await _mqadmin_async("consumerStatus", "-n", ns, "-g", group)
+            assert rc == 0, err
+            assert "Same subscription in the same group of consumer" in text
+            assert "Rebalance OK" in text
 
             direct = ("queryMsgByUniqueKey", "-n", ns, "-t", topic, "-i", sent.msg_id)
             rc, _, err = await _mqadmin_async(*direct, "-g", group, "-d", client_id)

@@ -116,3 +116,16 @@ async def test_bench_progress_draws_only_on_a_terminal() -> None:
             done.set()
         assert seen == [expected]
         assert (out.getvalue() != "") is terminal
+
+
+def test_clients_subscribing_alike_differ_only_in_sub_version() -> None:
+    from client.cli.mqadmin import _subscriptions
+
+    java = {"subscriptionSet": [{"topic": "T", "subString": "*", "subVersion": 1,
+                                 "expressionType": "TAG"}]}  # fmt: skip
+    cpp = {"subscriptionSet": [{"topic": "T", "subString": "*", "subVersion": 2}]}
+    other = {"subscriptionSet": [{"topic": "T", "subString": "a || b", "subVersion": 1}]}
+    odd = {"subscriptionSet": "junk"}
+    assert _subscriptions(java) == _subscriptions(cpp)
+    assert _subscriptions(java) != _subscriptions(other)
+    assert _subscriptions(odd) == "[]"
