@@ -27,10 +27,9 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger()
 
-# How long the broker waits for a client's GET_CONSUMER_RUNNING_INFO answer (RocketMQ: 5 s).
-RUNNING_INFO_TIMEOUT_MS = 5000
-# ... and for its CONSUME_MESSAGE_DIRECTLY answer, a listener call (RocketMQ: 10 s).
-CONSUME_DIRECTLY_TIMEOUT_MS = 10_000
+# How long the broker waits for a client's answer to a request it forwards (307, 309: a
+# listener call), as RocketMQ's Broker2Client.callClient.
+CLIENT_CALL_TIMEOUT_MS = 10_000
 # Largest UPDATE_BROKER_CONFIG body read (a few `key=value` lines).
 MAX_CONFIG_BODY = 64 * 1024
 
@@ -208,7 +207,7 @@ class AdminMoreProcessor:
         if cmd.field("jstackEnable") is not None:
             fields["jstackEnable"] = cmd.field("jstackEnable") or "false"
         return await self._call_consumer(
-            cmd, RequestCode.GET_CONSUMER_RUNNING_INFO, fields, None, RUNNING_INFO_TIMEOUT_MS
+            cmd, RequestCode.GET_CONSUMER_RUNNING_INFO, fields, None, CLIENT_CALL_TIMEOUT_MS
         )
 
     @guarded()
@@ -236,7 +235,7 @@ class AdminMoreProcessor:
             "brokerName": self.ctrl.config.broker_name,
         }
         return await self._call_consumer(
-            cmd, RequestCode.CONSUME_MESSAGE_DIRECTLY, fields, record, CONSUME_DIRECTLY_TIMEOUT_MS
+            cmd, RequestCode.CONSUME_MESSAGE_DIRECTLY, fields, record, CLIENT_CALL_TIMEOUT_MS
         )
 
     async def _call_consumer(
