@@ -404,6 +404,10 @@ class Outbox:
         """Allow straight writes from now on if `stream` is plain TCP."""
         self.fd = stream.socket.fileno() if type(stream) is trio.SocketStream else -1
 
+    def close(self) -> None:
+        """No straight writes any more (the session ended: its socket may be reused)."""
+        self.fd = -1
+
     @property
     def idle(self) -> bool:
         """`write_now` may write: a plain socket, no send of the task under way, no tail."""
@@ -420,7 +424,7 @@ class Outbox:
         except BlockingIOError:
             sent = 0
         except OSError:
-            self.fd = -1
+            self.close()
             raise
         if sent == len(data):
             return True
@@ -1176,7 +1180,7 @@ class HAClientBase(Generic[S]):
             end(f"write error: {exc!r}")
         finally:
             self._report_wake = None
-            out.fd = -1
+            out.close()
 
     def _reported(self, offset: int, now: float) -> None:
         self.last_report = offset

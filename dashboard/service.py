@@ -372,10 +372,13 @@ async def group_stats(admin: Admin, group: str, addrs: list[str] | None = None) 
     return out
 
 
-async def group_connection(admin: Admin, group: str) -> bodies.ConsumerConnection | None:
-    """The group's online clients, None when none is online."""
+async def group_connection(
+    admin: Admin, group: str
+) -> tuple[str, bodies.ConsumerConnection] | None:
+    """The group's online clients and the broker that has their connections (to ask them
+    through), None when none is online."""
     try:
-        return await admin.consumer_connection(group)
+        return await admin.consumer_connection_at(group)
     except MQClientError:
         return None
 
@@ -396,20 +399,16 @@ class ClientTopicStatus:
 
 
 async def client_statuses(
-    admin: Admin, group: str, client_ids: list[str]
+    admin: Admin, group: str, via: str, client_ids: list[str]
 ) -> tuple[list[ClientTopicStatus], list[str]]:
     """The running-info figures of up to MAX_CLIENTS_ASKED of the group's online clients
-    (GET_CONSUMER_RUNNING_INFO through a broker that has their connections, asked at once,
-    each bounded by CLIENT_ANSWER_S), and one note per client that gave none."""
+    (GET_CONSUMER_RUNNING_INFO through `via`, a broker that has their connections, asked at
+    once, each bounded by CLIENT_ANSWER_S), and one note per client that gave none."""
     rows: list[ClientTopicStatus] = []
     notes: list[str] = []
     asked = sorted(client_ids)[:MAX_CLIENTS_ASKED]
     if len(client_ids) > len(asked):
         notes.append(f"{len(client_ids) - len(asked)} more clients not asked")
-    try:
-        via, _conn = await admin.consumer_connection_at(group)
-    except MQClientError:
-        return rows, notes
 
     async def ask(client_id: str) -> None:
         info = None

@@ -157,12 +157,14 @@ async def groups(request: Request, dash: Dashboard) -> Response:
 async def group(request: Request, dash: Dashboard) -> Response:
     name = service.group_name(request.query_params.get("g"))
     stats = await service.group_stats(dash.admin, name)
-    conn = await service.group_connection(dash.admin, name)
+    online = await service.group_connection(dash.admin, name)
+    conn = None
     statuses: list[service.ClientTopicStatus] = []
     status_notes: list[str] = []
-    if conn is not None:
+    if online is not None:
+        via, conn = online
         ids = [c.client_id for c in conn.connection_set]
-        statuses, status_notes = await service.client_statuses(dash.admin, name, ids)
+        statuses, status_notes = await service.client_statuses(dash.admin, name, via, ids)
     topics = sorted({q.mq.topic for q in stats.queues})
     return _render(
         request,

@@ -311,8 +311,9 @@ class AdminProcessor:
         topics = [hdr.topic] if hdr.topic else sorted(self.ctrl.offsets.topics_of_group(group))
         merged = ConsumeStats()
         for topic in topics:
-            stats = self._consume_stats(group, topic)
-            if stats is not None:
+            cfg = self.ctrl.topics.get(topic)
+            if cfg is not None:
+                stats = self._consume_stats(group, cfg)
                 merged.offset_table.update(stats.offset_table)
                 merged.consume_tps += stats.consume_tps
         merged.consume_tps = round(merged.consume_tps, 2)
@@ -343,23 +344,20 @@ class AdminProcessor:
                     continue
                 if subscribed and topic not in subscribed:
                     continue
-                stats = self._consume_stats(group, topic)
-                if stats is not None:
-                    per_topic.append(stats)
-                    out.total_diff += sum(
-                        w.broker_offset - w.consumer_offset for w in stats.offset_table.values()
-                    )
+                stats = self._consume_stats(group, cfg)
+                per_topic.append(stats)
+                out.total_diff += sum(
+                    w.broker_offset - w.consumer_offset for w in stats.offset_table.values()
+                )
             out.consume_stats_list.append({group: per_topic})
         return cmd.make_response(ResponseCode.SUCCESS, body=out.to_json())
 
-    def _consume_stats(self, group: str, topic: str) -> ConsumeStats | None:
-        """RocketMQ's ConsumeStats of `group` on `topic` here (None: no such topic): per write
-        queue the max offset, the committed offset and the store time of the last message
-        consumed; the group's pulled messages per second over the last minute."""
+    def _consume_stats(self, group: str, cfg: TopicConfig) -> ConsumeStats:
+        """RocketMQ's ConsumeStats of `group` on the topic of `cfg` here: per write queue the
+        max offset, the committed offset and the store time of the last message consumed; the
+        group's pulled messages per second over the last minute."""
         ctrl = self.ctrl
-        cfg = ctrl.topics.get(topic)
-        if cfg is None:
-            return None
+        topic = cfg.topic_name
         stats = ConsumeStats()
         for qid in range(cfg.write_queue_nums):
             broker_offset = max(0, ctrl.store.get_max_offset_in_queue(topic, qid))

@@ -10,7 +10,6 @@ from client.errors import MQClientError
 from dashboard import service
 from dashboard.history import History, Sample
 from remoting.errors import RemotingConnectionLost
-from remoting.protocol import bodies
 
 
 @pytest.mark.parametrize(
@@ -138,10 +137,6 @@ class _FakeAdmin:
         self.answers = answers
         self.asked: list[str] = []
 
-    async def consumer_connection_at(self, group: str) -> tuple[str, object]:
-        conn = bodies.ConsumerConnection(connection_set=[bodies.ConnectionInfo("x", "a:1")])
-        return "127.0.0.1:1", conn
-
     async def consumer_running_info(self, addr: str, group: str, client_id: str) -> object:
         self.asked.append(client_id)
         answer = self.answers[client_id]
@@ -166,7 +161,7 @@ def test_client_statuses_take_what_each_client_gives_and_bound_the_rest() -> Non
     admin = _FakeAdmin(answers)
 
     async def main() -> tuple[list[service.ClientTopicStatus], list[str]]:
-        return await service.client_statuses(admin, "G", list(answers))  # type: ignore[arg-type]
+        return await service.client_statuses(admin, "G", "127.0.0.1:1", list(answers))  # type: ignore[arg-type]
 
     rows, notes = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert rows == [service.ClientTopicStatus("a", "T", 1.5, 2.0, 0.0, 4.0, 0.0, 7)]
